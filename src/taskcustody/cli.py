@@ -1,0 +1,199 @@
+"""The `taskcustody` command line (click: subcommands, --help and usage errors with exit 2)."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import logging
+import socket
+import sys
+from collections.abc import Callable
+from typing import Any
+
+import click
+import redis
+
+from . import recovery
+from .clock import RedisClock
+from .connection import check_server, connect
+from .errors import TaskCustodyError
+from .keys import QueueKeys
+from .producer import Producer
+from .recovery import ServerIdentity
+from .server import Server
+from .settings import Settings
+from .status import queue_status
+
+DEFAULT_URL = "redis://127.0.0.1:6379/0"
+
+queue_option = click.option("--queue", "-q", required=True, help="Queue name.")
+prefix_option = click.option("--prefix", default="taskcustody", show_default=True,
+                             help="Key prefix shared by every key of the queue.")
+url_option = click.option("--redis-url", default=DEFAULT_URL, show_default=True,
+                          envvar="TASKCUSTODY_REDIS_URL", help="Redis URL (or $TASKCUSTODY_REDIS_URL).")
+
+
+def _keys(queue: str, prefix: str) -> QueueKeys:
+    try:
+        return QueueKeys(queue, prefix)
+    except TaskCustodyError as exc:
+        raise click.BadParameter(str(exc)) from exc
+
+
+def _client(url: str, settings: Settings | None = None) -> redis.Redis:
+    try:
+        return connect(url, settings)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--redis-url") from exc
+
+
+def load_handler(spec: str) -> Callable[[Any], Any]:
+    module_name, sep, attr = spec.partition(":")
+    if not sep or not module_name or not attr:
+        raise click.BadParameter(f"{spec!r} is not MODULE:FUNCTION", param_hint="HANDLER")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise click.BadParameter(f"cannot import {module_name!r}: {exc}",
+                                 param_hint="HANDLER") from exc
+    handler = getattr(module, attr, None)
+    if not callable(handler):
+        raise click.BadParameter(f"{module_name!r} has no callable {attr!r}", param_hint="HANDLER")
+    return handler  # type: ignore[no-any-return]
+
+
+class _Failure(click.ClickException):
+    """A runtime failure (Redis unreachable, refused id): exit 1 with the message."""
+
+    exit_code = 1
+
+
+def _run(action: Callable[[], Any]) -> Any:
+    try:
+        return action()
+    except TaskCustodyError as exc:
+        raise _Failure(str(exc)) from exc
+    except (redis.ConnectionError, redis.TimeoutError) as exc:
+        raise _Failure(f"cannot reach Redis: {exc}") from exc
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="taskcustody")
+def main() -> None:
+    """A Redis task queue that never loses a task and never hands one task to two workers."""
+
+
+@main.command()
+@click.argument("handler")
+@queue_option
+@prefix_option
+@url_option
+@click.option("--workers", "-w", default=1, show_default=True, type=click.IntRange(min=1),
+              help="Worker threads.")
+@click.option("--server-id", default=None,
+              help="Exclusive server id (default: the host name). Restart with the same id to "
+                   "recover this server's in-flight tasks at once.")
+@click.option("--max-attempts", default=3, show_default=True, type=click.IntRange(min=1))
+@click.option("--block-timeout", default=2.0, show_default=True, type=click.FloatRange(min=0.01))
+@click.option("--verbose", "-v", is_flag=True, help="Log every recovery action.")
+def worker(handler: str, queue: str, prefix: str, redis_url: str, workers: int,
+           server_id: str | None, max_attempts: int, block_timeout: float, verbose: bool) -> None:
+    """Run a server with WORKERS threads executing HANDLER (MODULE:FUNCTION) on each payload.
+
+    SIGTERM or SIGINT: stop taking, finish current tasks within the grace period, deregister.
+    """
+    logging.basicConfig(level=logging.INFO if verbose else logging.WARNING,
+                        format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    fn = load_handler(handler)
+    settings = Settings(max_attempts=max_attempts, block_timeout=block_timeout)
+    client = _client(redis_url, settings)
+    sid = server_id or socket.gethostname().replace(":", "-")
+    srv = Server(client, _keys(queue, prefix), sid, fn, workers=workers, settings=settings,
+                 clock=RedisClock(client))
+    _run(lambda: srv.run(install_signals=True))
+
+
+@main.command()
+@queue_option
+@prefix_option
+@url_option
+@click.argument("payloads", nargs=-1, required=True)
+def enqueue(queue: str, prefix: str, redis_url: str, payloads: tuple[str, ...]) -> None:
+    """Enqueue JSON PAYLOADS (or `-` to read one JSON payload per line from stdin).
+
+    Every payload is parsed before anything is enqueued: one bad payload enqueues nothing.
+    Prints one task id per line.
+    """
+    lines: list[str] = []
+    for item in payloads:
+        if item == "-":
+            lines.extend(line for line in sys.stdin.read().splitlines() if line.strip())
+        else:
+            lines.append(item)
+    parsed = []
+    for number, text in enumerate(lines, 1):
+        try:
+            parsed.append(json.loads(text))
+        except json.JSONDecodeError as exc:
+            raise click.BadParameter(f"payload {number} is not JSON ({exc}): {text[:60]!r}",
+                                     param_hint="PAYLOADS") from exc
+    keys = _keys(queue, prefix)
+    client = _client(redis_url)
+    ids = _run(lambda: (check_server(client, keys), Producer(client, keys).enqueue_many(parsed))[1])
+    click.echo("\n".join(ids))
+
+
+@main.command()
+@queue_option
+@prefix_option
+@url_option
+@click.option("--json", "as_json", is_flag=True, help="Print the status as JSON.")
+def status(queue: str, prefix: str, redis_url: str, as_json: bool) -> None:
+    """Show queue depth, in-flight tasks per server and worker, servers, records, dead letters."""
+    keys = _keys(queue, prefix)
+    client = _client(redis_url)
+    snap = _run(lambda: queue_status(client, keys, RedisClock(client).now()))
+    if as_json:
+        click.echo(json.dumps(snap.to_dict(), indent=2, sort_keys=True))
+        return
+    click.echo(f"queue {snap.queue}: {snap.depth} pending, {snap.committed} committed, "
+               f"{snap.processing} processing records, {snap.dead_letters} dead letters")
+    if not snap.servers:
+        click.echo("no registered servers")
+    for name, info in sorted(snap.servers.items()):
+        state = "registered" if info["registered"] else "expired"
+        click.echo(f"server {name} (incarnation {info['incarnation']}): {state}, "
+                   f"deadline {info['deadline']:.1f}")
+    for owner, per_worker in sorted(snap.inflight.items()):
+        held = ", ".join(f"{w}={n}" for w, n in sorted(per_worker.items()))
+        click.echo(f"in flight {owner}: {held}")
+
+
+@main.command()
+@queue_option
+@prefix_option
+@url_option
+def sweep(queue: str, prefix: str, redis_url: str) -> None:
+    """Run one recovery pass: prune expired servers, drain their in-flight lists, requeue stuck
+    processing records. Never touches a live server's lists."""
+    keys = _keys(queue, prefix)
+    client = _client(redis_url)
+    # The CLI holds no server id of its own: nothing is "self" here.
+    me = ServerIdentity("taskcustody-cli", 0)
+    report = _run(lambda: (check_server(client, keys),
+                           recovery.sweep(client, keys, RedisClock(client).now(), me))[1])
+    click.echo(f"pruned {len(report.pruned)} server(s) {report.pruned}; requeued "
+               f"{report.moved} task(s) from {len(report.drained_lists)} list(s); "
+               f"{report.requeued_stuck} stuck, {report.stale_records} stale record(s)")
+
+
+def _mount_optional() -> None:
+    """Commands that live in other packages of the distribution."""
+    try:
+        from taskcustody_model.cli import model_check
+    except ImportError:  # pragma: no cover - the model ships with the package
+        return
+    main.add_command(model_check, name="model-check")
+
+
+_mount_optional()

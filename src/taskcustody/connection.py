@@ -1,0 +1,92 @@
+"""Redis clients configured for the protocol, and the server checks done before any work."""
+
+from __future__ import annotations
+
+import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
+
+from .errors import RedisTooOld, WrongKeyType
+from .keys import QueueKeys
+from .settings import Settings
+
+MIN_VERSION = (6, 2, 0)
+
+
+def no_retry() -> Retry:
+    """Retries belong to the protocol, not the transport.
+
+    redis-py 8 retries a command up to 10 times on ConnectionError/TimeoutError by default. A blind
+    retry of BLMOVE after a lost reply takes a *second* task while the first sits unseen in the
+    worker's in-flight list. So our clients never retry; the worker knows which of its steps are
+    safe to repeat and reconciles its list instead.
+    """
+    return Retry(NoBackoff(), 0)
+
+
+def connect(url: str, settings: Settings | None = None) -> redis.Redis:
+    settings = settings or Settings()
+    return redis.Redis.from_url(
+        url,
+        socket_timeout=settings.socket_timeout,
+        socket_connect_timeout=settings.socket_timeout,
+        retry=no_retry(),
+        decode_responses=False,
+    )
+
+
+def connect_fake(server: object | None = None) -> redis.Redis:
+    """An in-process fakeredis client (the embedded default of `taskcustody verify`)."""
+    import fakeredis
+
+    fake_server = server if server is not None else fakeredis.FakeServer()
+    client: redis.Redis = fakeredis.FakeRedis(server=fake_server, retry=no_retry())
+    return client
+
+
+def is_fakeredis(client: redis.Redis) -> bool:
+    return client.connection_pool.connection_class.__module__.startswith("fakeredis")
+
+
+def parse_version(text: str) -> tuple[int, ...]:
+    parts = []
+    for piece in text.split(".")[:3]:
+        digits = "".join(ch for ch in piece if ch.isdigit())
+        parts.append(int(digits or 0))
+    return tuple(parts)
+
+
+def server_version(client: redis.Redis) -> str:
+    try:
+        info = client.info("server")
+    except redis.ResponseError:
+        # fakeredis does not implement INFO; probe the commands we need instead.
+        try:
+            client.execute_command("LMOVE", "__taskcustody_probe__", "__taskcustody_probe__",
+                                   "RIGHT", "LEFT")
+        except redis.ResponseError as exc:
+            raise RedisTooOld(f"this server has no LMOVE (Redis < 6.2?): {exc}") from exc
+        return "unknown (no INFO; LMOVE present)"
+    return str(info.get("redis_version", "unknown"))
+
+
+def check_server(client: redis.Redis, keys: QueueKeys) -> str:
+    """Refuse to work against a server or a keyspace that would break the protocol."""
+    version = server_version(client)
+    if not version.startswith("unknown") and parse_version(version) < MIN_VERSION:
+        raise RedisTooOld(
+            f"Redis {version} found; taskcustody needs Redis 6.2 or newer for BLMOVE and LMOVE"
+        )
+    check_key_types(client, keys)
+    return version
+
+
+def check_key_types(client: redis.Redis, keys: QueueKeys) -> None:
+    pipe = client.pipeline(transaction=False)
+    expected = keys.all_fixed_keys()
+    for key in expected:
+        pipe.type(key)
+    for (key, want), got in zip(expected.items(), pipe.execute()):
+        kind = got.decode() if isinstance(got, bytes) else str(got)
+        if kind not in ("none", want):
+            raise WrongKeyType(f"key {key!r} holds a {kind}, but taskcustody needs a {want} there")

@@ -1,0 +1,166 @@
+"""The Lua scripts: each is one atomic step of the protocol.
+
+A script is atomic in Redis, so whatever a script does happens entirely or not at all, and no other
+client sees a half-done step. That is how custody moves: a task leaves a holder's in-flight list in
+the same step that puts it somewhere else. Every key a script touches is passed in KEYS and shares
+the queue's hash tag, so the scripts run on Redis Cluster too.
+
+Processing records are stored as "<in-flight list key> <started>" so that a script can tell whose
+record it is with one string comparison (list keys never contain spaces).
+"""
+
+from __future__ import annotations
+
+# A list is live iff its server is registered (deadline > now) with the list's incarnation.
+_LIVE = """
+local function is_live(servers, incarnations, server_id, incarnation, now)
+  local deadline = redis.call('ZSCORE', servers, server_id)
+  if not deadline or tonumber(deadline) <= tonumber(now) then return false end
+  return redis.call('HGET', incarnations, server_id) == incarnation
+end
+"""
+
+_RECORD_OWNED_BY = """
+local function record_owned_by(processing, task_id, list_key)
+  local rec = redis.call('HGET', processing, task_id)
+  return rec and string.sub(rec, 1, #list_key + 1) == list_key .. ' '
+end
+"""
+
+# KEYS: own list, processing, queue, dead letters, committed, commit log, result key
+# ARGV: raw task, task id, outcome (ok|retry|dead), data (result JSON | retried raw | dead letter),
+#       result ttl, track commits (1|0)
+RELEASE = (
+    _RECORD_OWNED_BY
+    + """
+local held = redis.call('LREM', KEYS[1], 1, ARGV[1])
+if ARGV[2] ~= '' and record_owned_by(KEYS[2], ARGV[2], KEYS[1]) then
+  redis.call('HDEL', KEYS[2], ARGV[2])
+end
+-- Only a holder commits: a worker whose list was drained (it was judged dead) lost custody, and the
+-- task is someone else's now.
+if held == 1 then
+  if ARGV[3] == 'ok' then
+    redis.call('INCR', KEYS[5])
+    if ARGV[6] == '1' then redis.call('HINCRBY', KEYS[6], ARGV[2], 1) end
+    if ARGV[4] ~= '' then redis.call('SET', KEYS[7], ARGV[4], 'EX', ARGV[5]) end
+  elseif ARGV[3] == 'retry' then
+    redis.call('LPUSH', KEYS[3], ARGV[4])
+  else
+    redis.call('LPUSH', KEYS[4], ARGV[4])
+  end
+end
+return {held, redis.call('LLEN', KEYS[1])}
+"""
+)
+
+# KEYS: in-flight list, queue, processing, servers, incarnations
+# ARGV: max moves, server id, incarnation, now, mode (force | dead-only)
+# Moves at most ARGV[1] tasks back to the queue's take end, each with its processing record, and
+# only while the list's owner is not live (dead-only) -- re-checked inside the step, so a server
+# that re-registered since the caller looked is never drained.
+DRAIN_CHUNK = (
+    _LIVE
+    + _RECORD_OWNED_BY
+    + """
+if ARGV[5] ~= 'force' and is_live(KEYS[4], KEYS[5], ARGV[2], ARGV[3], ARGV[4]) then
+  return -1
+end
+local moved = 0
+local limit = tonumber(ARGV[1])
+while moved < limit do
+  local raw = redis.call('LMOVE', KEYS[1], KEYS[2], 'RIGHT', 'RIGHT')
+  if not raw then break end
+  moved = moved + 1
+  local ok, task = pcall(cjson.decode, raw)
+  if ok and type(task) == 'table' and type(task['id']) == 'string'
+     and record_owned_by(KEYS[3], task['id'], KEYS[1]) then
+    redis.call('HDEL', KEYS[3], task['id'])
+  end
+end
+return moved
+"""
+)
+
+# KEYS: servers, incarnations, incarnation counter
+# ARGV: server id, now, deadline
+# Returns {incarnation, deadline}; incarnation -1 when a live process holds the id.
+CLAIM = """
+local deadline = redis.call('ZSCORE', KEYS[1], ARGV[1])
+if deadline and tonumber(deadline) > tonumber(ARGV[2]) then
+  return {-1, deadline}
+end
+local incarnation = redis.call('INCR', KEYS[3])
+redis.call('HSET', KEYS[2], ARGV[1], incarnation)
+redis.call('ZADD', KEYS[1], ARGV[3], ARGV[1])
+return {incarnation, ARGV[3]}
+"""
+
+# KEYS: servers, incarnations
+# ARGV: server id, incarnation, deadline
+# 1: registered (again, if a sweep had pruned us while we stalled). 0: a newer incarnation holds
+# the id -- we were judged dead and replaced, and must stop taking.
+HEARTBEAT = """
+local current = redis.call('HGET', KEYS[2], ARGV[1])
+if current and current ~= ARGV[2] then return 0 end
+redis.call('HSET', KEYS[2], ARGV[1], ARGV[2])
+redis.call('ZADD', KEYS[1], ARGV[3], ARGV[1])
+return 1
+"""
+
+# KEYS: servers, incarnations
+# ARGV: server id, incarnation
+DEREGISTER = """
+if redis.call('HGET', KEYS[2], ARGV[1]) == ARGV[2] then
+  redis.call('HDEL', KEYS[2], ARGV[1])
+  redis.call('ZREM', KEYS[1], ARGV[1])
+  return 1
+end
+return 0
+"""
+
+# KEYS: servers, incarnations
+# ARGV: now
+PRUNE_INACTIVE_SERVERS = """
+local expired = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1])
+for _, server_id in ipairs(expired) do
+  redis.call('HDEL', KEYS[2], server_id)
+  redis.call('ZREM', KEYS[1], server_id)
+end
+return expired
+"""
+
+# KEYS: processing, queue, in-flight list named by the record, servers, incarnations
+# ARGV: task id, server id, incarnation, now
+# 0: left alone (no record, record changed hands, or owner live); 1: requeued out of custody;
+# 2: stale record deleted (the task was no longer in that list).
+# The task goes back to the queue only in the step that removes it from the holder's list: the
+# drain and this sweep can never both requeue it.
+REQUEUE_STUCK = (
+    _LIVE
+    + _RECORD_OWNED_BY
+    + """
+if not record_owned_by(KEYS[1], ARGV[1], KEYS[3]) then return 0 end
+if is_live(KEYS[4], KEYS[5], ARGV[2], ARGV[3], ARGV[4]) then return 0 end
+for _, raw in ipairs(redis.call('LRANGE', KEYS[3], 0, -1)) do
+  local ok, task = pcall(cjson.decode, raw)
+  if ok and type(task) == 'table' and task['id'] == ARGV[1] then
+    redis.call('LREM', KEYS[3], 1, raw)
+    redis.call('RPUSH', KEYS[2], raw)
+    redis.call('HDEL', KEYS[1], ARGV[1])
+    return 1
+  end
+end
+redis.call('HDEL', KEYS[1], ARGV[1])
+return 2
+"""
+)
+
+# KEYS: own list, registry
+# ARGV: none. Deregistering an empty list is safe only when its worker has stopped for good.
+FORGET_EMPTY_LIST = """
+if redis.call('LLEN', KEYS[1]) == 0 then
+  return redis.call('SREM', KEYS[2], KEYS[1])
+end
+return 0
+"""

@@ -1,0 +1,219 @@
+"""A server: an exclusive server id, heartbeats, recovery passes and a pool of worker threads."""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+from types import FrameType
+
+import redis
+
+from . import recovery, scripts
+from .clock import Clock, RedisClock
+from .connection import check_server
+from .errors import ServerIdHeld, Superseded
+from .keys import ListOwner, QueueKeys, check_name
+from .recovery import RecoveryReport, ServerIdentity
+from .settings import Settings
+from .worker import Handler, Worker
+
+log = logging.getLogger("taskcustody.server")
+
+
+class Server:
+    def __init__(
+        self,
+        client: redis.Redis,
+        keys: QueueKeys,
+        server_id: str,
+        handler: Handler,
+        *,
+        workers: int = 1,
+        settings: Settings | None = None,
+        clock: Clock | None = None,
+    ) -> None:
+        if workers < 1:
+            raise ValueError("a server needs at least one worker")
+        self.client = client
+        self.keys = keys
+        self.server_id = check_name("server id", server_id)
+        self.handler = handler
+        self.worker_count = workers
+        self.settings = settings or Settings()
+        self.clock = clock or RedisClock(client)
+        self.incarnation: int | None = None
+        self.stop_event = threading.Event()
+        self.superseded = False
+
+    # -- identity ----------------------------------------------------------------------------
+
+    @property
+    def identity(self) -> ServerIdentity:
+        if self.incarnation is None:
+            raise RuntimeError("claim() the server id first")
+        return ServerIdentity(self.server_id, self.incarnation)
+
+    def claim(self) -> int:
+        """Take the server id exclusively, with a fresh incarnation; refused while a live process
+        holds it."""
+        now = self.clock.now()
+        incarnation, deadline = self.client.eval(
+            scripts.CLAIM, 3, self.keys.servers, self.keys.incarnations,
+            self.keys.incarnation_counter, self.server_id, repr(now),
+            repr(now + self.settings.server_ttl),
+        )
+        if int(incarnation) < 0:
+            raise ServerIdHeld(
+                f"server id {self.server_id!r} is held by a live process until "
+                f"{float(deadline):.3f} (now {now:.3f}); use another id or wait for its lease to lapse"
+            )
+        self.incarnation = int(incarnation)
+        self.superseded = False
+        return self.incarnation
+
+    def heartbeat(self) -> None:
+        ok = self.client.eval(
+            scripts.HEARTBEAT, 2, self.keys.servers, self.keys.incarnations, self.server_id,
+            self.identity.incarnation, repr(self.clock.now() + self.settings.server_ttl),
+        )
+        if not int(ok):
+            self.superseded = True
+            self.stop_event.set()
+            raise Superseded(
+                f"server id {self.server_id!r} was claimed by a newer process while this one "
+                "stalled; stopping"
+            )
+
+    def deregister(self) -> None:
+        if self.incarnation is not None:
+            self.client.eval(scripts.DEREGISTER, 2, self.keys.servers, self.keys.incarnations,
+                             self.server_id, self.incarnation)
+
+    # -- recovery ----------------------------------------------------------------------------
+
+    def startup_drain(self) -> dict[str, int]:
+        """Before taking work: drain our own lists (include_self=True) -- debris of earlier runs
+        of this id -- and any list whose owner is dead."""
+        return recovery.recover_inflight(
+            self.client, self.keys, self.clock.now(), self.identity, include_self=True,
+            chunk=self.settings.drain_chunk,
+        )
+
+    def sweep(self) -> RecoveryReport:
+        """The periodic pass: prune, then drain lists of dead owners (include_self=False), then the
+        processing sweep."""
+        return recovery.sweep(self.client, self.keys, self.clock.now(), self.identity,
+                              chunk=self.settings.drain_chunk)
+
+    def requeue_stuck_processing_tasks(self) -> tuple[int, int]:
+        return recovery.requeue_stuck_processing_tasks(self.client, self.keys,
+                                                       self.clock.now(), self.identity)
+
+    # -- workers -----------------------------------------------------------------------------
+
+    def make_worker(self, index: int) -> Worker:
+        owner = ListOwner(self.server_id, self.identity.incarnation, f"w{index}")
+        return Worker(self.client, self.keys, owner, self.handler, self.clock, self.settings)
+
+    def start(self) -> list[Worker]:
+        """Check the server, claim the id, drain our debris, register our lists."""
+        check_server(self.client, self.keys)
+        self.claim()
+        drained = self.startup_drain()
+        if drained:
+            log.info("startup drain requeued %d task(s) from %s", sum(drained.values()),
+                     ", ".join(drained))
+        workers = [self.make_worker(i) for i in range(self.worker_count)]
+        for worker in workers:
+            worker.register()
+        return workers
+
+    def run(self, until_idle: bool = False, install_signals: bool = False) -> None:
+        """Run until stopped (SIGTERM/SIGINT with `install_signals`, or `stop_event`)."""
+        workers = self.start()
+        if install_signals:
+            self._install_signal_handlers()
+        threads = [
+            threading.Thread(target=self._supervise, args=(w, until_idle),
+                             name=f"taskcustody-{w.owner.worker_id}", daemon=True)
+            for w in workers
+        ]
+        background = threading.Thread(target=self._background, name="taskcustody-heartbeat",
+                                      daemon=True)
+        background.start()
+        for t in threads:
+            t.start()
+        try:
+            if until_idle:
+                for t in threads:
+                    t.join()
+                self.stop_event.set()
+            else:
+                self.stop_event.wait()
+        finally:
+            self.stop_event.set()
+            self._shutdown(threads, workers)
+            background.join(timeout=self.settings.socket_timeout + 1)
+
+    def stop(self) -> None:
+        self.stop_event.set()
+
+    def _install_signal_handlers(self) -> None:
+        def handle(signum: int, frame: FrameType | None) -> None:
+            log.info("signal %d: stop taking, finish current tasks", signum)
+            self.stop_event.set()
+
+        signal.signal(signal.SIGTERM, handle)
+        signal.signal(signal.SIGINT, handle)
+
+    def _supervise(self, worker: Worker, until_idle: bool) -> None:
+        """Run a worker; if it dies of an unexpected error, start it again (it reconciles its own
+        list first, being dirty)."""
+        while not self.stop_event.is_set():
+            try:
+                worker.run(self.stop_event, until_idle=until_idle)
+                return
+            except Exception:
+                log.exception("worker %s crashed; restarting it", worker.list_key)
+                worker.dirty = True
+                self.stop_event.wait(1.0)
+
+    def _background(self) -> None:
+        next_sweep = 0.0
+        waited = 0.0
+        while not self.stop_event.is_set():
+            try:
+                self.heartbeat()
+                if waited >= next_sweep:
+                    report = self.sweep()
+                    if report.pruned or report.moved or report.requeued_stuck:
+                        log.info("sweep: pruned %s, moved %d, requeued stuck %d", report.pruned,
+                                 report.moved, report.requeued_stuck)
+                    next_sweep = waited + self.settings.sweep_interval
+            except Superseded:
+                log.error("server id %s superseded; stopping", self.server_id)
+                return
+            except (redis.ConnectionError, redis.TimeoutError) as exc:
+                log.warning("heartbeat/sweep failed: %s", exc)
+            self.stop_event.wait(self.settings.heartbeat_interval)
+            waited += self.settings.heartbeat_interval
+
+    def _shutdown(self, threads: list[threading.Thread], workers: list[Worker]) -> None:
+        per_thread = self.settings.shutdown_grace / max(1, len(threads))
+        for t in threads:
+            t.join(timeout=per_thread)
+        stuck = [t.name for t in threads if t.is_alive()]
+        if stuck:
+            log.warning("grace period over with tasks still running in %s; their tasks stay in "
+                        "custody and are recovered once we are deregistered", stuck)
+        try:
+            if not self.superseded:
+                self.deregister()
+            for worker, thread in zip(workers, threads):
+                if not thread.is_alive():
+                    self.client.eval(scripts.FORGET_EMPTY_LIST, 2, worker.list_key,
+                                     self.keys.inflight_registry)
+                    worker.close()
+        except (redis.ConnectionError, redis.TimeoutError) as exc:
+            log.warning("could not deregister cleanly: %s", exc)

@@ -1,0 +1,40 @@
+"""Tunables of a queue deployment, with the constraints between them checked up front."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Settings:
+    # How long one take blocks server-side before returning empty-handed.
+    block_timeout: float = 2.0
+    # The socket timeout must exceed the block, or a healthy idle BLMOVE would look like a dead
+    # connection; and it must exist, or a dead connection would hang a worker forever.
+    socket_timeout_margin: float = 3.0
+    heartbeat_interval: float = 5.0
+    # A server is registered while now < its deadline = last heartbeat + server_ttl.
+    server_ttl: float = 15.0
+    sweep_interval: float = 10.0
+    max_attempts: int = 3
+    drain_chunk: int = 100
+    result_ttl: int = 86_400
+    shutdown_grace: float = 30.0
+    # Keep a per-task commit count (for verification; costs one hash field per task).
+    track_commits: bool = False
+
+    def __post_init__(self) -> None:
+        if self.block_timeout <= 0:
+            raise ValueError("block_timeout must be > 0 (0 would block forever)")
+        if self.socket_timeout_margin <= 0:
+            raise ValueError("socket_timeout_margin must be > 0")
+        if self.server_ttl <= self.heartbeat_interval:
+            raise ValueError("server_ttl must exceed heartbeat_interval")
+        if self.max_attempts < 1:
+            raise ValueError("max_attempts must be >= 1")
+        if self.drain_chunk < 1:
+            raise ValueError("drain_chunk must be >= 1")
+
+    @property
+    def socket_timeout(self) -> float:
+        return self.block_timeout + self.socket_timeout_margin

@@ -1,0 +1,256 @@
+"""One worker: take, record, execute, release -- each a public step, called in order by `run`.
+
+The worker talks to Redis on a connection of its own. That lets it send the processing record
+without waiting for the reply, and read that reply together with the release's: the record is in
+Redis while the handler runs, and the whole cycle costs two round trips (take, release).
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import logging
+import threading
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import redis
+
+from . import envelope, scripts
+from .clock import Clock
+from .connection import is_fakeredis
+from .envelope import Task
+from .errors import MalformedTask, WrongKeyType
+from .keys import ListOwner, QueueKeys
+from .recovery import drain_inflight
+from .settings import Settings
+
+log = logging.getLogger("taskcustody.worker")
+
+Handler = Callable[[Any], Any]
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What the handler did: returned `result`, or raised `error`."""
+
+    ok: bool
+    result: Any = None
+    error: str = ""
+
+
+@dataclass(frozen=True)
+class Release:
+    """What the release step found. `held` False: our list had been drained (we were judged dead),
+    the task is someone else's now, and we did not commit. `remaining` > 0: debris in our list."""
+
+    held: bool
+    remaining: int
+    action: str  # "committed", "retried", "dead-lettered", or "lost-custody"
+
+
+_RELEASE_SHA = hashlib.sha1(scripts.RELEASE.encode()).hexdigest()
+
+
+class Worker:
+    def __init__(
+        self,
+        client: redis.Redis,
+        keys: QueueKeys,
+        owner: ListOwner,
+        handler: Handler,
+        clock: Clock,
+        settings: Settings | None = None,
+    ) -> None:
+        self.client = client
+        self.keys = keys
+        self.owner = owner
+        self.handler = handler
+        self.clock = clock
+        self.settings = settings or Settings()
+        self.list_key = keys.inflight(owner)
+        # A dirty worker may have debris in its list (a take whose reply was lost, an unknown
+        # release): it reconciles before its next take. A new worker starts dirty: a restarted
+        # worker drains its own list before taking work.
+        self.dirty = True
+        self._conn = client.connection_pool.make_connection()
+        self._unread_replies = 0
+        # fakeredis's BLMOVE does not block and can write None into the destination list (pinned
+        # in tests/test_fakeredis_gaps.py); BRPOPLPUSH is the same atomic RIGHT->LEFT move and
+        # blocks correctly there. Real Redis always gets BLMOVE.
+        self.take_command = "BRPOPLPUSH" if is_fakeredis(client) else "BLMOVE"
+
+    # -- the steps ---------------------------------------------------------------------------
+
+    def register(self) -> None:
+        """Record our list in the registry before it can ever hold a task."""
+        self.client.sadd(self.keys.inflight_registry, self.list_key)
+
+    def reconcile(self) -> int:
+        """Drain our own list back to the queue. Only called while we hold nothing, so whatever
+        is there is debris nobody else will release."""
+        moved = drain_inflight(
+            self.client, self.keys, self.list_key, self.clock.now(), force=True,
+            chunk=self.settings.drain_chunk,
+        )
+        self.dirty = False
+        return moved
+
+    def take(self, timeout: float | None = None) -> Task | None:
+        """Move the next task from the queue into our in-flight list (one atomic step).
+
+        Returns None when the queue stayed empty for `timeout` seconds, or when what we took was
+        not a task envelope (it is dead-lettered at once)."""
+        block = self.settings.block_timeout if timeout is None else timeout
+        try:
+            raw = self._call(*self._take_args(block))
+        except redis.ResponseError as exc:
+            self._raise_wrong_type(exc, self.keys.queue, self.list_key)
+            raise
+        except (redis.ConnectionError, redis.TimeoutError):
+            # The move may have happened with its reply lost: the task would sit in our list.
+            self.dirty = True
+            raise
+        if raw is None:
+            return None
+        try:
+            return envelope.decode(raw)
+        except MalformedTask as exc:
+            log.warning("dead-lettering a malformed task: %s", exc)
+            self._release_raw(raw, "", "dead", self._dead_letter(raw, exc.reason, None))
+            return None
+
+    def _take_args(self, block: float) -> tuple[Any, ...]:
+        if self.take_command == "BLMOVE":
+            return ("BLMOVE", self.keys.queue, self.list_key, "RIGHT", "LEFT", block)
+        return ("BRPOPLPUSH", self.keys.queue, self.list_key, block)
+
+    def record(self, task: Task) -> None:
+        """Write the processing record. Sent now, its reply read with the release's."""
+        value = f"{self.list_key} {self.clock.now()!r}"
+        self._send("HSET", self.keys.processing, task.id, value)
+
+    def execute(self, task: Task) -> Outcome:
+        try:
+            return Outcome(True, self.handler(task.payload))
+        except Exception as exc:  # the handler's failure is data, not our crash
+            text = "".join(traceback.format_exception_only(type(exc), exc)).strip()
+            return Outcome(False, error=text)
+
+    def release(self, task: Task, outcome: Outcome) -> Release:
+        """Give up custody, and commit, retry or dead-letter -- only if we still held it."""
+        if outcome.ok:
+            data = "" if outcome.result is None else json.dumps(outcome.result)
+            return self._release_raw(task.raw, task.id, "ok", data)
+        if task.attempts + 1 < self.settings.max_attempts:
+            return self._release_raw(task.raw, task.id, "retry", task.retried().raw.decode())
+        return self._release_raw(
+            task.raw, task.id, "dead", self._dead_letter(task.raw, outcome.error, task.id)
+        )
+
+    # -- the production loop -----------------------------------------------------------------
+
+    def run_once(self, timeout: float | None = None) -> bool:
+        """One cycle. Returns True when a task was handled."""
+        if self.dirty:
+            self.reconcile()
+        task = self.take(timeout)
+        if task is None:
+            return False
+        try:
+            self.record(task)
+            outcome = self.execute(task)
+        except BaseException:
+            outcome = Outcome(False, error="worker interrupted")
+            raise
+        finally:
+            # Custody is released whatever happened above.
+            self.release(task, outcome)
+        return True
+
+    def run(self, stop: threading.Event, until_idle: bool = False) -> None:
+        self.register()
+        while not stop.is_set():
+            try:
+                handled = self.run_once()
+            except (redis.ConnectionError, redis.TimeoutError) as exc:
+                log.warning("worker %s: Redis unreachable (%s); will reconcile", self.list_key, exc)
+                self.dirty = True
+                stop.wait(min(1.0, self.settings.block_timeout))
+                continue
+            if until_idle and not handled:
+                return
+
+    def close(self) -> None:
+        self._conn.disconnect()
+
+    # -- plumbing ----------------------------------------------------------------------------
+
+    def _release_raw(self, raw: bytes, task_id: str, action: str, data: str) -> Release:
+        keys = self.keys
+        args = (
+            7, self.list_key, keys.processing, keys.queue, keys.dead_letters, keys.committed,
+            keys.commit_log, keys.result(task_id or "-"),
+            raw, task_id, action, data, self.settings.result_ttl,
+            1 if self.settings.track_commits else 0,
+        )
+        try:
+            try:
+                held, remaining = self._call("EVALSHA", _RELEASE_SHA, *args)
+            except redis.exceptions.NoScriptError:
+                # The script cache was flushed; NOSCRIPT means it did not run, so EVAL is safe.
+                held, remaining = self._call("EVAL", scripts.RELEASE, *args)
+        except (redis.ConnectionError, redis.TimeoutError):
+            # The release may have run: we cannot know whether we committed. Reconcile later;
+            # the release is idempotent (a second one finds nothing to remove and commits nothing).
+            self.dirty = True
+            raise
+        self.dirty = self.dirty or int(remaining) > 0
+        if not held:
+            return Release(False, int(remaining), "lost-custody")
+        names = {"ok": "committed", "retry": "retried", "dead": "dead-lettered"}
+        return Release(True, int(remaining), names[action])
+
+    def _dead_letter(self, raw: bytes, error: str, task_id: str | None) -> str:
+        return json.dumps({
+            "raw": base64.b64encode(raw).decode(),
+            "error": error,
+            "task_id": task_id,
+            "at": self.clock.now(),
+        })
+
+    def _send(self, *args: Any) -> None:
+        try:
+            self._conn.send_command(*args)
+        except (redis.ConnectionError, redis.TimeoutError):
+            self.dirty = True
+            self._unread_replies = 0
+            raise
+        self._unread_replies += 1
+
+    def _call(self, *args: Any) -> Any:
+        self._send(*args)
+        try:
+            reply: Any = None
+            while self._unread_replies:
+                self._unread_replies -= 1
+                try:
+                    reply = self._conn.read_response()
+                except redis.ResponseError as exc:
+                    if self._unread_replies:  # an earlier, deferred command failed
+                        log.warning("worker %s: deferred command failed: %s", self.list_key, exc)
+                        continue
+                    raise
+            return reply
+        except (redis.ConnectionError, redis.TimeoutError):
+            self._unread_replies = 0
+            raise
+
+    def _raise_wrong_type(self, exc: redis.ResponseError, *keys: str) -> None:
+        if "WRONGTYPE" in str(exc):
+            raise WrongKeyType(
+                f"one of {', '.join(keys)} holds the wrong Redis type ({exc})"
+            ) from exc
