@@ -30,7 +30,8 @@ queue_option = click.option("--queue", "-q", required=True, help="Queue name.")
 prefix_option = click.option("--prefix", default="taskcustody", show_default=True,
                              help="Key prefix shared by every key of the queue.")
 url_option = click.option("--redis-url", default=DEFAULT_URL, show_default=True,
-                          envvar="TASKCUSTODY_REDIS_URL", help="Redis URL (or $TASKCUSTODY_REDIS_URL).")
+                          envvar="TASKCUSTODY_REDIS_URL",
+                          help="Redis URL (or $TASKCUSTODY_REDIS_URL).")
 
 
 def _keys(queue: str, prefix: str) -> QueueKeys:
@@ -190,7 +191,7 @@ def sweep(queue: str, prefix: str, redis_url: str) -> None:
 def _mount_optional() -> None:
     """Commands that live in other packages of the distribution."""
     try:
-        from taskcustody_model.cli import model_check
+        from taskcustody_model.cli import model_check  # type: ignore[import-not-found,unused-ignore]
     except ImportError:  # pragma: no cover - the model ships with the package
         return
     main.add_command(model_check, name="model-check")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
@@ -35,7 +37,7 @@ def connect(url: str, settings: Settings | None = None) -> redis.Redis:
     )
 
 
-def connect_fake(server: object | None = None) -> redis.Redis:
+def connect_fake(server: Any = None) -> redis.Redis:
     """An in-process fakeredis client (the embedded default of `taskcustody verify`)."""
     import fakeredis
 
@@ -45,7 +47,8 @@ def connect_fake(server: object | None = None) -> redis.Redis:
 
 
 def is_fakeredis(client: redis.Redis) -> bool:
-    return client.connection_pool.connection_class.__module__.startswith("fakeredis")
+    module: str = client.connection_pool.connection_class.__module__
+    return module.startswith("fakeredis")
 
 
 def parse_version(text: str) -> tuple[int, ...]:
@@ -62,8 +65,8 @@ def server_version(client: redis.Redis) -> str:
     except redis.ResponseError:
         # fakeredis does not implement INFO; probe the commands we need instead.
         try:
-            client.execute_command("LMOVE", "__taskcustody_probe__", "__taskcustody_probe__",
-                                   "RIGHT", "LEFT")
+            probe = "__taskcustody_probe__"
+            client.lmove(probe, probe, "RIGHT", "LEFT")
         except redis.ResponseError as exc:
             raise RedisTooOld(f"this server has no LMOVE (Redis < 6.2?): {exc}") from exc
         return "unknown (no INFO; LMOVE present)"
@@ -86,7 +89,7 @@ def check_key_types(client: redis.Redis, keys: QueueKeys) -> None:
     expected = keys.all_fixed_keys()
     for key in expected:
         pipe.type(key)
-    for (key, want), got in zip(expected.items(), pipe.execute()):
+    for (key, want), got in zip(expected.items(), pipe.execute(), strict=True):
         kind = got.decode() if isinstance(got, bytes) else str(got)
         if kind not in ("none", want):
             raise WrongKeyType(f"key {key!r} holds a {kind}, but taskcustody needs a {want} there")

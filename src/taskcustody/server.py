@@ -66,7 +66,8 @@ class Server:
         if int(incarnation) < 0:
             raise ServerIdHeld(
                 f"server id {self.server_id!r} is held by a live process until "
-                f"{float(deadline):.3f} (now {now:.3f}); use another id or wait for its lease to lapse"
+                f"{float(deadline):.3f} (now {now:.3f}); use another id or wait for its lease "
+                "to lapse"
             )
         self.incarnation = int(incarnation)
         self.superseded = False
@@ -210,7 +211,7 @@ class Server:
         try:
             if not self.superseded:
                 self.deregister()
-            for worker, thread in zip(workers, threads):
+            for worker, thread in zip(workers, threads, strict=True):
                 if not thread.is_alive():
                     self.client.eval(scripts.FORGET_EMPTY_LIST, 2, worker.list_key,
                                      self.keys.inflight_registry)

@@ -185,7 +185,7 @@ class Worker:
                 return
 
     def close(self) -> None:
-        self._conn.disconnect()
+        self._conn.disconnect()  # type: ignore[no-untyped-call]
 
     # -- plumbing ----------------------------------------------------------------------------
 
@@ -224,7 +224,7 @@ class Worker:
 
     def _send(self, *args: Any) -> None:
         try:
-            self._conn.send_command(*args)
+            self._conn.send_command(*args)  # type: ignore[no-untyped-call]
         except (redis.ConnectionError, redis.TimeoutError):
             self.dirty = True
             self._unread_replies = 0
