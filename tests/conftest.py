@@ -1,0 +1,81 @@
+"""Backends for every custody test: fakeredis (the embedded default) and a real redis-server.
+
+`backend` is parametrised over both. The real server is a throwaway one this session starts on a
+free port and stops by pid; each test gets it flushed.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import fakeredis
+import pytest
+import redis
+from hypothesis import HealthCheck, settings
+
+from taskcustody import QueueKeys, Settings, connect, connect_fake
+from tests.support.redis_server import RedisServerProcess, redis_server_binary
+
+# Profiles: "dev" (default), "ci" (Hypothesis loads it itself when CI is set), "mutation" (mutmut
+# runs: deterministic, no shrinking), "deep" (long runs).
+settings.register_profile("dev", deadline=None, max_examples=50,
+                          suppress_health_check=[HealthCheck.too_slow])
+settings.register_profile("ci", deadline=None, derandomize=True, database=None,
+                          print_blob=True, max_examples=50,
+                          suppress_health_check=[HealthCheck.too_slow])
+settings.register_profile("mutation", deadline=None, derandomize=True, database=None,
+                          max_examples=30, phases=["explicit", "generate"],  # type: ignore[list-item]
+                          suppress_health_check=list(HealthCheck))
+settings.register_profile("deep", deadline=None, max_examples=2_000,
+                          suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci" if os.environ.get("CI") else "dev"))
+
+# Fast, deterministic timeouts for tests: a take on an empty queue returns after 50 ms.
+TEST_SETTINGS = Settings(block_timeout=0.05, socket_timeout_margin=2.0, heartbeat_interval=5,
+                         server_ttl=15, sweep_interval=10, max_attempts=3, drain_chunk=3,
+                         track_commits=True)
+
+
+@dataclass
+class Backend:
+    name: str
+    url: str | None  # None: fakeredis
+    fake_server: fakeredis.FakeServer | None = None
+
+    def client(self, settings: Settings = TEST_SETTINGS) -> redis.Redis:
+        if self.url is None:
+            return connect_fake(self.fake_server)
+        return connect(self.url, settings)
+
+    @property
+    def real(self) -> bool:
+        return self.url is not None
+
+
+@pytest.fixture(scope="session")
+def real_redis() -> Iterator[RedisServerProcess]:
+    if redis_server_binary() is None:
+        pytest.skip("no redis-server binary")
+    server = RedisServerProcess().start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(params=["fakeredis", "real"])
+def backend(request: pytest.FixtureRequest) -> Iterator[Backend]:
+    if request.param == "fakeredis":
+        yield Backend("fakeredis", None, fakeredis.FakeServer())
+        return
+    server: RedisServerProcess = request.getfixturevalue("real_redis")
+    b = Backend("real", server.url)
+    b.client().flushall()
+    yield b
+
+
+@pytest.fixture
+def keys() -> QueueKeys:
+    return QueueKeys("tq", prefix="test")

@@ -1,0 +1,111 @@
+"""A throwaway redis-server per test session: own port, nothing on disk, stopped by pid.
+
+Used where a test claims something about real Redis, and for faults injected into Redis itself
+(pause, stop, kill, restart). The child gets PR_SET_PDEATHSIG so a killed test run leaves no
+orphan behind.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from dataclasses import dataclass, field
+
+import redis
+
+PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent() -> None:
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    except OSError:
+        pass
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def redis_server_binary() -> str | None:
+    return shutil.which("redis-server")
+
+
+@dataclass
+class RedisServerProcess:
+    port: int = 0
+    extra_args: tuple[str, ...] = ()
+    proc: subprocess.Popen[bytes] | None = field(default=None, repr=False)
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
+
+    def start(self, attempts: int = 5) -> RedisServerProcess:
+        binary = redis_server_binary()
+        if binary is None:
+            raise RuntimeError("no redis-server binary on PATH")
+        last_error = ""
+        keep_port = self.port != 0
+        for _ in range(attempts):
+            if not keep_port:
+                self.port = free_port()
+            self.proc = subprocess.Popen(
+                [binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
+                 "--appendonly", "no", "--dir", "/tmp", *self.extra_args],
+                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, preexec_fn=_die_with_parent,
+            )
+            if self._wait_ready():
+                return self
+            last_error = self.proc.stderr.read().decode() if self.proc.stderr else ""
+            self.stop()
+        raise RuntimeError(f"could not start redis-server: {last_error}")
+
+    def _wait_ready(self, timeout: float = 10.0) -> bool:
+        deadline = time.monotonic() + timeout
+        client = redis.Redis(port=self.port, socket_timeout=1, socket_connect_timeout=1)
+        try:
+            while time.monotonic() < deadline:
+                if self.proc is None or self.proc.poll() is not None:
+                    return False  # port taken or bad arguments: the caller retries elsewhere
+                try:
+                    info = client.info("server")
+                except redis.ConnectionError:
+                    time.sleep(0.02)
+                    continue
+                # Make sure the server answering is the one we started, not a stranger.
+                return int(info["process_id"]) == self.pid
+            return False
+        finally:
+            client.close()
+
+    def signal(self, signum: int) -> None:
+        assert self.proc is not None
+        os.kill(self.proc.pid, signum)
+
+    def stop(self) -> None:
+        if self.proc is None:
+            return
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait(timeout=10)
+        if self.proc.stderr:
+            self.proc.stderr.close()
+        self.proc = None
+
+    def restart(self) -> None:
+        """Kill and start again on the same port (an empty server: nothing is persisted)."""
+        self.stop()
+        self.start()
