@@ -1,0 +1,208 @@
+"""Drivers for the workloads that run in the main environment: our cycle and the raw floors.
+
+    python -m bench.drivers --kind {ours,blpop,blmove-lrem} --mode {threads,processes}
+                            --concurrency N --url URL --tasks N
+
+Same handshake as the peers' drivers (see bench/harness.py): enqueue, say so, wait for ``go``,
+drain, stamp the last completion, snapshot the server's counters, report.
+
+* ``blpop``: RPUSH'd tasks, a ``BLPOP`` loop: the cheapest way to pop from a Redis list, and one
+  that loses the task if the reply is lost (the floor of unsafe queues).
+* ``blmove-lrem``: ``BLMOVE queue -> own list``, then ``LREM own list``: custody in its barest form,
+  one round trip to take, one to release; no record, no commit.
+* ``ours``: taskcustody's ``Server`` (``workers`` threads) running the full cycle: take, record,
+  execute, release with commit.
+
+``threads`` runs N workers as threads of one process; ``processes`` runs N processes of one worker.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing as mp
+import sys
+import threading
+import time
+import uuid
+from typing import Any
+
+import redis
+
+from bench.harness import normalise_info
+
+QUEUE = "benchq"
+FLOOR_QUEUE = "floor:queue"
+
+
+def emit(msg: dict[str, Any]) -> None:
+    sys.stdout.write(json.dumps(msg) + "\n")
+    sys.stdout.flush()
+
+
+class Finish:
+    """Completion counter shared by threads, or by processes (``shared`` = mp objects)."""
+
+    def __init__(self, url: str, tasks: int, shared: tuple[Any, Any, Any] | None = None) -> None:
+        self.tasks = tasks
+        self.stats_client = redis.Redis.from_url(url)
+        self.stats_client.ping()
+        if shared is None:
+            self._lock = threading.Lock()
+            self._count = 0
+            self.done: Any = threading.Event()
+            self._results: Any = None
+            self._value: Any = None
+        else:
+            self._value, self.done, self._results = shared
+        self.end = 0.0
+        self.info: dict[str, Any] | None = None
+
+    def tick(self) -> None:
+        if self._value is None:
+            with self._lock:
+                self._count += 1
+                last = self._count == self.tasks
+        else:
+            with self._value.get_lock():
+                self._value.value += 1
+                last = self._value.value == self.tasks
+        if last:
+            self.end = time.monotonic()
+            self.info = normalise_info(self.stats_client.info("all"))
+            if self._results is not None:
+                self._results.put({"end": self.end, "info": self.info})
+            self.done.set()
+
+
+# --- workloads ----------------------------------------------------------------------------
+
+
+def envelope(i: int, now: float) -> bytes:
+    """Same shape and size as a taskcustody envelope, so the floors move the same bytes."""
+    body = {"id": uuid.uuid4().hex, "payload": i, "attempts": 0, "enqueued_at": now}
+    return json.dumps(body, separators=(",", ":")).encode()
+
+
+def enqueue(kind: str, url: str, tasks: int) -> None:
+    client = redis.Redis.from_url(url)
+    if kind == "ours":
+        from taskcustody import Producer, QueueKeys
+
+        Producer(client, QueueKeys(QUEUE)).enqueue_many(range(tasks))
+    else:
+        now = time.time()
+        for start in range(0, tasks, 10_000):
+            batch = [envelope(i, now) for i in range(start, min(tasks, start + 10_000))]
+            client.rpush(FLOOR_QUEUE, *batch)
+    client.close()
+
+
+def floor_loop(kind: str, client: redis.Redis, name: str, finish: Finish) -> None:
+    inflight = f"floor:inflight:{name}"
+    while not finish.done.is_set():
+        if kind == "blpop":
+            got = client.blpop([FLOOR_QUEUE], timeout=0.5)
+            if got is None:
+                continue
+        else:
+            raw = client.blmove(FLOOR_QUEUE, inflight, 0.5, "LEFT", "LEFT")
+            if raw is None:
+                continue
+            client.lrem(inflight, 1, raw)
+        finish.tick()
+
+
+def run_floor(kind: str, url: str, threads: int, finish: Finish, tag: str) -> None:
+    client = redis.Redis.from_url(url, socket_timeout=5)
+    pool = [threading.Thread(target=floor_loop, args=(kind, client, f"{tag}-{i}", finish))
+            for i in range(threads)]
+    for t in pool:
+        t.start()
+    finish.done.wait()
+    for t in pool:
+        t.join()
+    client.close()
+
+
+def run_ours(url: str, threads: int, finish: Finish, tag: str) -> None:
+    from taskcustody import QueueKeys, Server, Settings, connect
+
+    settings = Settings(block_timeout=0.5, socket_timeout_margin=2.0)
+    client = connect(url, settings)
+
+    def handler(payload: Any) -> None:
+        finish.tick()
+
+    server = Server(client, QueueKeys(QUEUE), server_id=f"bench-{tag}", handler=handler,
+                    workers=threads, settings=settings)
+    server.run(until_idle=True)
+    client.close()
+
+
+def run_workload(kind: str, url: str, threads: int, finish: Finish, tag: str) -> None:
+    if kind == "ours":
+        run_ours(url, threads, finish, tag)
+    else:
+        run_floor(kind, url, threads, finish, tag)
+
+
+# --- processes ------------------------------------------------------------------------------
+
+
+def child(kind: str, url: str, tasks: int, index: int, shared: tuple[Any, Any, Any],
+          ready: Any, go: Any) -> None:
+    finish = Finish(url, tasks, shared)
+    ready.put(index)
+    go.wait()
+    run_workload(kind, url, 1, finish, f"p{index}")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--kind", choices=["ours", "blpop", "blmove-lrem"], required=True)
+    ap.add_argument("--mode", choices=["threads", "processes"], default="threads")
+    ap.add_argument("--concurrency", type=int, default=1)
+    ap.add_argument("--url", required=True)
+    ap.add_argument("--tasks", type=int, required=True)
+    args = ap.parse_args()
+
+    enqueue(args.kind, args.url, args.tasks)
+    if args.mode == "threads":
+        finish = Finish(args.url, args.tasks)
+        emit({"event": "enqueued"})
+        if sys.stdin.readline().strip() != "go":
+            return
+        start = time.monotonic()
+        run_workload(args.kind, args.url, args.concurrency, finish, "t")
+        emit({"event": "done", "tasks": args.tasks, "seconds": finish.end - start,
+              "info": finish.info})
+        return
+
+    ctx = mp.get_context("spawn")
+    shared = (ctx.Value("l", 0), ctx.Event(), ctx.Queue())
+    ready, go = ctx.Queue(), ctx.Event()
+    procs = [ctx.Process(target=child, args=(args.kind, args.url, args.tasks, i, shared, ready, go))
+             for i in range(args.concurrency)]
+    for p in procs:
+        p.start()
+    for _ in procs:
+        ready.get(timeout=60)
+    emit({"event": "enqueued"})
+    if sys.stdin.readline().strip() != "go":
+        for p in procs:
+            p.terminate()
+        return
+    start = time.monotonic()
+    go.set()
+    result = shared[2].get()
+    for p in procs:
+        p.join(timeout=30)
+        if p.is_alive():
+            p.terminate()
+    emit({"event": "done", "tasks": args.tasks, "seconds": result["end"] - start,
+          "info": result["info"]})
+
+
+if __name__ == "__main__":
+    main()

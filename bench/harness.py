@@ -1,0 +1,275 @@
+"""Shared plumbing: a throwaway redis-server, server-side command counting, the driver handshake.
+
+Every workload (our cycle, the raw floors, each peer) runs as its own subprocess, a *driver*, which
+speaks one small line protocol on stdin/stdout with the harness:
+
+1. the driver connects to the throwaway server and enqueues its tasks, then prints one JSON line
+   ``{"event": "enqueued", ...}`` and waits for a line on stdin;
+2. the harness resets the server's statistics (``CONFIG RESETSTAT``) and writes ``go``;
+3. the driver starts its workers, and whichever worker completes the last task notes the time and
+   snapshots ``INFO all`` on a connection opened before the reset, then prints one JSON line
+   ``{"event": "done", "tasks": N, "seconds": S, "info": {...}}``.
+
+So the timed window is "first take to last completion", and the server's counters cover exactly
+that window: no enqueueing, no idle polling after the drain, no worker shutdown.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+BENCH_DIR = Path(__file__).resolve().parent
+REPO_DIR = BENCH_DIR.parent
+PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent() -> None:
+    """preexec_fn: have the kernel SIGTERM the child when the benchmark process dies."""
+    with contextlib.suppress(Exception):
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+class RedisServer:
+    """A redis-server of our own on 127.0.0.1 and a free port, nothing on disk, stopped by pid."""
+
+    def __init__(self, *, debug_command: bool = True, binary: str = "redis-server") -> None:
+        self.port = free_port()
+        self.url = f"redis://127.0.0.1:{self.port}/0"
+        args = [
+            binary, "--port", str(self.port), "--bind", "127.0.0.1",
+            "--save", "", "--appendonly", "no", "--dir", "/tmp",
+            "--loglevel", "warning", "--logfile", "",
+        ]
+        if debug_command:
+            args += ["--enable-debug-command", "local"]
+        self.proc = subprocess.Popen(
+            args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, preexec_fn=_die_with_parent
+        )
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=0.2) as s:
+                    s.sendall(b"PING\r\n")
+                    if s.recv(16).startswith(b"+PONG"):
+                        break
+            except OSError:
+                pass
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"redis-server on port {self.port} did not start")
+            time.sleep(0.05)
+        import redis
+
+        self.client = redis.Redis(host="127.0.0.1", port=self.port, decode_responses=True)
+        self.version = str(self.client.info("server")["redis_version"])
+
+    def flush(self) -> None:
+        self.client.flushall()
+        self.client.config_resetstat()
+
+    def stop(self) -> None:
+        with contextlib.suppress(Exception):
+            self.client.close()
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(5)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+
+    def __enter__(self) -> RedisServer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+# --- server-side counting -----------------------------------------------------------------
+
+SCRIPT_COMMANDS = {"eval", "evalsha", "eval_ro", "evalsha_ro", "fcall", "fcall_ro"}
+HARNESS_COMMANDS = {"info", "config|resetstat", "config"}
+
+
+def normalise_info(info: dict[str, Any]) -> dict[str, Any]:
+    """Reduce redis-py's parsed ``INFO all`` to ``{"commands": {name: calls}, "reads": n}``."""
+    commands: dict[str, int] = {}
+    for key, value in info.items():
+        if not key.startswith("cmdstat_"):
+            continue
+        name = key[len("cmdstat_"):]
+        if isinstance(value, dict):
+            calls = int(value.get("calls", 0))
+        else:  # very old redis-py: "calls=1,usec=..."
+            parts = dict(p.split("=", 1) for p in str(value).split(","))
+            calls = int(parts.get("calls", 0))
+        commands[name] = calls
+    return {"commands": commands, "reads": int(info.get("total_reads_processed", 0))}
+
+
+@dataclass
+class Counts:
+    """Server-side counts for one drain, per task."""
+
+    tasks: int
+    round_trips: float  # socket reads the server processed (a pipeline or script call is one)
+    commands: float  # every command, including those a Lua script ran
+    scripts: float  # EVAL/EVALSHA/FCALL calls
+    by_command: dict[str, float] = field(default_factory=dict)
+
+    @classmethod
+    def from_info(cls, tasks: int, info: dict[str, Any]) -> Counts:
+        cmds = {k: v for k, v in info["commands"].items() if k not in HARNESS_COMMANDS}
+        harness_reads = 1  # the final INFO itself
+        total = sum(cmds.values())
+        scripts = sum(v for k, v in cmds.items() if k in SCRIPT_COMMANDS)
+        n = max(tasks, 1)
+        return cls(
+            tasks=tasks,
+            round_trips=(info["reads"] - harness_reads) / n,
+            commands=total / n,
+            scripts=scripts / n,
+            by_command={k: v / n for k, v in sorted(cmds.items(), key=lambda kv: -kv[1])},
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "tasks": self.tasks,
+            "round_trips": self.round_trips,
+            "commands": self.commands,
+            "scripts": self.scripts,
+            "by_command": self.by_command,
+        }
+
+
+# --- running a driver -----------------------------------------------------------------------
+
+
+@dataclass
+class DriveResult:
+    tasks: int
+    seconds: float
+    counts: Counts | None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def rate(self) -> float:
+        return self.tasks / self.seconds if self.seconds > 0 else 0.0
+
+
+class DriverError(RuntimeError):
+    pass
+
+
+def run_driver(
+    argv: Sequence[str],
+    server: RedisServer,
+    *,
+    timeout: float,
+    env: dict[str, str] | None = None,
+    log: Callable[[str], None] | None = None,
+) -> DriveResult:
+    """Run one driver through the handshake against ``server`` (flushed first)."""
+    server.flush()
+    full_env = dict(os.environ)
+    full_env["PYTHONPATH"] = os.pathsep.join(
+        [str(REPO_DIR)] + ([full_env["PYTHONPATH"]] if full_env.get("PYTHONPATH") else [])
+    )
+    full_env["PYTHONUNBUFFERED"] = "1"
+    if env:
+        full_env.update(env)
+    errfile = tempfile.TemporaryFile(mode="w+")  # noqa: SIM115 (closed below)
+    proc = subprocess.Popen(
+        list(argv),
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=errfile,
+        text=True,
+        env=full_env,
+        cwd=str(REPO_DIR),
+        preexec_fn=_die_with_parent,
+    )
+    assert proc.stdin is not None and proc.stdout is not None
+    deadline = time.monotonic() + timeout
+    done: dict[str, Any] | None = None
+    try:
+        while True:
+            line = _readline(proc, deadline)
+            if line is None:
+                break
+            line = line.strip()
+            if not line.startswith("{"):
+                continue
+            msg = json.loads(line)
+            if msg.get("event") == "enqueued":
+                server.client.config_resetstat()
+                proc.stdin.write("go\n")
+                proc.stdin.flush()
+            elif msg.get("event") == "done":
+                done = msg
+                break
+    finally:
+        with contextlib.suppress(Exception):
+            proc.stdin.close()
+        try:
+            proc.wait(max(5.0, min(30.0, deadline - time.monotonic())))
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(5)
+    errfile.seek(0)
+    err = errfile.read()
+    errfile.close()
+    if done is None:
+        raise DriverError(f"{' '.join(argv)} failed (rc={proc.returncode}):\n{err[-3000:]}")
+    if log and err.strip():
+        log(err[-2000:])
+    counts = Counts.from_info(int(done["tasks"]), done["info"]) if done.get("info") else None
+    extra = {k: v for k, v in done.items() if k not in {"event", "tasks", "seconds", "info"}}
+    return DriveResult(tasks=int(done["tasks"]), seconds=float(done["seconds"]), counts=counts,
+                       extra=extra)
+
+
+def _readline(proc: subprocess.Popen[str], deadline: float) -> str | None:
+    import selectors
+
+    assert proc.stdout is not None
+    sel = selectors.DefaultSelector()
+    sel.register(proc.stdout, selectors.EVENT_READ)
+    try:
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                proc.kill()
+                raise DriverError("driver timed out")
+            if sel.select(min(remaining, 1.0)):
+                line = proc.stdout.readline()
+                return line if line else None
+            if proc.poll() is not None:
+                rest = proc.stdout.readline()
+                return rest if rest else None
+    finally:
+        sel.close()
+
+
+def python_in_main_env() -> str:
+    return sys.executable
