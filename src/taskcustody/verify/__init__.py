@@ -1,0 +1,9 @@
+"""`taskcustody verify`: the model drives the real implementation, with faults injected.
+
+- `faults`: dropped replies injected inside redis-py's connection handling.
+- `harness`: the conformance machine's core (servers, workers, a ManualClock, the mapping from
+  real Redis state to the model's terms), shared by the pytest state machine and the CLI.
+- `broken`: reference implementations of the designs the checker must reject (demonstrations).
+- `report`: the text report and the self-contained HTML page.
+- `cli`: the `taskcustody verify` command.
+"""

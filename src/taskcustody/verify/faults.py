@@ -1,0 +1,163 @@
+"""Dropped replies, injected inside redis-py's connection handling.
+
+A dropped reply is the fault that destroyed a task in production (see the design note): Redis
+executed the command, and the reply never reached the client. We inject it where it happens: in
+the connection's `read_response`. The faulty connection reads the *real* reply -- so Redis really
+executed the command -- and then throws it away, disconnects and raises `redis.ConnectionError`,
+exactly what redis-py raises when a socket breaks mid-reply. Whatever redis-py does next
+(release the connection to its pool, reconnect on the next command, retry if the client was
+configured to) happens for real, with the client configured as the library configures it.
+
+The mixin works on top of `redis.Connection` and of fakeredis's connection class alike:
+`install(client, injector)` swaps the client's pool to a subclass of its own connection class.
+
+A fault is *armed* for a command name, optionally for one connection (a worker's dedicated
+connection) or one labelled client (a server's pool), and fires once, on the next reply of that
+command. The injector counts the faults that fired, by kind.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, deque
+from dataclasses import dataclass, field
+from typing import Any
+
+import redis
+
+DROPPED_REPLY = "dropped-reply"
+
+
+class InjectedDrop(redis.ConnectionError):
+    """The reply was read and thrown away on purpose. A `redis.ConnectionError`, so the code
+    under test sees exactly what a broken socket gives it."""
+
+
+@dataclass
+class Arm:
+    command: str  # upper-case command name, e.g. "BLMOVE", "EVALSHA", "HSET"
+    label: str | None = None  # only on connections of this labelled client (None: any)
+    connection: object | None = None  # only on this connection object (None: any)
+
+    def matches(self, command: str, label: str | None, conn: object) -> bool:
+        if self.command != command:
+            return False
+        if self.label is not None and self.label != label:
+            return False
+        return self.connection is None or self.connection is conn
+
+
+@dataclass
+class FaultInjector:
+    """Arms dropped replies and counts every fault by kind (the harness adds its own kinds, such
+    as worker crashes, through `count`)."""
+
+    armed: list[Arm] = field(default_factory=list)
+    counts: Counter[str] = field(default_factory=Counter)
+    # What fired, in order: (label, command) -- for reports.
+    log: list[tuple[str | None, str]] = field(default_factory=list)
+    enabled: bool = True
+
+    def arm(self, command: str, *, label: str | None = None,
+            connection: object | None = None) -> Arm:
+        a = Arm(command.upper(), label, connection)
+        self.armed.append(a)
+        return a
+
+    def disarm_all(self) -> None:
+        self.armed.clear()
+
+    def count(self, kind: str, n: int = 1) -> None:
+        self.counts[kind] += n
+
+    def should_drop(self, command: str, label: str | None, conn: object) -> bool:
+        if not self.enabled:
+            return False
+        for i, a in enumerate(self.armed):
+            if a.matches(command, label, conn):
+                del self.armed[i]
+                self.counts[DROPPED_REPLY] += 1
+                self.counts[f"{DROPPED_REPLY}:{command}"] += 1
+                self.log.append((label, command))
+                return True
+        return False
+
+
+def _name(args: tuple[Any, ...]) -> str:
+    if not args:
+        return ""
+    first = args[0]
+    text = first.decode() if isinstance(first, bytes) else str(first)
+    # redis-py sends some commands as one string with a space ("CLIENT SETINFO").
+    return text.split(" ", 1)[0].upper()
+
+
+class DroppingConnectionMixin:
+    """Tracks the names of the commands whose replies are pending on this connection (in order:
+    Redis answers in order), and drops the reply of an armed one after reading it."""
+
+    injector: FaultInjector | None = None
+    label: str | None = None
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._tc_pending: deque[str] = deque()
+        self._tc_staged: list[str] = []
+
+    # -- which replies are pending ------------------------------------------------------------
+
+    def send_command(self, *args: Any, **kwargs: Any) -> None:
+        self._tc_staged = [_name(args)]
+        super().send_command(*args, **kwargs)  # type: ignore[misc]
+
+    def pack_commands(self, commands: Any) -> Any:
+        commands = list(commands)
+        self._tc_staged = [_name(tuple(c)) for c in commands]
+        return super().pack_commands(commands)  # type: ignore[misc]
+
+    def send_packed_command(self, command: Any, check_health: bool = True) -> None:
+        # Take the staged names first: connecting (inside the send) runs a handshake of its own,
+        # whose commands are sent and answered before ours.
+        names, self._tc_staged = self._tc_staged, []
+        super().send_packed_command(command, check_health=check_health)  # type: ignore[misc]
+        self._tc_pending.extend(names)
+
+    def disconnect(self, *args: Any, **kwargs: Any) -> None:
+        self._tc_pending.clear()
+        super().disconnect(*args, **kwargs)  # type: ignore[misc]
+
+    # -- the fault ----------------------------------------------------------------------------
+
+    def read_response(self, *args: Any, **kwargs: Any) -> Any:
+        command = self._tc_pending.popleft() if self._tc_pending else ""
+        injector = type(self).injector
+        drop = injector is not None and injector.should_drop(command, type(self).label, self)
+        try:
+            reply = super().read_response(*args, **kwargs)  # type: ignore[misc]
+        except redis.ResponseError:
+            if not drop:
+                raise
+            reply = None  # an error reply is a reply too: dropped all the same
+        if drop:
+            # Redis executed the command and answered; the answer is lost on the way.
+            self.disconnect()
+            raise InjectedDrop(f"reply to {command} dropped (injected fault)")
+        return reply
+
+
+def dropping_class(base: type, injector: FaultInjector, label: str | None = None) -> type:
+    """A subclass of `base` (redis.Connection or fakeredis's connection class) that drops the
+    replies `injector` arms."""
+    return type(f"Dropping{base.__name__}", (DroppingConnectionMixin, base),
+                {"injector": injector, "label": label})
+
+
+def install(client: redis.Redis, injector: FaultInjector, label: str | None = None) -> redis.Redis:
+    """Make every new connection of `client`'s pool a dropping one; close the existing ones so
+    that none escapes. Everything else about the client (retries, timeouts) stays as configured."""
+    pool = client.connection_pool
+    base = pool.connection_class
+    if issubclass(base, DroppingConnectionMixin):
+        base = base.__mro__[2]
+    pool.disconnect()
+    pool.connection_class = dropping_class(base, injector, label)
+    return client

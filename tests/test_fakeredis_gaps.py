@@ -1,0 +1,62 @@
+"""Pins the fakeredis gaps our code works around. If one of these tests fails, fakeredis fixed the
+gap: drop the workaround it names (and this test).
+
+`Worker.take_command` is BRPOPLPUSH on fakeredis and BLMOVE on real Redis, because fakeredis's
+BLMOVE does not block on a missing source key while BRPOPLPUSH does.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import fakeredis
+
+from taskcustody import ManualClock, QueueKeys, Server, connect_fake
+from tests.conftest import TEST_SETTINGS
+
+
+def _push_later(server: fakeredis.FakeServer, key: str, delay: float) -> threading.Thread:
+    def push() -> None:
+        time.sleep(delay)
+        fakeredis.FakeRedis(server=server).lpush(key, b"task")
+
+    t = threading.Thread(target=push, daemon=True)
+    t.start()
+    return t
+
+
+def test_fakeredis_blmove_does_not_block_on_a_missing_key() -> None:
+    """GAP: BLMOVE returns None at once although another client pushes a moment later. If this
+    fails, fakeredis's BLMOVE blocks now: drop the BRPOPLPUSH workaround in
+    `Worker.__init__` (`take_command`) and `tests/test_fakeredis_gaps.py`."""
+    server = fakeredis.FakeServer()
+    client = fakeredis.FakeRedis(server=server)
+    pusher = _push_later(server, "q", 0.3)
+    started = time.monotonic()
+    got = client.blmove("q", "dst", 3, "RIGHT", "LEFT")
+    waited = time.monotonic() - started
+    pusher.join()
+    assert got is None and waited < 0.25, (
+        f"fakeredis BLMOVE blocked ({waited:.2f}s) and returned {got!r}: the gap is fixed; "
+        "drop the BRPOPLPUSH workaround in Worker.take_command"
+    )
+
+
+def test_fakeredis_brpoplpush_blocks_and_wakes() -> None:
+    """The workaround's premise: BRPOPLPUSH blocks and wakes across clients of one FakeServer."""
+    server = fakeredis.FakeServer()
+    client = fakeredis.FakeRedis(server=server)
+    pusher = _push_later(server, "q", 0.2)
+    got = client.brpoplpush("q", "dst", 3)
+    pusher.join()
+    assert got == b"task"
+    assert client.lrange("dst", 0, -1) == [b"task"]
+
+
+def test_worker_uses_the_workaround_only_on_fakeredis() -> None:
+    client = connect_fake()
+    server = Server(client, QueueKeys("gap"), "s1", lambda p: p, settings=TEST_SETTINGS,
+                    clock=ManualClock())
+    server.claim()
+    assert server.make_worker(0).take_command == "BRPOPLPUSH"
