@@ -96,9 +96,22 @@ def main() -> None:
                    "recover this server's in-flight tasks at once.")
 @click.option("--max-attempts", default=3, show_default=True, type=click.IntRange(min=1))
 @click.option("--block-timeout", default=2.0, show_default=True, type=click.FloatRange(min=0.01))
+@click.option("--heartbeat-interval", default=5.0, show_default=True,
+              type=click.FloatRange(min=0.01), help="Seconds between heartbeats.")
+@click.option("--server-ttl", default=15.0, show_default=True, type=click.FloatRange(min=0.02),
+              help="A server that has not heart-beaten for this long is judged dead.")
+@click.option("--sweep-interval", default=10.0, show_default=True,
+              type=click.FloatRange(min=0.01), help="Seconds between recovery passes.")
+@click.option("--wait-for-id", default=0.0, show_default=True, type=click.FloatRange(min=0),
+              help="If a live process holds the server id, wait this long for its lease to "
+                   "lapse instead of failing at once.")
+@click.option("--track-commits", is_flag=True,
+              help="Keep a per-task commit count (for verification runs).")
 @click.option("--verbose", "-v", is_flag=True, help="Log every recovery action.")
 def worker(handler: str, queue: str, prefix: str, redis_url: str, workers: int,
-           server_id: str | None, max_attempts: int, block_timeout: float, verbose: bool) -> None:
+           server_id: str | None, max_attempts: int, block_timeout: float,
+           heartbeat_interval: float, server_ttl: float, sweep_interval: float,
+           wait_for_id: float, track_commits: bool, verbose: bool) -> None:
     """Run a server with WORKERS threads executing HANDLER (MODULE:FUNCTION) on each payload.
 
     SIGTERM or SIGINT: stop taking, finish current tasks within the grace period, deregister.
@@ -106,12 +119,17 @@ def worker(handler: str, queue: str, prefix: str, redis_url: str, workers: int,
     logging.basicConfig(level=logging.INFO if verbose else logging.WARNING,
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
     fn = load_handler(handler)
-    settings = Settings(max_attempts=max_attempts, block_timeout=block_timeout)
+    try:
+        settings = Settings(max_attempts=max_attempts, block_timeout=block_timeout,
+                            heartbeat_interval=heartbeat_interval, server_ttl=server_ttl,
+                            sweep_interval=sweep_interval, track_commits=track_commits)
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from exc
     client = _client(redis_url, settings)
     sid = server_id or socket.gethostname().replace(":", "-")
     srv = Server(client, _keys(queue, prefix), sid, fn, workers=workers, settings=settings,
                  clock=RedisClock(client))
-    _run(lambda: srv.run(install_signals=True))
+    _run(lambda: srv.run(install_signals=True, wait_for_id=wait_for_id))
 
 
 @main.command()
@@ -198,3 +216,7 @@ def _mount_optional() -> None:
 
 
 _mount_optional()
+
+
+if __name__ == "__main__":
+    main()

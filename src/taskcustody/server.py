@@ -117,10 +117,24 @@ class Server:
         owner = ListOwner(self.server_id, self.identity.incarnation, f"w{index}")
         return Worker(self.client, self.keys, owner, self.handler, self.clock, self.settings)
 
-    def start(self) -> list[Worker]:
+    def claim_when_free(self, patience: float) -> int:
+        """Claim the id, waiting up to `patience` seconds for a previous holder's lease to lapse
+        (a restart right after a crash finds the dead process's deadline still in the future)."""
+        waited = 0.0
+        step = max(0.05, self.settings.heartbeat_interval / 4)
+        while True:
+            try:
+                return self.claim()
+            except ServerIdHeld:
+                if waited >= patience:
+                    raise
+            self.stop_event.wait(step)
+            waited += step
+
+    def start(self, wait_for_id: float = 0.0) -> list[Worker]:
         """Check the server, claim the id, drain our debris, register our lists."""
         check_server(self.client, self.keys)
-        self.claim()
+        self.claim_when_free(wait_for_id)
         drained = self.startup_drain()
         if drained:
             log.info("startup drain requeued %d task(s) from %s", sum(drained.values()),
@@ -130,9 +144,10 @@ class Server:
             worker.register()
         return workers
 
-    def run(self, until_idle: bool = False, install_signals: bool = False) -> None:
+    def run(self, until_idle: bool = False, install_signals: bool = False,
+            wait_for_id: float = 0.0) -> None:
         """Run until stopped (SIGTERM/SIGINT with `install_signals`, or `stop_event`)."""
-        workers = self.start()
+        workers = self.start(wait_for_id)
         if install_signals:
             self._install_signal_handlers()
         threads = [

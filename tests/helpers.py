@@ -1,0 +1,41 @@
+"""Small helpers shared by the custody tests: building servers on an injected clock, reading state."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Callable
+from typing import Any
+
+import redis
+
+from taskcustody import ManualClock, QueueKeys, Server, Settings
+from taskcustody.envelope import decode
+from tests.conftest import TEST_SETTINGS
+
+
+def make_server(client: redis.Redis, keys: QueueKeys, server_id: str, clock: ManualClock,
+                handler: Callable[[Any], Any] = lambda p: None, workers: int = 1,
+                settings: Settings = TEST_SETTINGS) -> Server:
+    return Server(client, keys, server_id, handler, workers=workers, settings=settings,
+                  clock=clock)
+
+
+def ids_in(client: redis.Redis, key: str) -> list[str]:
+    return [decode(raw).id for raw in client.lrange(key, 0, -1)]
+
+
+def all_custody(client: redis.Redis, keys: QueueKeys) -> Counter[str]:
+    """Every task id in the queue and in every registered in-flight list, with multiplicity."""
+    seen: Counter[str] = Counter(ids_in(client, keys.queue))
+    for list_key in client.smembers(keys.inflight_registry):
+        seen.update(ids_in(client, list_key.decode()))
+    return seen
+
+
+def commits(client: redis.Redis, keys: QueueKeys) -> dict[str, int]:
+    return {k.decode(): int(v) for k, v in client.hgetall(keys.commit_log).items()}
+
+
+def dead_letters(client: redis.Redis, keys: QueueKeys) -> list[dict[str, Any]]:
+    return [json.loads(x) for x in client.lrange(keys.dead_letters, 0, -1)]

@@ -1,0 +1,90 @@
+"""End to end with real processes on real Redis: a server with several workers is SIGKILLed
+mid-run and restarted with the same id; every task commits exactly once."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import redis
+
+from taskcustody import Producer, QueueKeys, connect
+from tests.support.redis_server import RedisServerProcess
+
+pytestmark = [pytest.mark.slow, pytest.mark.real_redis]
+
+ROOT = Path(__file__).resolve().parent.parent
+N = 2_000
+
+
+def _start_server(url: str) -> subprocess.Popen[bytes]:
+    env = dict(os.environ, PYTHONPATH=str(ROOT), TASKCUSTODY_E2E_URL=url)
+    return subprocess.Popen(
+        [sys.executable, "-m", "taskcustody.cli", "worker", "tests.e2e_handler:handle",
+         "--queue", "e2e", "--redis-url", url, "--workers", "4", "--server-id", "e2e-1",
+         "--heartbeat-interval", "0.2", "--server-ttl", "1", "--sweep-interval", "0.5",
+         "--block-timeout", "0.2", "--wait-for-id", "10", "--track-commits"],
+        env=env, cwd=ROOT,
+    )
+
+
+def _wait_for(predicate: object, what: str, limit: float = 120.0) -> None:
+    """Wait for a condition on Redis (a bounded poll, not a timed assertion)."""
+    deadline = time.monotonic() + limit
+    while not predicate():  # type: ignore[operator]
+        if time.monotonic() > deadline:
+            raise AssertionError(f"gave up waiting for {what}")
+        time.sleep(0.05)
+
+
+def test_sigkill_mid_run_and_restart_commits_every_task_exactly_once(
+    real_redis: RedisServerProcess,
+) -> None:
+    url = real_redis.url
+    admin = redis.Redis.from_url(url)
+    admin.flushall()
+    keys = QueueKeys("e2e")
+    client = connect(url)
+    ids = Producer(client, keys).enqueue_many([{"n": i} for i in range(N)])
+
+    def committed() -> int:
+        return int(admin.get(keys.committed) or 0)
+
+    first = _start_server(url)
+    try:
+        _wait_for(lambda: committed() >= N // 4, "the first process to commit a quarter")
+        first.send_signal(signal.SIGKILL)
+        first.wait(30)
+    finally:
+        if first.poll() is None:
+            first.kill()
+    at_kill = committed()
+    inflight_at_kill = sum(admin.llen(k) for k in admin.smembers(keys.inflight_registry))
+    second = _start_server(url)
+    try:
+        _wait_for(lambda: committed() >= N, "every task to commit")
+        second.send_signal(signal.SIGTERM)
+        assert second.wait(60) == 0
+    finally:
+        if second.poll() is None:
+            second.kill()
+
+    commits = {k.decode(): int(v) for k, v in admin.hgetall(keys.commit_log).items()}
+    executions = sum(int(v) for v in admin.hgetall("e2e:executions").values())
+    print(f"\nend-to-end: N={N}, committed before SIGKILL={at_kill}, in flight at kill="
+          f"{inflight_at_kill}, commits={sum(commits.values())}, distinct committed="
+          f"{len(commits)}, executions={executions}")
+    assert sorted(commits) == sorted(ids)
+    assert set(commits.values()) == {1}
+    assert committed() == N
+    assert executions >= N
+    assert admin.llen(keys.queue) == 0
+    assert all(admin.llen(k) == 0 for k in admin.smembers(keys.inflight_registry))
+    assert admin.hlen(keys.processing) == 0
+    # Graceful shutdown deregistered the server and forgot its (empty) lists.
+    assert admin.zcard(keys.servers) == 0
