@@ -1,4 +1,4 @@
-"""Small helpers shared by the custody tests: building servers on an injected clock, reading state."""
+"""Helpers shared by the custody tests: servers on an injected clock, reading state back."""
 
 from __future__ import annotations
 

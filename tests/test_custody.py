@@ -169,7 +169,9 @@ def test_second_process_with_a_live_server_id_is_refused(backend: Backend, keys:
     assert w.release(task, Outcome(True)).held
 
 
-def test_stalled_worker_loses_custody_and_does_not_commit(backend: Backend, keys: QueueKeys) -> None:
+def test_stalled_worker_loses_custody_and_does_not_commit(
+    backend: Backend, keys: QueueKeys
+) -> None:
     client = backend.client()
     clock = ManualClock()
     task_id = Producer(client, keys, clock).enqueue("x")
@@ -194,7 +196,9 @@ def test_stalled_worker_loses_custody_and_does_not_commit(backend: Backend, keys
     assert commits(client, keys) == {task_id: 1}
 
 
-def test_superseded_server_learns_it_at_its_next_heartbeat(backend: Backend, keys: QueueKeys) -> None:
+def test_superseded_server_learns_it_at_its_next_heartbeat(
+    backend: Backend, keys: QueueKeys
+) -> None:
     from taskcustody import Superseded
 
     client = backend.client()

@@ -3,6 +3,7 @@ whose reply is lost leaves nothing behind once the worker reconciles."""
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import threading
 from collections.abc import Iterator
@@ -28,10 +29,8 @@ def own_server() -> Iterator[RedisServerProcess]:
     try:
         yield server
     finally:
-        try:
+        with contextlib.suppress(OSError, AssertionError):
             server.signal(signal.SIGCONT)
-        except (OSError, AssertionError):
-            pass
         server.stop()
 
 

@@ -7,6 +7,7 @@ orphan behind.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import shutil
@@ -22,10 +23,8 @@ PR_SET_PDEATHSIG = 1
 
 
 def _die_with_parent() -> None:
-    try:
+    with contextlib.suppress(OSError):
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-    except OSError:
-        pass
 
 
 def free_port() -> int:
