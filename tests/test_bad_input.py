@@ -163,3 +163,16 @@ def test_cli_reports_unreachable_redis_cleanly() -> None:
     )
     assert result.exit_code == 1
     assert "cannot reach Redis" in result.output
+
+
+def test_unserialisable_result_still_releases_and_commits(
+    backend: Backend, keys: QueueKeys
+) -> None:
+    client = backend.client()
+    clock = ManualClock()
+    task_id = Producer(client, keys, clock).enqueue("x")
+    (worker,) = make_server(client, keys, "s1", clock, lambda p: {1, 2}).start()
+    assert worker.run_once(timeout=0.05)
+    assert commits(client, keys) == {task_id: 1}
+    assert client.llen(worker.list_key) == 0
+    assert b"unserialisable_result" in client.get(keys.result(task_id))

@@ -52,6 +52,17 @@ class Release:
     action: str  # "committed", "retried", "dead-lettered", or "lost-custody"
 
 
+def _result_json(result: Any) -> str:
+    """The stored result. A value JSON cannot hold is stored as its repr: the task still commits
+    (it ran), and failing here would skip the release."""
+    if result is None:
+        return ""
+    try:
+        return json.dumps(result, allow_nan=False)
+    except (TypeError, ValueError):
+        return json.dumps({"unserialisable_result": repr(result)})
+
+
 _RELEASE_SHA = hashlib.sha1(scripts.RELEASE.encode()).hexdigest()
 
 
@@ -143,8 +154,7 @@ class Worker:
     def release(self, task: Task, outcome: Outcome) -> Release:
         """Give up custody, and commit, retry or dead-letter -- only if we still held it."""
         if outcome.ok:
-            data = "" if outcome.result is None else json.dumps(outcome.result)
-            return self._release_raw(task.raw, task.id, "ok", data)
+            return self._release_raw(task.raw, task.id, "ok", _result_json(outcome.result))
         if task.attempts + 1 < self.settings.max_attempts:
             return self._release_raw(task.raw, task.id, "retry", task.retried().raw.decode())
         return self._release_raw(
