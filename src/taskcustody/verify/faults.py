@@ -18,6 +18,7 @@ command. The injector counts the faults that fired, by kind.
 
 from __future__ import annotations
 
+import contextlib
 from collections import Counter, deque
 from dataclasses import dataclass, field
 from typing import Any
@@ -37,6 +38,7 @@ class Arm:
     command: str  # upper-case command name, e.g. "BLMOVE", "EVALSHA", "HSET"
     label: str | None = None  # only on connections of this labelled client (None: any)
     connection: object | None = None  # only on this connection object (None: any)
+    skip: int = 0  # let this many matching replies through first (the k-th move of a drain)
 
     def matches(self, command: str, label: str | None, conn: object) -> bool:
         if self.command != command:
@@ -58,8 +60,8 @@ class FaultInjector:
     enabled: bool = True
 
     def arm(self, command: str, *, label: str | None = None,
-            connection: object | None = None) -> Arm:
-        a = Arm(command.upper(), label, connection)
+            connection: object | None = None, skip: int = 0) -> Arm:
+        a = Arm(command.upper(), label, connection, skip)
         self.armed.append(a)
         return a
 
@@ -74,6 +76,9 @@ class FaultInjector:
             return False
         for i, a in enumerate(self.armed):
             if a.matches(command, label, conn):
+                if a.skip > 0:
+                    a.skip -= 1
+                    return False
                 del self.armed[i]
                 self.counts[DROPPED_REPLY] += 1
                 self.counts[f"{DROPPED_REPLY}:{command}"] += 1
@@ -138,7 +143,14 @@ class DroppingConnectionMixin:
                 raise
             reply = None  # an error reply is a reply too: dropped all the same
         if drop:
-            # Redis executed the command and answered; the answer is lost on the way.
+            # Redis executed the command and answered; the answer is lost on the way. Commands
+            # sent after it on this connection are read (and lost) too before the connection
+            # closes, so that they surely ran: which of them Redis executes must not depend on
+            # socket timing, or runs would not replay.
+            while self._tc_pending:
+                self._tc_pending.popleft()
+                with contextlib.suppress(redis.ResponseError):
+                    super().read_response(*args, **kwargs)  # type: ignore[misc]
             self.disconnect()
             raise InjectedDrop(f"reply to {command} dropped (injected fault)")
         return reply

@@ -1,0 +1,827 @@
+"""The conformance machine's core: the model drives the real implementation, step by step.
+
+One `Harness` holds a model state (`taskcustody_model`) and a real deployment (servers and workers
+of `taskcustody`, on one Redis, all on one `ManualClock`). `step(action)` takes an action the
+model enables, performs it on the implementation through the public steps its production loop
+calls (`Server.claim/startup_drain/heartbeat/sweep/requeue_stuck_processing_tasks/make_worker`,
+`Worker.register/reconcile/take/record/execute/release`), and lets the model predict its effect.
+`check()` then reads the real Redis state back, maps it to the model's terms and compares: the
+model predicts, it never copies what the implementation returned.
+
+Granularity. Model actions are single Redis commands; some implementation steps are several
+commands (`sweep` = prune, then drains, then the processing sweep; `startup_drain` and
+`reconcile` = drains). Such a step runs to completion inside one harness step, and the model
+takes the same walk (`sweep` and then every `drain_step` of the pass, then the processing sweep).
+A dropped reply can hit any command of such a step: the model is told which one (the k-th move of
+a drain). Interleavings inside a pass are the model checker's job (it explores all of them).
+
+Faults. A dropped reply is armed in `faults.FaultInjector` for the command the model names, on
+the connection that sends it; Redis really executes it. A worker crash drops the `Worker` object
+and closes its connection (an unread deferred reply is discarded); no `finally` runs. A server
+crash crashes its workers and stops its heartbeat. Stall and resume are the model's: the harness
+stops calling that process's heartbeat and sweeps while its workers go on. Time moves by
+`ManualClock.advance`, one model tick at a time.
+
+The mapping. Model tasks `0..n-1` are task ids `t0..`; model server `s` is server id `s<s>`; model
+incarnations are renamed real ones (the model reuses the smallest free number, Redis counts up:
+the harness keeps the renaming, fixed at each claim). Registrations map to relative deadlines in
+ticks. Worker phases come from the implementation's own flags (`Worker.dirty`, `Server.superseded`)
+and from what its steps returned.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import redis
+from taskcustody_model.invariants import check_invariants, check_transition, is_done
+from taskcustody_model.protocol import Action, Config, apply, enabled_actions, is_dead
+from taskcustody_model.state import (
+    CLAIMED,
+    CRASHED,
+    DIRTY,
+    EXECUTED,
+    IDLE,
+    RECORDED,
+    RUNNING,
+    STARTING,
+    STOPPED,
+    SUPERSEDED,
+    TAKEN,
+    TTL,
+    Bounds,
+    Drain,
+    ListKey,
+    Process,
+    Registration,
+    State,
+    initial_state,
+)
+from taskcustody_model.state import (
+    Worker as ModelWorker,
+)
+from taskcustody_model.variants import variant as model_variant
+
+from ..clock import ManualClock
+from ..envelope import Task
+from ..errors import ServerIdHeld, Superseded
+from ..keys import ListOwner, QueueKeys
+from ..producer import Producer
+from ..recovery import parse_record
+from ..server import Server
+from ..settings import Settings
+from ..worker import Outcome, Worker
+from . import faults
+
+#: One model tick of the clock, in seconds. The model's TTL is 2 ticks.
+TICK = 5.0
+
+#: Settings whose timing matches the model: deadlines are whole ticks, a drain moves one task per
+#: command (the model's `drain_step`), takes on an empty queue return after 50 ms.
+VERIFY_SETTINGS = Settings(
+    block_timeout=0.05, socket_timeout_margin=2.0, heartbeat_interval=TICK * 0.8,
+    server_ttl=TICK * TTL, sweep_interval=TICK, max_attempts=3, drain_chunk=1,
+    track_commits=True,
+)
+
+
+#: See `Harness._own_id_disagreement`.
+AVOID_OWN_ID_DISAGREEMENT = True
+
+#: See `Harness._widen_startup_drain`: set to False once the model's startup drain also selects
+#: the dead lists of other servers.
+STARTUP_DRAIN_TAKES_DEAD_LISTS = True
+
+
+def _with_proc(state: State, s: int, i: int, proc: Process) -> State:
+    procs = state.processes[s]
+    new = (*procs[:i], proc, *procs[i + 1:])
+    return state._replace(processes=(*state.processes[:s], new, *state.processes[s + 1:]))
+
+
+class Mismatch(AssertionError):
+    """The real state and the model's prediction differ, or a property failed."""
+
+    def __init__(self, kind: str, message: str) -> None:
+        super().__init__(f"{kind}: {message}")
+        self.kind = kind
+        self.message = message
+
+
+ServerFactory = Callable[..., Server]
+
+
+def default_server(client: redis.Redis, keys: QueueKeys, server_id: str, *, settings: Settings,
+                   clock: ManualClock, workers: int) -> Server:
+    return Server(client, keys, server_id, lambda payload: payload, workers=workers,
+                  settings=settings, clock=clock)
+
+
+@dataclass
+class WorkerSlot:
+    """The harness's view of one worker of one process: the Worker object and where it is in
+    its cycle (what its steps returned)."""
+
+    worker: Worker | None
+    task: Task | None = None
+    stage: int = IDLE  # TAKEN/RECORDED/EXECUTED while holding
+    outcome: Outcome | None = None
+    crashed: bool = False
+    stopped: bool = False
+
+    def phase(self) -> int:
+        if self.crashed:
+            return CRASHED
+        if self.stopped:
+            return STOPPED
+        if self.task is not None:
+            return self.stage
+        assert self.worker is not None
+        return DIRTY if self.worker.dirty else IDLE
+
+
+@dataclass
+class ProcSlot:
+    server: Server
+    client: redis.Redis
+    label: str
+    real_inc: int
+    model_inc: int
+    phase: int = CLAIMED
+    stalled: bool = False
+    workers: list[WorkerSlot] = field(default_factory=list)
+
+
+@dataclass
+class StepRecord:
+    """One step of a run, for reports: the action and who/what it touched."""
+
+    index: int
+    action: Action
+    text: str
+    fault: bool
+
+
+def _text(v: bytes | str) -> str:
+    return v.decode() if isinstance(v, bytes) else v
+
+
+class Harness:
+    def __init__(
+        self,
+        make_client: Callable[[], redis.Redis],
+        bounds: Bounds | None = None,
+        *,
+        server_factory: ServerFactory = default_server,
+        settings: Settings = VERIFY_SETTINGS,
+        keys: QueueKeys | None = None,
+        real_redis: bool = False,
+    ) -> None:
+        self.bounds = bounds or Bounds(tasks=3, servers=2, workers=2, faults=3)
+        self.config = Config(self.bounds, model_variant("correct"))
+        self.make_client = make_client
+        self.server_factory = server_factory
+        self.settings = settings
+        self.keys = keys or QueueKeys("verify", prefix="tcv")
+        self.real_redis = real_redis
+        self.clock = ManualClock(start=1_000.0)
+        self.injector = faults.FaultInjector()
+        self.admin = make_client()  # reads state back; never faulted
+        self.state: State = initial_state(self.bounds)
+        self.procs: list[list[ProcSlot]] = [[] for _ in range(self.bounds.servers)]
+        # real incarnation -> model incarnation, per server
+        self.names: list[dict[int, int]] = [{} for _ in range(self.bounds.servers)]
+        self.steps: list[StepRecord] = []
+        self.counts: Counter[str] = Counter()  # faults by kind, and other events
+        self.enqueued = 0
+        self.recovered = 0  # tasks moved back to the queue by recovery (model-counted)
+        self.seconds = 0.0
+
+    # -- naming --------------------------------------------------------------------------------
+
+    def server_id(self, s: int) -> str:
+        return f"s{s}"
+
+    @staticmethod
+    def task_id(t: int) -> str:
+        return f"t{t}"
+
+    @staticmethod
+    def task_index(task_id: str) -> int:
+        return int(task_id[1:])
+
+    def list_key(self, key: tuple[str, int, str]) -> ListKey:
+        sid, real_inc, wid = key
+        s = int(sid[1:])
+        model_inc = self.names[s].get(real_inc)
+        if model_inc is None:
+            raise Mismatch("mapping", f"in-flight list of unknown incarnation {key}")
+        return (s, model_inc, int(wid[1:]))
+
+    # -- setup ---------------------------------------------------------------------------------
+
+    def setup(self) -> None:
+        """The model's initial state, made real: every task enqueued (t0 first, so it is taken
+        first), every server claimed, startup-drained, its workers registered and reconciled."""
+        self.admin.flushall()
+        producer = Producer(self.admin, self.keys, self.clock)
+        for t in range(self.bounds.tasks):
+            producer.enqueue({"n": t}, task_id=self.task_id(t))
+            self.enqueued += 1
+        for s in range(self.bounds.servers):
+            slot = self._claim(s, expect_model_inc=0)
+            slot.server.startup_drain()
+            self._start_workers(slot)
+        self.check()
+
+    def _new_client(self, label: str) -> redis.Redis:
+        client = self.make_client()
+        faults.install(client, self.injector, label)
+        return client
+
+    def _claim(self, s: int, expect_model_inc: int) -> ProcSlot:
+        label = f"{self.server_id(s)}#{len(self.steps)}"
+        client = self._new_client(label)
+        server = self.server_factory(client, self.keys, self.server_id(s), settings=self.settings,
+                                     clock=self.clock, workers=self.bounds.workers)
+        try:
+            real_inc = server.claim()
+        except BaseException:
+            client.close()
+            raise
+        self._name(s, real_inc, expect_model_inc)
+        slot = ProcSlot(server, client, label, real_inc, expect_model_inc)
+        self.procs[s].append(slot)
+        return slot
+
+    def _name(self, s: int, real_inc: int, model_inc: int) -> None:
+        for r, m in list(self.names[s].items()):
+            if m == model_inc and r != real_inc:
+                del self.names[s][r]  # the model reuses a number nothing mentions any more
+        self.names[s][real_inc] = model_inc
+
+    def _start_workers(self, slot: ProcSlot) -> None:
+        """What `Server.start` and `Worker.run` do before the first take: make each worker,
+        register its list, reconcile (a new worker is dirty; its list is new and empty)."""
+        slot.workers = []
+        for w in range(self.bounds.workers):
+            worker = slot.server.make_worker(w)
+            worker.register()
+            worker.reconcile()
+            slot.workers.append(WorkerSlot(worker))
+        slot.phase = RUNNING
+
+    # -- stepping ------------------------------------------------------------------------------
+
+    def enabled(self) -> list[Action]:
+        """The model's enabled actions, minus the mid-pass ones (`drain_step`: passes run whole
+        inside one step; its dropped reply is chosen with the pass, see `step`)."""
+        return [a for a in enabled_actions(self.state, self.config)
+                if a.name != "drain_step" and a.command != "drain_step"
+                and not (AVOID_OWN_ID_DISAGREEMENT and self._own_id_disagreement(a))]
+
+    def _own_id_disagreement(self, action: Action) -> bool:
+        """Disagreements 2 and 3 (reported; regression tests in tests/regressions/): the
+        implementation's periodic sweep and processing sweep skip every list and record of the
+        own server *id*; the model skips only the own *incarnation's*. They differ when an
+        earlier incarnation of our id left a list or a record behind (a stalled process replaced
+        by a new claim). Until one side changes, such passes are not driven."""
+        command = action.command if action.name == "dropped_reply" else action.name
+        if command not in ("sweep", "requeue_stuck_processing_tasks"):
+            return False
+        s, i = action.server, action.proc
+        inc = self.state.processes[s][i].inc
+        mentioned = [k for k, _ in self.state.lists] + [k for k in self.state.records if k]
+        return any(k[0] == s and k[1] != inc for k in mentioned)
+
+    def _model(self, action: Action) -> None:
+        before = self.state
+        after = apply(before, action, self.config)
+        bad = check_transition(before, action, after)
+        if bad is not None:
+            raise Mismatch(f"model:{bad[0]}", bad[1])
+        self.state = after
+
+    def step(self, action: Action, *, drop_at: int = 0, variant: int = 0) -> None:
+        """Perform `action` on both sides. `drop_at` k > 0 with `sweep`/`startup_drain`: the reply
+        of the pass's k-th move is lost (if the pass makes that many). `variant` picks among
+        equivalent ways to inject a fault (which command of a release loses its reply)."""
+        started = time.perf_counter()
+        self.steps.append(StepRecord(len(self.steps) + 1, action, self.describe(action),
+                                     action.is_fault))
+        try:
+            self._step(action, drop_at, variant)
+        finally:
+            self.seconds += time.perf_counter() - started
+
+    def describe(self, action: Action) -> str:
+        from taskcustody_model.trace import describe_action
+
+        return describe_action(action, self.state)
+
+    def _step(self, action: Action, drop_at: int, variant: int) -> None:
+        name = action.name
+        s, i, w = action.server, action.proc, action.worker
+        if action.is_fault:
+            kind = f"dropped-reply:{action.command}" if name == "dropped_reply" else name
+            self.counts[kind] += 1
+        lost = name == "dropped_reply"
+        command = action.command if lost else name
+
+        if command in ("take", "record", "execute", "release", "reconcile"):
+            self._worker_step(action, command, lost, variant)
+        elif name == "crash_worker":
+            self._crash_worker(self.procs[s][i].workers[w])
+            self._model(action)
+        elif name == "restart_worker":
+            slot = self.procs[s][i]
+            worker = slot.server.make_worker(w)
+            worker.register()
+            slot.workers[w] = WorkerSlot(worker)
+            self._model(action)
+        elif name == "crash_server":
+            slot = self.procs[s][i]
+            for ws in slot.workers:
+                self._crash_worker(ws)
+            slot.client.close()
+            del self.procs[s][i]
+            self._model(action)
+        elif name == "stall_server":
+            self.procs[s][i].stalled = True
+            self._model(action)
+        elif name == "resume_server":
+            self.procs[s][i].stalled = False
+            self._model(action)
+        elif name == "advance_clock":
+            self.clock.advance(TICK)
+            self._model(action)
+        elif command == "heartbeat":
+            self._heartbeat(action, variant)
+        elif command == "claim":
+            self._claim_step(action, lost)
+        elif command in ("startup_drain", "sweep"):
+            self._pass(action, command, lost, drop_at)
+        elif command == "requeue_stuck_processing_tasks":
+            self.procs[s][i].server.requeue_stuck_processing_tasks()
+            self._model(action)
+        else:
+            raise ValueError(f"the harness cannot perform {action!r}")
+        self._settle()
+
+    def _crash_worker(self, ws: WorkerSlot) -> None:
+        if ws.worker is not None:
+            ws.worker.close()  # whatever reply it had not read is gone with it
+        ws.worker = None
+        ws.task = None
+        ws.crashed = True
+
+    def _settle(self) -> None:
+        """A superseded process exits once none of its workers holds a task."""
+        for procs in self.procs:
+            for slot in list(procs):
+                if slot.server.superseded and all(
+                    ws.crashed or ws.stopped for ws in slot.workers
+                ):
+                    slot.client.close()
+                    procs.remove(slot)
+
+    # -- worker steps: one step of `Worker.run_once`, in its order ----------------------------
+
+    def _worker_step(self, action: Action, command: str, lost: bool, variant: int) -> None:
+        s, i, w = action.server, action.proc, action.worker
+        slot = self.procs[s][i]
+        ws = slot.workers[w]
+        worker = ws.worker
+        assert worker is not None
+        conn = worker._conn
+        if command == "take":
+            if lost:
+                self.injector.arm(worker.take_command, connection=conn)
+            try:
+                task = worker.take(timeout=self.settings.block_timeout)
+            except redis.ConnectionError:
+                task = None
+                if not lost:
+                    raise
+            else:
+                if lost:
+                    raise Mismatch("fault", "the dropped take reply did not surface")
+            if task is not None:
+                ws.task, ws.stage = task, TAKEN
+            elif not lost:
+                raise Mismatch("take", "the model predicts a task; the take returned None")
+        elif command == "record":
+            assert ws.task is not None
+            worker.record(ws.task)
+            ws.stage = RECORDED
+            if self.real_redis:
+                self._await_record(ws.task.id, worker.list_key)
+        elif command == "execute":
+            assert ws.task is not None
+            ws.outcome = worker.execute(ws.task)
+            ws.stage = EXECUTED
+        elif command == "release":
+            assert ws.task is not None and ws.outcome is not None
+            if lost:
+                # The release's reply, or the deferred record reply read just before it: either
+                # way the script ran and the worker cannot know whether it committed.
+                cmd = "HSET" if variant % 2 and worker._unread_replies else "EVALSHA"
+                self.injector.arm(cmd, connection=conn)
+            task, outcome = ws.task, ws.outcome
+            ws.task = ws.outcome = None
+            try:
+                worker.release(task, outcome)
+            except redis.ConnectionError:
+                if not lost:
+                    raise
+            if slot.server.superseded:
+                ws.stopped = True  # `Worker.run` checks the stop event before its next cycle
+        elif command == "reconcile":
+            if lost:
+                # the reply of the last move of the drain (the model moves the whole list)
+                n = len(self._model_list(s, slot.model_inc, w))
+                self.injector.arm("EVAL", label=slot.label, skip=n - 1)
+            try:
+                worker.reconcile()
+            except redis.ConnectionError:
+                worker.dirty = True  # `Worker.run` marks the worker dirty on any Redis error
+                if not lost:
+                    raise
+        self.injector.disarm_all()
+        self._model(action)
+
+    def _model_list(self, s: int, inc: int, w: int) -> tuple[int, ...]:
+        for k, tasks in self.state.lists:
+            if k == (s, inc, w):
+                return tasks
+        return ()
+
+    def _await_record(self, task_id: str, list_key: str, limit: float = 2.0) -> None:
+        """Real Redis: the record was sent without waiting for its reply; wait until Redis has
+        executed it, so that what we read back next is not a race against our own socket."""
+        deadline = time.monotonic() + limit
+        while time.monotonic() < deadline:
+            value = self.admin.hget(self.keys.processing, task_id)
+            if value is not None and parse_record(value)[0] == list_key:
+                return
+            time.sleep(0.0005)
+
+    # -- server steps --------------------------------------------------------------------------
+
+    def _heartbeat(self, action: Action, variant: int) -> None:
+        slot = self.procs[action.server][action.proc]
+        reg = self.state.registry[action.server]
+        supersedes = reg is not None and reg.inc != slot.model_inc
+        lost = action.name == "dropped_reply"
+        if lost or (variant % 3 == 2 and not supersedes):
+            # A lost heartbeat reply changes nothing (the model has no separate action): the
+            # script ran. Injected here for realism; `Server._background` logs and goes on.
+            self.injector.arm("EVAL", label=slot.label)
+            self.counts["dropped-reply:heartbeat"] += 1
+        try:
+            slot.server.heartbeat()
+        except Superseded:
+            for ws in slot.workers:
+                if ws.task is None and not ws.crashed:
+                    ws.stopped = True
+            if slot.phase != RUNNING:  # superseded before its workers started
+                slot.workers = [WorkerSlot(None, stopped=True)
+                                for _ in range(self.bounds.workers)]
+            slot.phase = SUPERSEDED
+        except redis.ConnectionError:
+            pass
+        self.injector.disarm_all()
+        self._model(Action("heartbeat", action.server, action.proc))
+
+    def _claim_step(self, action: Action, lost: bool) -> None:
+        s = action.server
+        model_before = self.state
+        self._model(action)
+        if lost:
+            reg = self.state.registry[s]
+            assert reg is not None
+            label = f"{self.server_id(s)}#{len(self.steps)}"
+            client = self._new_client(label)
+            server = self.server_factory(client, self.keys, self.server_id(s),
+                                         settings=self.settings, clock=self.clock,
+                                         workers=self.bounds.workers)
+            self.injector.arm("EVAL", label=label)
+            try:
+                server.claim()
+            except redis.ConnectionError:
+                pass
+            else:
+                raise Mismatch("fault", "the dropped claim reply did not surface")
+            finally:
+                self.injector.disarm_all()
+                client.close()
+            # The new incarnation is in Redis; the process never learnt its number. Name it.
+            real = self.admin.hget(self.keys.incarnations, self.server_id(s))
+            if real is not None:
+                self._name(s, int(real), reg.inc)
+            return
+        new = [p for p in self.state.processes[s] if p not in model_before.processes[s]]
+        try:
+            self._claim(s, expect_model_inc=new[-1].inc)
+        except ServerIdHeld as exc:
+            raise Mismatch("claim", f"the model lets server {s} claim its id; Redis refused: "
+                                    f"{exc}") from exc
+
+    def _pass(self, action: Action, command: str, lost: bool, drop_at: int) -> None:
+        """A whole sweep pass or startup drain: the implementation runs it in one call; the
+        model walks it (`sweep`/`startup_drain`, every `drain_step`, then for a sweep the
+        processing sweep). With `drop_at` = k, the k-th move's reply is lost."""
+        s, i = action.server, action.proc
+        slot = self.procs[s][i]
+        server = slot.server
+        # The model first: it says how many moves the pass makes, so we know where to drop.
+        queue_before = self.state.queue
+        self._model(action)
+        if command == "startup_drain" and not lost and STARTUP_DRAIN_TAKES_DEAD_LISTS:
+            self._widen_startup_drain(s, i)
+        self._order_drains(s, i)
+        moves = 0
+        abandoned = lost
+        while not abandoned:
+            procs = self.state.processes[s]
+            proc = procs[i] if i < len(procs) else None
+            if proc is None or not proc.drains:
+                break
+            moves += 1
+            if moves == drop_at and self._faults_left():
+                self.counts["dropped-reply:drain_step"] += 1
+                self._model(Action("dropped_reply", s, i, -1, "drain_step"))
+                abandoned = True
+            else:
+                self._model(Action("drain_step", s, i))
+        # Now the implementation.
+        evals_before = 1 if command == "sweep" else 0  # the prune is the sweep's first EVAL
+        if lost:
+            self.injector.arm("EVAL", label=slot.label)
+        elif abandoned:
+            self.injector.arm("EVAL", label=slot.label, skip=evals_before + moves - 1)
+        failed = False
+        try:
+            if command == "sweep":
+                report = server.sweep()
+                self.recovered += report.moved + report.requeued_stuck
+            else:
+                drained = server.startup_drain()
+                self.recovered += sum(drained.values())
+        except redis.ConnectionError:
+            failed = True
+        finally:
+            self.injector.disarm_all()
+        if failed and not (lost or abandoned):
+            raise Mismatch("fault", f"{command} failed with no fault injected")
+        if (lost or abandoned) and not failed:
+            raise Mismatch("fault", f"{command}: the dropped reply did not surface (the pass made "
+                                    "fewer moves than the model predicts)")
+        if command == "startup_drain":
+            if failed:
+                slot.phase = CLAIMED
+            else:
+                self._start_workers(slot)
+        elif not failed:
+            # The implementation's sweep ends with the processing sweep; so does the model's walk.
+            self._model(Action("requeue_stuck_processing_tasks", s, i))
+        self._adopt_recovery_order(queue_before)
+
+    def _widen_startup_drain(self, s: int, i: int) -> None:
+        """Disagreement 1 (reported): `Server.startup_drain` is `recover_inflight(include_self=
+        True)`, which drains the own id's earlier lists *and* every dead list of other servers;
+        the model's `startup_drain` selects only the former. Until the model selects both, the
+        harness adds the dead lists of other servers to the model's pass (chosen from the
+        model's state by the model's own `is_dead`; the model's `drain_step` moves them)."""
+        state = self.state
+        proc = state.processes[s][i]
+        selected = {d.key for d in proc.drains}
+        extra = tuple(
+            Drain(key, len(tasks), 0) for key, tasks in state.lists
+            if key[0] != s and key not in selected and is_dead(state.registry, key)
+        )
+        if extra:
+            proc = proc._replace(drains=proc.drains + extra, phase=STARTING)
+            self.state = _with_proc(state, s, i, proc)
+
+    def _real_key(self, key: ListKey) -> str:
+        s, model_inc, w = key
+        real = {m: r for r, m in self.names[s].items()}.get(model_inc, -1)
+        return self.keys.inflight(ListOwner(self.server_id(s), real, f"w{w}"))
+
+    def _order_drains(self, s: int, i: int) -> None:
+        """The protocol does not fix the order in which a pass drains its lists; the
+        implementation goes by sorted key. The model's pass is ordered the same way, so that the
+        k-th move (where a dropped reply may hit) is the same task on both sides."""
+        procs = self.state.processes[s]
+        if i >= len(procs) or len(procs[i].drains) < 2:
+            return
+        proc = procs[i]
+        ordered = tuple(sorted(proc.drains, key=lambda d: self._real_key(d.key)))
+        self.state = _with_proc(self.state, s, i, proc._replace(drains=ordered))
+
+    def _adopt_recovery_order(self, queue_before: tuple[int, ...]) -> None:
+        """The processing sweep requeues stuck tasks in the order Redis lists the processing
+        hash; the model goes by task number. The protocol fixes neither. If one pass requeued
+        the same *set* of tasks on both sides, the model adopts the real order of that segment;
+        any other difference is left for `check` to report."""
+        model_q = self.state.queue
+        if model_q[: len(queue_before)] != queue_before:
+            return
+        real_q = self.observe_queue()
+        if (real_q[: len(queue_before)] == queue_before
+                and sorted(real_q[len(queue_before):]) == sorted(model_q[len(queue_before):])):
+            self.state = self.state._replace(queue=real_q)
+
+    def observe_queue(self) -> tuple[int, ...]:
+        from ..envelope import decode
+
+        raws = self.admin.lrange(self.keys.queue, 0, -1)
+        return tuple(self.task_index(decode(r if isinstance(r, bytes) else r.encode()).id)
+                     for r in raws)
+
+    def _faults_left(self) -> bool:
+        return self.state.faults < self.bounds.faults
+
+    # -- reading Redis back, in the model's terms ---------------------------------------------
+
+    def observe(self) -> State:
+        """The real state, mapped to the model's terms."""
+        keys = self.keys
+        pipe = self.admin.pipeline(transaction=False)
+        pipe.lrange(keys.queue, 0, -1)
+        pipe.smembers(keys.inflight_registry)
+        pipe.hgetall(keys.processing)
+        pipe.hgetall(keys.commit_log)
+        pipe.zrange(keys.servers, 0, -1, withscores=True)
+        pipe.hgetall(keys.incarnations)
+        pipe.keys(f"{keys.inflight_prefix}*")
+        queue_raw, registry_raw, processing, commits, servers, incs, list_keys = pipe.execute()
+        n = self.bounds.tasks
+
+        def tid(raw: bytes | str) -> int:
+            from ..envelope import decode
+
+            return self.task_index(decode(raw if isinstance(raw, bytes) else raw.encode()).id)
+
+        queue = tuple(tid(r) for r in queue_raw)
+        registered = {_text(k) for k in registry_raw}
+        lists: list[tuple[ListKey, tuple[int, ...]]] = []
+        for k in sorted(_text(k) for k in list_keys):
+            if k not in registered:
+                raise Mismatch("registry", f"in-flight list {k} exists but is not registered")
+            owner = keys.owner_of(k)
+            tasks = tuple(tid(r) for r in self.admin.lrange(k, 0, -1))
+            if tasks:
+                lists.append((self.list_key((owner.server_id, owner.incarnation,
+                                             owner.worker_id)), tasks))
+        lists.sort()
+        records: list[ListKey | None] = [None] * n
+        for task_id, value in processing.items():
+            list_key, _ = parse_record(value)
+            owner = keys.owner_of(list_key)
+            records[self.task_index(_text(task_id))] = self.list_key(
+                (owner.server_id, owner.incarnation, owner.worker_id))
+        committed = [0] * n
+        for task_id, count in commits.items():
+            committed[self.task_index(_text(task_id))] = int(count)
+        total = int(self.admin.get(keys.committed) or 0)
+        if total != sum(committed):
+            raise Mismatch("commits", f"committed counter {total} != commit log {committed}")
+        registry: list[Registration | None] = [None] * self.bounds.servers
+        now = self.clock.now()
+        zset = {_text(m): float(score) for m, score in servers}
+        hincs = {_text(k): int(v) for k, v in incs.items()}
+        if set(zset) != set(hincs):
+            raise Mismatch("registry", f"servers {sorted(zset)} vs incarnations {sorted(hincs)}")
+        for sid, deadline in zset.items():
+            s = int(sid[1:])
+            model_inc = self.names[s].get(hincs[sid])
+            if model_inc is None:
+                raise Mismatch("mapping", f"server {sid} registered as unknown incarnation")
+            rel = (deadline - now) / TICK
+            if abs(rel - round(rel)) > 1e-6:
+                raise Mismatch("clock", f"deadline of {sid} is not a whole tick away: {rel}")
+            registry[s] = Registration(model_inc, max(0, round(rel)))
+        processes = tuple(
+            tuple(self._observe_proc(p) for p in self.procs[s])
+            for s in range(self.bounds.servers)
+        )
+        return State(
+            queue=queue, lists=tuple(lists), records=tuple(records), committed=tuple(committed),
+            registry=tuple(registry), processes=processes, faults=self.state.faults,
+            stalled_ever=self.state.stalled_ever,
+        )
+
+    def _observe_proc(self, slot: ProcSlot) -> Process:
+        if slot.phase == RUNNING or slot.phase == SUPERSEDED or slot.workers:
+            workers = tuple(
+                ModelWorker(ws.phase(), self.task_index(ws.task.id) if ws.task else -1)
+                for ws in slot.workers
+            )
+        else:
+            workers = tuple(ModelWorker(IDLE) for _ in range(self.bounds.workers))
+        phase = SUPERSEDED if slot.server.superseded else slot.phase
+        # Passes run whole inside one step: between steps, no process is mid-pass.
+        return Process(slot.model_inc, slot.stalled, phase, (), workers)
+
+    def check(self) -> None:
+        """After every step: the real state equals the model's, and every property holds on
+        both."""
+        real = self.observe()
+        model = self.state
+        for name, have in (("model", model), ("real", real)):
+            bad = check_invariants(have, self.config)
+            if bad is not None:
+                raise Mismatch(f"{name}:{bad[0]}", bad[1])
+        if real != model:
+            raise Mismatch("conformance", diff(model, real))
+
+    # -- the end of a run ----------------------------------------------------------------------
+
+    PRIORITY = ("release", "execute", "record", "reconcile", "restart_worker", "resume_server",
+                "heartbeat", "startup_drain", "requeue_stuck_processing_tasks", "sweep", "take",
+                "claim", "advance_clock")
+
+    def recover(self, limit: int = 2_000) -> int:
+        """Faults stop; recovery and workers run until quiescent (the model's `is_done`).
+        Returns the steps taken; raises `Mismatch` if the run does not get there."""
+        self.injector.disarm_all()
+        taken = 0
+        while not is_done(self.state):
+            if taken >= limit:
+                raise Mismatch("eventual", f"not quiescent after {limit} recovery steps")
+            options = [a for a in self.enabled() if not a.is_fault]
+            if not options:
+                raise Mismatch("eventual", "no recovery step is enabled, and the run is not done")
+            options.sort(key=lambda a: self.PRIORITY.index(a.name))
+            self.step(options[0])
+            self.check()
+            taken += 1
+        self.check_eventual()
+        return taken
+
+    def check_eventual(self) -> None:
+        """Every task committed exactly once; queue, in-flight lists and records empty."""
+        keys = self.keys
+        commits = {_text(k): int(v) for k, v in self.admin.hgetall(keys.commit_log).items()}
+        want = {self.task_id(t): 1 for t in range(self.bounds.tasks)}
+        if commits != want:
+            raise Mismatch("eventual", f"commits per task {commits}, want exactly one each")
+        if self.admin.llen(keys.queue):
+            raise Mismatch("eventual", "the queue is not empty")
+        for k in self.admin.smembers(keys.inflight_registry):
+            if self.admin.llen(k):
+                raise Mismatch("eventual", f"in-flight list {_text(k)} is not empty")
+        if self.admin.hlen(keys.processing):
+            raise Mismatch("eventual", "processing records remain")
+
+    def close(self) -> None:
+        for procs in self.procs:
+            for slot in procs:
+                for ws in slot.workers:
+                    if ws.worker is not None:
+                        ws.worker.close()
+                slot.client.close()
+        self.admin.close()
+
+    # -- figures -------------------------------------------------------------------------------
+
+    def tallies(self) -> dict[str, int]:
+        """Jepsen-style counts of this run, read from Redis."""
+        commits = {_text(k): int(v) for k, v in self.admin.hgetall(self.keys.commit_log).items()}
+        state = self.observe()
+        places: Counter[int] = Counter(state.queue)
+        for _, tasks in state.lists:
+            places.update(tasks)
+        lost = sum(1 for t in range(self.bounds.tasks)
+                   if commits.get(self.task_id(t), 0) == 0 and places[t] == 0)
+        return {
+            "enqueued": self.enqueued,
+            "committed": sum(1 for v in commits.values() if v >= 1),
+            "lost": lost,
+            "duplicated": sum(1 for v in places.values() if v > 1)
+            + sum(1 for v in commits.values() if v > 1),
+            "double-assigned": _double_assigned(state),
+            "recovered": self.recovered,
+        }
+
+
+def _double_assigned(state: State) -> int:
+    held: Counter[int] = Counter(
+        w.task for procs in state.processes for p in procs for w in p.workers
+        if w.phase in (TAKEN, RECORDED, EXECUTED)
+    )
+    return sum(1 for v in held.values() if v > 1)
+
+
+def diff(model: State, real: State) -> str:
+    lines = []
+    for name in State._fields:
+        a, b = getattr(model, name), getattr(real, name)
+        if a != b:
+            lines.append(f"{name}: model {a!r} != real {b!r}")
+    return "; ".join(lines) or "equal"
