@@ -212,6 +212,7 @@ def run_driver(
     assert proc.stdin is not None and proc.stdout is not None
     deadline = time.monotonic() + timeout
     done: dict[str, Any] | None = None
+    announced: dict[str, Any] = {}
     try:
         while True:
             line = _readline(proc, deadline)
@@ -222,6 +223,7 @@ def run_driver(
                 continue
             msg = json.loads(line)
             if msg.get("event") == "enqueued":
+                announced = msg
                 server.client.config_resetstat()
                 proc.stdin.write("go\n")
                 proc.stdin.flush()
@@ -231,11 +233,17 @@ def run_driver(
     finally:
         with contextlib.suppress(Exception):
             proc.stdin.close()
+        # The driver's work is done once it reported: give it a moment to exit by itself (idle
+        # workers finish their blocking take), then stop it.
         try:
-            proc.wait(max(5.0, min(30.0, deadline - time.monotonic())))
+            proc.wait(2.0 if done else max(1.0, min(30.0, deadline - time.monotonic())))
         except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(5)
+            proc.terminate()
+            try:
+                proc.wait(5)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(5)
     errfile.seek(0)
     err = errfile.read()
     errfile.close()
@@ -244,7 +252,8 @@ def run_driver(
     if log and err.strip():
         log(err[-2000:])
     counts = Counts.from_info(int(done["tasks"]), done["info"]) if done.get("info") else None
-    extra = {k: v for k, v in done.items() if k not in {"event", "tasks", "seconds", "info"}}
+    extra = {k: v for k, v in (announced | done).items()
+             if k not in {"event", "tasks", "seconds", "info"}}
     return DriveResult(tasks=int(done["tasks"]), seconds=float(done["seconds"]), counts=counts,
                        extra=extra)
 

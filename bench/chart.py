@@ -1,0 +1,69 @@
+"""Draw bench/results/latest.png from latest.json. Standalone: runs under whichever Python has
+matplotlib (the benchmark's own bench/.venvs/chart if the main environment lacks it).
+
+    python bench/chart.py RESULTS.json OUT.png
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+
+COLORS = {"ours": "#1f77b4", "floor": "#7f7f7f", "peer": "#ff7f0e"}
+
+
+def main(src: str, dst: str) -> None:
+    with open(src) as fh:
+        data = json.load(fh)
+    rows = data.get("throughput", [])
+    recovery = data.get("recovery", {}).get("rows", [])
+    fig, axes = plt.subplots(1, 2, figsize=(15, 6.5), gridspec_kw={"width_ratios": [2.2, 1]})
+    ax = axes[0]
+    if rows:
+        rows = sorted(rows, key=lambda r: r["median"])
+        labels = [f"{r['label']} [{r['concurrency']}]" for r in rows]
+        medians = [r["median"] for r in rows]
+        lo = [r["median"] - r["min"] for r in rows]
+        hi = [r["max"] - r["median"] for r in rows]
+        ax.barh(labels, medians, xerr=[lo, hi], color=[COLORS[r["group"]] for r in rows],
+                capsize=3)
+        for y, m in enumerate(medians):
+            ax.text(m, y, f" {m:,.0f}", va="center", fontsize=8)
+        ax.set_xlabel("tasks/s (median; whiskers: min and max over rounds)")
+        ax.tick_params(axis="y", labelsize=8)
+        meta = data.get("meta", {})
+        ax.set_title(f"Throughput, {meta.get('tasks', '?'):,} no-op tasks, "
+                     f"{meta.get('rounds', '?')} round(s), {meta.get('cpus', '?')} cores"
+                     f"{' (quick)' if meta.get('quick') else ''}", fontsize=10)
+        handles = [plt.Rectangle((0, 0), 1, 1, color=c) for c in COLORS.values()]
+        ax.legend(handles, ["taskcustody (full cycle)", "raw redis-py floor", "peer"],
+                  loc="lower right", fontsize=8)
+    ax = axes[1]
+    if recovery:
+        xs = [max(r["unrelated_keys"], 1) for r in recovery]
+        for name, label, color in (("ours", "taskcustody (registry set)", COLORS["ours"]),
+                                   ("scan", "SCAN-based recovery", COLORS["peer"])):
+            ys = [r[name]["median_ms"] for r in recovery]
+            ax.plot(xs, ys, marker="o", label=label, color=color)
+            for x, y in zip(xs, ys, strict=True):
+                ax.annotate(f"{y:.1f} ms", (x, y), textcoords="offset points", xytext=(4, 4),
+                            fontsize=8)
+        ax.set_xscale("symlog", linthresh=1000)
+        ax.set_yscale("log")
+        ax.set_xticks(xs)
+        ax.set_xticklabels([f"{r['unrelated_keys']:,}" for r in recovery], fontsize=8)
+        ax.set_xlabel("unrelated keys in the database")
+        ax.set_ylabel("ms to recover a dead server's in-flight lists (median)")
+        ax.set_title("Recovery cost", fontsize=10)
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(dst, dpi=110)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], sys.argv[2])

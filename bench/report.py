@@ -1,0 +1,207 @@
+"""Markdown for bench/results/latest.md, from the results dict that bench/run.py collects."""
+
+from __future__ import annotations
+
+from typing import Any
+
+FLOOR = "blmove-lrem"
+
+
+def _f(x: float | None, digits: int = 0) -> str:
+    return "-" if x is None else f"{x:,.{digits}f}"
+
+
+def _ratio(x: float | None) -> str:
+    return "-" if x is None else f"{x:.2f}x"
+
+
+def floors_by_concurrency(rows: list[dict[str, Any]]) -> dict[str, float]:
+    return {r["concurrency"]: r["median"] for r in rows if r["kind"] == FLOOR}
+
+
+def fastest_peer(rows: list[dict[str, Any]]) -> dict[str, Any] | None:
+    peers = [r for r in rows if r["group"] == "peer"]
+    return max(peers, key=lambda r: r["median"]) if peers else None
+
+
+def add_ratios(rows: list[dict[str, Any]]) -> None:
+    floors = floors_by_concurrency(rows)
+    best = fastest_peer(rows)
+    for r in rows:
+        r["vs_peer"] = r["median"] / best["median"] if best else None
+        floor = floors.get(r.get("floor_concurrency", r["concurrency"]))
+        r["vs_floor"] = r["median"] / floor if floor else None
+
+
+def goal(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    best = fastest_peer(rows)
+    floors = floors_by_concurrency(rows)
+    out = []
+    for r in rows:
+        if r["group"] != "ours":
+            continue
+        floor = floors.get(r["concurrency"])
+        out.append({
+            "concurrency": r["concurrency"],
+            "median": r["median"],
+            "vs_peer": r["median"] / best["median"] if best else None,
+            "vs_floor": r["median"] / floor if floor else None,
+            "peer_ok": bool(best and r["median"] >= 2 * best["median"]),
+            "floor_ok": bool(floor and r["median"] >= 0.9 * floor),
+        })
+    return out
+
+
+def markdown(data: dict[str, Any]) -> str:
+    meta = data["meta"]
+    rows: list[dict[str, Any]] = data.get("throughput", [])
+    out: list[str] = []
+    w = out.append
+    w("# taskcustody benchmarks")
+    w("")
+    w(f"Run {meta['date']} with `{meta['command']}` at commit `{meta['commit']}`: "
+      f"{meta['cpus']} cores, Redis {meta['redis_version']} (a throwaway `redis-server` started by "
+      f"the benchmark, nothing on disk), Python {meta['python']}. "
+      f"Load average before/after: {meta['load_before']} / {meta['load_after']}."
+      + (" **The machine was shared with other engineers' test runs: figures are noisy.**"
+         if meta.get("loaded_note") else ""))
+    w("")
+    if rows:
+        best = fastest_peer(rows)
+        w(f"## Throughput: {meta['tasks']:,} no-op tasks enqueued first, then drained "
+          f"(median of {meta['rounds']} round(s))")
+        w("")
+        w("`x peer`: ratio to the fastest peer of this run"
+          + (f" ({best['label']}, {best['median']:,.0f}/s)" if best else "")
+          + "; `x floor`: ratio to the raw BLMOVE + LREM floor at the same concurrency (peers: the "
+          "floor of their shape, in brackets). `RT/task`: socket reads the server processed per "
+          "task (a pipeline, or a command whose reply is read later, still counts once per send); "
+          "`cmd/task`: every command, including those run inside Lua scripts.")
+        w("")
+        w("| workload | concurrency | tasks | median tasks/s | min | max | x peer | x floor "
+          "| RT/task | cmd/task |")
+        w("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+        order = {"ours": 0, "floor": 1, "peer": 2}
+        for r in sorted(rows, key=lambda r: (order[r["group"]], r["label"], r["concurrency"])):
+            c = r.get("counts") or {}
+            label = f"**{r['label']}**" if r["group"] == "ours" else r["label"]
+            vs_floor = _ratio(r.get("vs_floor"))
+            if r["group"] == "peer" and r.get("floor_concurrency"):
+                vs_floor += f" [{r['floor_concurrency']}]"
+            w(f"| {label} | {r['concurrency']} | {r['tasks']:,} | {_f(r['median'])} | "
+              f"{_f(r['min'])} | {_f(r['max'])} | {_ratio(r.get('vs_peer'))} | {vs_floor} | "
+              f"{_f(c.get('round_trips'), 2)} | {_f(c.get('commands'), 2)} |")
+        w("")
+        w("Peer versions and configurations: "
+          + "; ".join(f"{r['label']} {r.get('version', '?')} ({r.get('config', '')})"
+                      for r in rows if r["group"] == "peer") + ".")
+        w("")
+        g = goal(rows)
+        if g:
+            w("### The goal: >= 2x the fastest peer, >= 0.9x the BLMOVE + LREM floor")
+            w("")
+            w("| our concurrency | median tasks/s | x fastest peer | >= 2x? | x floor | >= 0.9x? |")
+            w("|---|---:|---:|:---:|---:|:---:|")
+            for x in g:
+                w(f"| {x['concurrency']} | {_f(x['median'])} | {_ratio(x['vs_peer'])} | "
+                  f"{'yes' if x['peer_ok'] else '**no**'} | {_ratio(x['vs_floor'])} | "
+                  f"{'yes' if x['floor_ok'] else '**no**'} |")
+            w("")
+        w("## Commands per task, counted on the server")
+        w("")
+        w("`CONFIG RESETSTAT` after enqueueing; `INFO all` when the last task completes (so no "
+          "enqueueing, idle polling or shutdown is counted; worker start-up is). Round trips are "
+          "`total_reads_processed`.")
+        w("")
+        w("| workload | concurrency | RT/task | cmd/task | scripts/task | commands per task |")
+        w("|---|---|---:|---:|---:|---|")
+        seen: set[tuple[str, str]] = set()
+        for r in sorted(rows, key=lambda r: (order[r["group"]], r["label"], r["concurrency"])):
+            c = r.get("counts")
+            if not c or (r["label"], r["concurrency"]) in seen:
+                continue
+            seen.add((r["label"], r["concurrency"]))
+            top = ", ".join(f"{k} {v:.2f}" for k, v in c["by_command"].items() if v >= 0.01)
+            w(f"| {r['label']} | {r['concurrency']} | {c['round_trips']:.2f} | "
+              f"{c['commands']:.2f} | {c['scripts']:.2f} | {top} |")
+        w("")
+    rec = data.get("recovery")
+    if rec and rec.get("rows"):
+        w("## Recovery cost")
+        w("")
+        w(f"One sweep recovering a dead server's {rec['workers']} in-flight lists (one task each, "
+          f"with processing records) while a live server's {rec['workers']} lists must be left "
+          "alone. Ours reads the registry set; the baseline finds the lists with "
+          f"`SCAN MATCH <prefix>:inflight:* COUNT {rec['scan_count']}`, then drains them with "
+          f"the same steps. Median of {rec.get('reps', '?')} repetitions (min-max).")
+        w("")
+        w("| unrelated keys | ours, ms | SCAN-based, ms | SCAN / ours | ours RT / cmds "
+          "| SCAN RT / cmds |")
+        w("|---:|---:|---:|---:|---:|---:|")
+        for r in rec["rows"]:
+            o, s = r["ours"], r["scan"]
+            w(f"| {r['unrelated_keys']:,} | {o['median_ms']:.2f} ({o['min_ms']:.2f}-"
+              f"{o['max_ms']:.2f}) | {s['median_ms']:.2f} ({s['min_ms']:.2f}-{s['max_ms']:.2f}) "
+              f"| {s['median_ms'] / o['median_ms']:.1f}x | {o.get('round_trips', 0):.0f} / "
+              f"{o['commands']:.0f} | {s.get('round_trips', 0):.0f} / {s['commands']:.0f} |")
+        w("")
+    chk = data.get("checker")
+    if chk:
+        w("## Checker speed")
+        w("")
+        w("| what | figure |")
+        w("|---|---|")
+        mc = chk.get("model_check", {})
+        if mc.get("status") == "ok":
+            w(f"| model check (`taskcustody_model.check`, {mc['bounds']}) | "
+              f"{mc['per_second']:,.0f} distinct states/s ({mc['states']:,} distinct, "
+              f"{mc['generated']:,} generated, in {mc['seconds']:.2f} s; "
+              f"{'no violation' if mc.get('ok') else 'VIOLATION'}) |")
+        else:
+            w(f"| model check | {mc.get('status', 'pending')}: {mc.get('why', '')} |")
+        st = chk.get("stateful", {})
+        if st.get("status") == "ok":
+            for backend, name in (("fakeredis", "fakeredis"), ("redis", "real Redis")):
+                b = st[backend]
+                w(f"| stateful steps (conformance harness, random walks), {name} | "
+                  f"{b['per_second']:,.0f} steps/s ({b['steps']:,} steps in {b['runs']} runs; "
+                  f"{b['seconds']:.2f} s stepping, {b['wall_seconds']:.2f} s with set-up) |")
+        else:
+            w(f"| stateful steps (fakeredis, real Redis) | {st.get('status', 'pending')}: "
+              f"{st.get('why', '')} |")
+        w("")
+    prof = data.get("profile")
+    if prof:
+        w(f"## Where the time goes in our cycle (1 worker, {prof['tasks']:,} tasks)")
+        w("")
+        w(f"Step timings (perf_counter around each public step): {prof['us_per_task']:.0f} us per "
+          "task.")
+        w("")
+        w("| step | us/task | share |")
+        w("|---|---:|---:|")
+        for k, v in prof["steps_us"].items():
+            w(f"| {k} | {v:.1f} | {v / prof['us_per_task'] * 100:.0f}% |")
+        w("")
+        cp = prof.get("cprofile")
+        if cp:
+            w(f"cProfile (own time, {cp['profiled_us_per_task']:.0f} us/task under the profiler):")
+            w("")
+            w("| kind | share of own time |")
+            w("|---|---:|")
+            for k, v in cp["by_kind_pct"].items():
+                w(f"| {k} | {v:.0f}% |")
+            w("")
+            w("| function | own us/task | cumulative us/task |")
+            w("|---|---:|---:|")
+            for r in cp["top"]:
+                fn = r["function"].replace("|", "\\|")
+                w(f"| `{fn}` | {r['own_us']:.1f} | {r['cum_us']:.1f} |")
+            w("")
+    notes = data.get("notes") or []
+    if notes:
+        w("## Notes")
+        w("")
+        for n in notes:
+            w(f"- {n}")
+        w("")
+    return "\n".join(out)
