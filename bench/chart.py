@@ -14,7 +14,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
-COLORS = {"ours": "#1f77b4", "floor": "#7f7f7f", "peer": "#ff7f0e"}
+COLORS = {"ours": "#1f77b4", "diag": "#aec7e8", "floor": "#7f7f7f", "peer": "#ff7f0e"}
 
 
 def main(src: str, dst: str) -> None:
@@ -40,8 +40,14 @@ def main(src: str, dst: str) -> None:
         ax.set_title(f"Throughput, {meta.get('tasks', '?'):,} no-op tasks, "
                      f"{meta.get('rounds', '?')} round(s), {meta.get('cpus', '?')} cores"
                      f"{' (quick)' if meta.get('quick') else ''}", fontsize=10)
+        peers = [r["median"] for r in rows if r["group"] == "peer"]
+        if peers:
+            ax.axvline(2 * max(peers), color=COLORS["peer"], linestyle="--", linewidth=1)
+            ax.text(2 * max(peers), len(rows) - 0.4, " 2x fastest peer", color=COLORS["peer"],
+                    fontsize=8, va="top")
         handles = [plt.Rectangle((0, 0), 1, 1, color=c) for c in COLORS.values()]
-        ax.legend(handles, ["taskcustody (full cycle)", "raw redis-py floor", "peer"],
+        ax.legend(handles, ["taskcustody (full cycle)", "taskcustody, diagnostic variant",
+                            "raw redis-py floor", "peer"],
                   loc="lower right", fontsize=8)
     ax = axes[1]
     if recovery:

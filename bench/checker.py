@@ -66,7 +66,7 @@ def stateful_steps_per_second(quick: bool) -> dict[str, Any]:
         from taskcustody.verify.harness import VERIFY_SETTINGS
     except ImportError as exc:
         return {"status": "pending", "why": f"the conformance harness is not importable: {exc}"}
-    budget = 3.0 if quick else 15.0
+    budget = 1.5 if quick else 15.0
     fake_server = fakeredis.FakeServer()
     rows: dict[str, Any] = {"status": "ok", "bounds": STATEFUL_BOUNDS}
     rows["fakeredis"] = _walk(lambda: connect_fake(fake_server), False, budget, 1)

@@ -11,7 +11,9 @@ drain, stamp the last completion, snapshot the server's counters, report.
 * ``blmove-lrem``: ``BLMOVE queue -> own list``, then ``LREM own list``: custody in its barest form,
   one round trip to take, one to release; no record, no commit.
 * ``ours``: taskcustody's ``Server`` (``workers`` threads) running the full cycle: take, record,
-  execute, release with commit.
+  execute, release with commit, with its production default clock (Redis ``TIME``).
+* ``ours-wallclock``: the same with ``clock=WallClock()`` (a diagnostic: what the cycle costs
+  without the per-task ``TIME`` the record's timestamp takes).
 
 ``threads`` runs N workers as threads of one process; ``processes`` runs N processes of one worker.
 """
@@ -86,7 +88,7 @@ def envelope(i: int, now: float) -> bytes:
 
 def enqueue(kind: str, url: str, tasks: int) -> None:
     client = redis.Redis.from_url(url)
-    if kind == "ours":
+    if kind.startswith("ours"):
         from taskcustody import Producer, QueueKeys
 
         Producer(client, QueueKeys(QUEUE)).enqueue_many(range(tasks))
@@ -125,8 +127,8 @@ def run_floor(kind: str, url: str, threads: int, finish: Finish, tag: str) -> No
     client.close()
 
 
-def run_ours(url: str, threads: int, finish: Finish, tag: str) -> None:
-    from taskcustody import QueueKeys, Server, Settings, connect
+def run_ours(url: str, threads: int, finish: Finish, tag: str, wallclock: bool = False) -> None:
+    from taskcustody import QueueKeys, Server, Settings, WallClock, connect
 
     settings = Settings(block_timeout=0.5, socket_timeout_margin=2.0)
     client = connect(url, settings)
@@ -135,14 +137,15 @@ def run_ours(url: str, threads: int, finish: Finish, tag: str) -> None:
         finish.tick()
 
     server = Server(client, QueueKeys(QUEUE), server_id=f"bench-{tag}", handler=handler,
-                    workers=threads, settings=settings)
+                    workers=threads, settings=settings,
+                    clock=WallClock() if wallclock else None)
     server.run(until_idle=True)
     client.close()
 
 
 def run_workload(kind: str, url: str, threads: int, finish: Finish, tag: str) -> None:
-    if kind == "ours":
-        run_ours(url, threads, finish, tag)
+    if kind.startswith("ours"):
+        run_ours(url, threads, finish, tag, wallclock=kind == "ours-wallclock")
     else:
         run_floor(kind, url, threads, finish, tag)
 
@@ -160,7 +163,8 @@ def child(kind: str, url: str, tasks: int, index: int, shared: tuple[Any, Any, A
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--kind", choices=["ours", "blpop", "blmove-lrem"], required=True)
+    ap.add_argument("--kind", required=True,
+                    choices=["ours", "ours-wallclock", "blpop", "blmove-lrem"])
     ap.add_argument("--mode", choices=["threads", "processes"], default="threads")
     ap.add_argument("--concurrency", type=int, default=1)
     ap.add_argument("--url", required=True)

@@ -28,8 +28,8 @@ class Peer:
 
 PEERS = [
     Peer("dramatiq", "dramatiq (Redis broker, 8 worker threads)", 8, "4 threads"),
-    Peer("celery", "Celery (Redis transport, solo pool)", 1, "1 worker"),
-    Peer("rq", "RQ (SimpleWorker)", 1, "1 worker", max_tasks=1000),
+    Peer("celery", "Celery (Redis transport, solo pool)", 1, "1 worker", max_tasks=1000),
+    Peer("rq", "RQ (SimpleWorker)", 1, "1 worker", max_tasks=500),
     Peer("saq", "saq (1 worker, concurrency 10)", 10, "1 worker"),
     Peer("arq", "arq (burst, poll_delay 10 ms)", 10, "1 worker"),
 ]

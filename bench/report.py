@@ -81,7 +81,7 @@ def markdown(data: dict[str, Any]) -> str:
         w("| workload | concurrency | tasks | median tasks/s | min | max | x peer | x floor "
           "| RT/task | cmd/task |")
         w("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
-        order = {"ours": 0, "floor": 1, "peer": 2}
+        order = {"ours": 0, "diag": 1, "floor": 2, "peer": 3}
         for r in sorted(rows, key=lambda r: (order[r["group"]], r["label"], r["concurrency"])):
             c = r.get("counts") or {}
             label = f"**{r['label']}**" if r["group"] == "ours" else r["label"]

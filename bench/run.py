@@ -31,6 +31,7 @@ RESULTS = BENCH_DIR / "results"
 
 LOCAL_KINDS = [
     ("ours", "taskcustody full cycle", "ours"),
+    ("ours-wallclock", "taskcustody, WallClock (diagnostic)", "diag"),
     ("blpop", "raw BLPOP loop", "floor"),
     ("blmove-lrem", "raw BLMOVE + LREM loop", "floor"),
 ]
@@ -67,12 +68,14 @@ def library_available() -> bool:
 def throughput_configs(args: argparse.Namespace) -> list[dict[str, Any]]:
     configs: list[dict[str, Any]] = []
     for kind, label, group in LOCAL_KINDS:
-        if kind == "ours" and not library_available():
+        if kind.startswith("ours") and not library_available():
             log("  taskcustody is not importable: our rows are skipped")
             continue
         if args.only_kind and kind not in args.only_kind:
             continue
         for conc_label, mode, n in CONCURRENCY:
+            if group == "diag" and n != 1:
+                continue
             configs.append({
                 "key": f"{kind}/{conc_label}", "kind": kind, "label": label, "group": group,
                 "concurrency": conc_label, "tasks": args.tasks,
@@ -108,6 +111,7 @@ def run_throughput(args: argparse.Namespace) -> list[dict[str, Any]]:
                     argv = driver_argv(cfg["peer"], cfg["python"], srv.url, cfg["tasks"])
                 else:
                     argv = [*cfg["argv"], "--url", srv.url, "--tasks", str(cfg["tasks"])]
+                began = time.monotonic()
                 try:
                     res = run_driver(argv, srv, timeout=60 + cfg["tasks"] / 40,
                                      log=lambda m: None)
@@ -126,7 +130,8 @@ def run_throughput(args: argparse.Namespace) -> list[dict[str, Any]]:
                 log(f"  round {rnd + 1}/{args.rounds}: {cfg['label']} [{cfg['concurrency']}]: "
                     f"{res.rate:,.0f} tasks/s"
                     + (f", {res.counts.round_trips:.2f} RT, {res.counts.commands:.2f} cmd per task"
-                       if res.counts else ""))
+                       if res.counts else "")
+                    + f" ({time.monotonic() - began:.1f} s wall)")
     rows = []
     for row in results.values():
         rates = row["rates"]
@@ -193,10 +198,11 @@ def main(argv: list[str] | None = None) -> int:
         data["throughput"] = run_throughput(args)
         section("throughput")
         if args.quick and any(p.max_tasks for p in PEERS):
-            notes.append("--quick caps the slowest peers' drains (RQ: 1,000 tasks).")
+            notes.append("--quick caps the slowest peers' drains: " + ", ".join(
+                f"{p.name} {p.max_tasks:,} tasks" for p in PEERS if p.max_tasks) + ".")
     if "recovery" in parts and library_available():
         sizes = [0, 100_000, 1_000_000]
-        reps = 3 if args.quick else 7
+        reps = 2 if args.quick else 7
         log(f"recovery: {sizes} unrelated keys, {reps} repetitions")
         data["recovery"] = recovery.measure(sizes, reps, log) | {"reps": reps}
         section("recovery")
@@ -206,7 +212,7 @@ def main(argv: list[str] | None = None) -> int:
         log(f"  {json.dumps(data['checker'])[:300]}")
         section("checker")
     if "profile" in parts and library_available():
-        n = 2_000 if args.quick else 10_000
+        n = 1_000 if args.quick else 10_000
         log(f"profile: one worker, {n:,} tasks")
         data["profile"] = profile_cycle.profile(n)
         section("profile")
