@@ -161,6 +161,19 @@ def child(kind: str, url: str, tasks: int, index: int, shared: tuple[Any, Any, A
     run_workload(kind, url, 1, finish, f"p{index}")
 
 
+def committed(kind: str, url: str) -> int | None:
+    """Tasks the queue counted as committed (ours), checked after the drain."""
+    if not kind.startswith("ours"):
+        return None
+    from taskcustody import QueueKeys
+
+    client = redis.Redis.from_url(url)
+    try:
+        return int(client.get(QueueKeys(QUEUE).committed) or 0)
+    finally:
+        client.close()
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--kind", required=True,
@@ -180,7 +193,7 @@ def main() -> None:
         start = time.monotonic()
         run_workload(args.kind, args.url, args.concurrency, finish, "t")
         emit({"event": "done", "tasks": args.tasks, "seconds": finish.end - start,
-              "info": finish.info})
+              "info": finish.info, "committed": committed(args.kind, args.url)})
         return
 
     ctx = mp.get_context("spawn")
@@ -205,7 +218,7 @@ def main() -> None:
         if p.is_alive():
             p.terminate()
     emit({"event": "done", "tasks": args.tasks, "seconds": result["end"] - start,
-          "info": result["info"]})
+          "info": result["info"], "committed": committed(args.kind, args.url)})
 
 
 if __name__ == "__main__":

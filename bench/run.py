@@ -121,6 +121,10 @@ def run_throughput(args: argparse.Namespace) -> list[dict[str, Any]]:
                 row = results.setdefault(cfg["key"], {
                     k: v for k, v in cfg.items() if k not in ("argv", "peer", "python")
                 } | {"rates": [], "counts": None})
+                if res.extra.get("committed") not in (None, cfg["tasks"]):
+                    log(f"  round {rnd + 1}: {cfg['key']}: committed {res.extra['committed']} "
+                        f"of {cfg['tasks']} tasks: not counted")
+                    continue
                 row["rates"].append(res.rate)
                 if row["counts"] is None and res.counts is not None:
                     row["counts"] = res.counts.to_json()
@@ -227,22 +231,27 @@ def main(argv: list[str] | None = None) -> int:
                  + ", ".join(f"{k} {v:.0f} s" for k, v in sections.items()) + ").")
     data["notes"] = notes
 
+    # A partial run (--only, --only-kind, --peers, --skip-peers) never replaces latest.*.
+    partial = bool(args.only or args.only_kind or args.peers or args.skip_peers)
     args.out.mkdir(parents=True, exist_ok=True)
     raw_dir = args.out / "raw"
     raw_dir.mkdir(exist_ok=True)
     stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+    name = stamp + ("-quick" if args.quick else "") + ("-partial" if partial else "")
+    target = raw_dir / name if partial else args.out / "latest"
     payload = json.dumps(data, indent=2, default=str)
-    (raw_dir / f"{stamp}{'-quick' if args.quick else ''}.json").write_text(payload)
-    (args.out / "latest.json").write_text(payload)
+    (raw_dir / f"{name}.json").write_text(payload)
+    json_path = target.with_suffix(".json")
+    json_path.write_text(payload)
     md = report.markdown(data)
-    (args.out / "latest.md").write_text(md + "\n")
-    png = args.out / "latest.png"
+    target.with_suffix(".md").write_text(md + "\n")
+    png = target.with_suffix(".png")
     try:
-        subprocess.run([chart_python(), str(BENCH_DIR / "chart.py"),
-                        str(args.out / "latest.json"), str(png)], check=True)
-        log(f"wrote {args.out / 'latest.md'} and {png}")
+        subprocess.run([chart_python(), str(BENCH_DIR / "chart.py"), str(json_path), str(png)],
+                       check=True)
+        log(f"wrote {target.with_suffix('.md')} and {png}")
     except (subprocess.CalledProcessError, OSError) as exc:
-        log(f"wrote {args.out / 'latest.md'}; chart failed: {exc}")
+        log(f"wrote {target.with_suffix('.md')}; chart failed: {exc}")
     print(md)
     return 0
 
