@@ -125,6 +125,19 @@ def markdown(data: dict[str, Any]) -> str:
             w(f"| {r['label']} | {r['concurrency']} | {c['round_trips']:.2f} | "
               f"{c['commands']:.2f} | {c['scripts']:.2f} | {top} |")
         w("")
+        ours = next((r for r in rows if r["group"] == "ours" and r.get("counts")), None)
+        if ours:
+            per = ours["counts"]["by_command"]
+            w("Our cycle, per task: " + ", ".join(f"`{k.upper()}` {v:.2f}" for k, v in per.items()
+                                                  if v >= 0.5) + ". "
+              "Commands inside the release script are counted by Redis as commands too; the "
+              "script is one request.")
+            if per.get("time", 0) >= 0.5:
+                w("`TIME` once per task: the processing record's timestamp comes from the "
+                  "server's `RedisClock`, which asks Redis, and the worker waits for that reply "
+                  "before it can send the record: one more round trip per task (see the "
+                  "WallClock diagnostic row, which differs only in that).")
+            w("")
     rec = data.get("recovery")
     if rec and rec.get("rows"):
         w("## Recovery cost")
@@ -203,5 +216,41 @@ def markdown(data: dict[str, Any]) -> str:
         w("")
         for n in notes:
             w(f"- {n}")
+        w("")
+    return "\n".join(out)
+
+
+def summary(data: dict[str, Any]) -> str:
+    """The short form for the README: one table, the goal, recovery, and where the figures are."""
+    meta = data["meta"]
+    rows: list[dict[str, Any]] = data.get("throughput", [])
+    out: list[str] = []
+    w = out.append
+    w(f"Latest run: {meta['date']}, `{meta['command']}`, {meta['cpus']} cores shared with "
+      f"Redis {meta['redis_version']} (load average {meta['load_before'].split()[0]} at the "
+      f"start), {meta['tasks']:,} no-op tasks, median of {meta['rounds']} round(s). Full tables: "
+      "[bench/results/latest.md](bench/results/latest.md).")
+    w("")
+    w("![throughput and recovery cost](bench/results/latest.png)")
+    w("")
+    if rows:
+        w("| workload | concurrency | tasks/s (median) | x fastest peer | x BLMOVE+LREM floor "
+          "| round trips/task | commands/task |")
+        w("|---|---|---:|---:|---:|---:|---:|")
+        order = {"ours": 0, "diag": 1, "floor": 2, "peer": 3}
+        for r in sorted(rows, key=lambda r: (order[r["group"]], -r["median"])):
+            if r["group"] == "diag":
+                continue
+            c = r.get("counts") or {}
+            label = f"**{r['label']}**" if r["group"] == "ours" else r["label"]
+            w(f"| {label} | {r['concurrency']} | {_f(r['median'])} | "
+              f"{_ratio(r.get('vs_peer'))} | {_ratio(r.get('vs_floor'))} | "
+              f"{_f(c.get('round_trips'), 1)} | {_f(c.get('commands'), 1)} |")
+        w("")
+    rec = data.get("recovery")
+    if rec and rec.get("rows"):
+        parts = [f"{r['unrelated_keys']:,} keys: {r['ours']['median_ms']:.1f} ms "
+                 f"(SCAN-based: {r['scan']['median_ms']:.1f} ms)" for r in rec["rows"]]
+        w("Recovering a dead server's in-flight lists: " + "; ".join(parts) + ".")
         w("")
     return "\n".join(out)

@@ -182,7 +182,9 @@ def main(argv: list[str] | None = None) -> int:
                    + (f" --tasks {args.tasks}" if args.tasks not in (2_000, 20_000) else ""),
         "commit": git_commit(), "cpus": os.cpu_count(), "python": platform.python_version(),
         "quick": args.quick, "tasks": args.tasks, "rounds": args.rounds,
-        "load_before": loadavg(), "loaded_note": args.loaded,
+        "load_before": loadavg(),
+        # say so when asked, or when the 1-minute load average already exceeds the core count
+        "loaded_note": args.loaded or os.getloadavg()[0] > (os.cpu_count() or 1),
     }}
     with RedisServer(debug_command=False) as probe:
         data["meta"]["redis_version"] = probe.version
@@ -245,6 +247,8 @@ def main(argv: list[str] | None = None) -> int:
     json_path.write_text(payload)
     md = report.markdown(data)
     target.with_suffix(".md").write_text(md + "\n")
+    if not partial:
+        (args.out / "summary.md").write_text(report.summary(data) + "\n")
     png = target.with_suffix(".png")
     try:
         subprocess.run([chart_python(), str(BENCH_DIR / "chart.py"), str(json_path), str(png)],
