@@ -23,14 +23,36 @@ class WallClock:
 
 
 class RedisClock:
-    """Redis `TIME`: one timeline for all hosts, whatever their clocks say (production default)."""
+    """Redis `TIME`: one timeline for all hosts, whatever their clocks say (production default).
 
-    def __init__(self, client: redis.Redis) -> None:
+    Asking Redis on every call would add a round trip to every task (the processing record's
+    start time), so the offset between Redis time and the local monotonic clock is measured once
+    and re-measured every `resync` seconds; in between, now() costs no I/O.
+    """
+
+    def __init__(self, client: redis.Redis, resync: float = 5.0) -> None:
         self._client = client
+        self._resync = resync
+        self._lock = threading.Lock()
+        self._offset = 0.0
+        self._synced_at: float | None = None
 
-    def now(self) -> float:
+    def _redis_time(self) -> float:
         seconds, micros = self._client.time()
         return float(seconds) + float(micros) / 1_000_000
+
+    def now(self) -> float:
+        local = time.monotonic()
+        with self._lock:
+            if self._synced_at is None or local - self._synced_at >= self._resync:
+                before = time.monotonic()
+                remote = self._redis_time()
+                after = time.monotonic()
+                # Redis read its clock somewhere inside the round trip: assume the middle.
+                self._offset = remote - (before + after) / 2
+                self._synced_at = after
+                local = after
+            return local + self._offset
 
 
 class ManualClock:
