@@ -37,13 +37,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import redis
+from taskcustody_model import protocol as _model_protocol
+from taskcustody_model import state as _model_state
 from taskcustody_model.invariants import check_invariants, check_transition, is_done
 from taskcustody_model.protocol import Action, Config, apply, enabled_actions, is_dead
 from taskcustody_model.state import (
     CLAIMED,
     CRASHED,
     DIRTY,
-    EXECUTED,
     IDLE,
     RECORDED,
     RUNNING,
@@ -65,6 +66,7 @@ from taskcustody_model.state import (
 )
 from taskcustody_model.variants import variant as model_variant
 
+from .. import scripts
 from ..clock import ManualClock
 from ..envelope import Task
 from ..errors import ServerIdHeld, Superseded
@@ -76,7 +78,11 @@ from ..settings import Settings
 from ..worker import Outcome, Worker
 from . import faults
 
-#: One model tick of the clock, in seconds. The model's TTL is 2 ticks.
+#: Older model versions had a separate `execute` step (phase EXECUTED); newer ones execute inside
+#: `release`. The harness follows whichever the model has.
+EXECUTED: int | None = getattr(_model_state, "EXECUTED", None)
+
+#: One model tick of the clock, in seconds. Server TTL = the model's TTL in ticks.
 TICK = 5.0
 
 #: Settings whose timing matches the model: deadlines are whole ticks, a drain moves one task per
@@ -227,6 +233,9 @@ class Harness:
         """The model's initial state, made real: every task enqueued (t0 first, so it is taken
         first), every server claimed, startup-drained, its workers registered and reconciled."""
         self.admin.flushall()
+        # Workers release with EVALSHA and fall back to EVAL on NOSCRIPT. Load the script up
+        # front, so that a dropped release reply is always the reply of a release that ran.
+        self.admin.script_load(scripts.RELEASE)
         producer = Producer(self.admin, self.keys, self.clock)
         for t in range(self.bounds.tasks):
             producer.enqueue({"n": t}, task_id=self.task_id(t))
@@ -356,8 +365,7 @@ class Harness:
             self.procs[s][i].stalled = False
             self._model(action)
         elif name == "advance_clock":
-            self.clock.advance(TICK)
-            self._model(action)
+            self._advance_clock(action)
         elif command == "heartbeat":
             self._heartbeat(action, variant)
         elif command == "claim":
@@ -370,6 +378,29 @@ class Harness:
         else:
             raise ValueError(f"the harness cannot perform {action!r}")
         self._settle()
+
+    def _advance_clock(self, action: Action) -> None:
+        """One tick. Healthy processes (not stalled, not superseded, holding their id's
+        registration) heartbeat far more often than the TTL; the model folds those renewals into
+        the tick (if its version does: `_renewed`), so the harness heartbeats them right after
+        the clock moves."""
+        renewed = getattr(_model_protocol, "_renewed", None)
+        beating = []
+        if renewed is not None:
+            for s, slots in enumerate(self.procs):
+                reg = self.state.registry[s]
+                for slot in slots:
+                    # (a renewal keeps the deadline where it is: a lapsed registration is
+                    # renewed only by the model's own `heartbeat` action)
+                    if reg is not None and reg.deadline == TTL \
+                            and renewed(self.state, s, reg.inc) \
+                            and slot.model_inc == reg.inc and not slot.stalled \
+                            and not slot.server.superseded:
+                        beating.append(slot)
+        self.clock.advance(TICK)
+        for slot in beating:
+            slot.server.heartbeat()
+        self._model(action)
 
     def _crash_worker(self, ws: WorkerSlot) -> None:
         if ws.worker is not None:
@@ -422,9 +453,13 @@ class Harness:
         elif command == "execute":
             assert ws.task is not None
             ws.outcome = worker.execute(ws.task)
+            assert EXECUTED is not None
             ws.stage = EXECUTED
         elif command == "release":
-            assert ws.task is not None and ws.outcome is not None
+            assert ws.task is not None
+            if ws.outcome is None:  # the model's release includes the handler's execution
+                ws.outcome = worker.execute(ws.task)
+            assert ws.outcome is not None
             if lost:
                 # The release's reply, or the deferred record reply read just before it: either
                 # way the script ran and the worker cannot know whether it committed.
@@ -813,7 +848,7 @@ class Harness:
 def _double_assigned(state: State) -> int:
     held: Counter[int] = Counter(
         w.task for procs in state.processes for p in procs for w in p.workers
-        if w.phase in (TAKEN, RECORDED, EXECUTED)
+        if w.phase in (TAKEN, RECORDED) or (EXECUTED is not None and w.phase == EXECUTED)
     )
     return sum(1 for v in held.values() if v > 1)
 

@@ -1,0 +1,242 @@
+"""DEMONSTRATIONS ONLY: the broken designs of `protocol.md`, as subclasses of Server and Worker.
+
+Never use these classes: each one is a plausible change that breaks a property of the protocol.
+They exist to show what goes wrong (`taskcustody verify --variant NAME` prints the counterexample)
+and to prove the checker's power: the conformance machine must fail on every one of them, with a
+short counterexample (`tests/stateful/test_finds_the_bugs.py`).
+
+The names are the model's variant names (`taskcustody_model.variants`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import redis
+
+from .. import recovery, scripts
+from ..clock import Clock
+from ..envelope import Task, decode
+from ..keys import QueueKeys
+from ..recovery import RecoveryReport, ServerIdentity
+from ..server import Server
+from ..settings import Settings
+from ..worker import Release, Worker
+
+
+class BlpopTakeWorker(Worker):
+    """1. The old design: BRPOP takes the task out of Redis into the worker's hands and the
+    processing record is written afterwards. A lost reply destroys the task."""
+
+    def take(self, timeout: float | None = None) -> Task | None:
+        block = self.settings.block_timeout if timeout is None else timeout
+        try:
+            reply = self._call("BRPOP", self.keys.queue, block)
+        except (redis.ConnectionError, redis.TimeoutError):
+            self.dirty = True
+            raise
+        return None if reply is None else decode(reply[1])
+
+    def release(self, task: Task, outcome: Any) -> Release:
+        self._call("EVAL", _COMMIT_WITHOUT_CUSTODY, 3, self.keys.processing, self.keys.committed,
+                   self.keys.commit_log, task.id)
+        return Release(True, 0, "committed")
+
+
+_COMMIT_WITHOUT_CUSTODY = """
+redis.call('HDEL', KEYS[1], ARGV[1])
+redis.call('INCR', KEYS[2])
+redis.call('HINCRBY', KEYS[3], ARGV[1], 1)
+return 1
+"""
+
+
+class NoReleaseWorker(Worker):
+    """2. The release forgets the LREM: the task stays in custody after it committed, and the
+    next drain of the list runs it again."""
+
+    def _release_raw(self, raw: bytes, task_id: str, action: str, data: str) -> Release:
+        keys = self.keys
+        script = scripts.RELEASE.replace("local held = redis.call('LREM', KEYS[1], 1, ARGV[1])",
+                                         "local held = 1")
+        held, remaining = self._call(
+            "EVAL", script, 7, self.list_key, keys.processing, keys.queue, keys.dead_letters,
+            keys.committed, keys.commit_log, keys.result(task_id or "-"), raw, task_id, action,
+            data, self.settings.result_ttl, 1 if self.settings.track_commits else 0,
+        )
+        return Release(bool(held), int(remaining), "committed")
+
+
+class _DemoServer(Server):
+    worker_class: type[Worker] = Worker
+
+    def make_worker(self, index: int) -> Worker:
+        from ..keys import ListOwner
+
+        owner = ListOwner(self.server_id, self.identity.incarnation, f"w{index}")
+        return self.worker_class(self.client, self.keys, owner, self.handler, self.clock,
+                                 self.settings)
+
+
+class BlpopTakeServer(_DemoServer):
+    worker_class = BlpopTakeWorker
+
+
+class NoReleaseServer(_DemoServer):
+    worker_class = NoReleaseWorker
+
+
+class SweepDrainsLiveServer(Server):
+    """3. The periodic sweep drains every list, its own and live servers' included
+    (`include_self` wrong one way, and no liveness check): a live worker's task goes back to the
+    queue while it executes it."""
+
+    def sweep(self) -> RecoveryReport:
+        report = RecoveryReport()
+        now = self.clock.now()
+        report.pruned = recovery.prune_inactive_servers(self.client, self.keys, now)
+        for key in recovery.registered_lists(self.client, self.keys):
+            moved = recovery.drain_inflight(self.client, self.keys, key, now, force=True,
+                                            chunk=self.settings.drain_chunk)
+            if moved:
+                report.drained_lists[key] = moved
+        report.requeued_stuck, report.stale_records = self.requeue_stuck_processing_tasks()
+        return report
+
+
+class StartupSkipsOwnServer(Server):
+    """4. The startup drain skips the own id's lists (`include_self` wrong the other way): debris
+    of the previous run of this id stays parked forever."""
+
+    def startup_drain(self) -> dict[str, int]:
+        return recovery.recover_inflight(
+            self.client, self.keys, self.clock.now(), self.identity, include_self=False,
+            chunk=self.settings.drain_chunk,
+        )
+
+
+_REQUEUE_KEEPING_CUSTODY = scripts.REQUEUE_STUCK.replace(
+    "    redis.call('LREM', KEYS[3], 1, raw)\n", ""
+)
+
+
+class ProcessingSweepNoCustodyServer(Server):
+    """5. The processing sweep requeues a stuck task without removing it from its holder's list:
+    the task is queued and in custody at once, and a drain queues it a second time."""
+
+    def requeue_stuck_processing_tasks(self) -> tuple[int, int]:
+        now, me = self.clock.now(), self.identity
+        requeued = stale = 0
+        for task_id, value in self.client.hgetall(self.keys.processing).items():
+            list_key, _ = recovery.parse_record(value)
+            owner = self.keys.owner_of(list_key)
+            if owner.server_id == me.server_id:
+                continue
+            result = int(self.client.eval(
+                _REQUEUE_KEEPING_CUSTODY, 5, self.keys.processing, self.keys.queue, list_key,
+                self.keys.servers, self.keys.incarnations, recovery._text(task_id),
+                owner.server_id, owner.incarnation, repr(now),
+            ))
+            requeued += result == 1
+            stale += result == 2
+        return requeued, stale
+
+    def sweep(self) -> RecoveryReport:
+        report = RecoveryReport()
+        now = self.clock.now()
+        report.pruned = recovery.prune_inactive_servers(self.client, self.keys, now)
+        report.drained_lists = recovery.recover_inflight(
+            self.client, self.keys, now, self.identity, include_self=False,
+            chunk=self.settings.drain_chunk)
+        report.requeued_stuck, report.stale_records = self.requeue_stuck_processing_tasks()
+        return report
+
+
+def _unbounded_drain(client: redis.Redis, keys: QueueKeys, list_key: str, now: float, *,
+                     force: bool, chunk: int = 100) -> int:
+    """6. Drains until the list is empty: no end while something keeps appending."""
+    owner = keys.owner_of(list_key)
+    moved = 0
+    while int(client.llen(list_key)) > 0:
+        step = int(client.eval(
+            scripts.DRAIN_CHUNK, 5, list_key, keys.queue, keys.processing, keys.servers,
+            keys.incarnations, chunk, owner.server_id, owner.incarnation, repr(now),
+            "force" if force else "dead-only",
+        ))
+        if step <= 0:
+            break
+        moved += step
+    return moved
+
+
+class UnboundedDrainServer(Server):
+    """6. A drain that loops until the list is empty (see `_unbounded_drain`)."""
+
+    def sweep(self) -> RecoveryReport:
+        original = recovery.drain_inflight
+        recovery.drain_inflight = _unbounded_drain
+        try:
+            return super().sweep()
+        finally:
+            recovery.drain_inflight = original
+
+    def startup_drain(self) -> dict[str, int]:
+        original = recovery.drain_inflight
+        recovery.drain_inflight = _unbounded_drain
+        try:
+            return super().startup_drain()
+        finally:
+            recovery.drain_inflight = original
+
+
+class DrainBeforePruneServer(Server):
+    """7. The sweep decides who is dead by registry membership and drains before it prunes: a
+    server that expired since the last pass still looks registered, and its lists wait a whole
+    period longer."""
+
+    def sweep(self) -> RecoveryReport:
+        report = RecoveryReport()
+        now = self.clock.now()
+        members = {recovery._text(s) for s in self.client.zrange(self.keys.servers, 0, -1)
+                   if isinstance(s, (bytes, str))}
+        incs = {recovery._text(k): int(v)
+                for k, v in self.client.hgetall(self.keys.incarnations).items()}
+        live = {ServerIdentity(s, incs[s]) for s in members if s in incs}
+        for key in recovery.registered_lists(self.client, self.keys):
+            owner = self.keys.owner_of(key)
+            if owner.server_id == self.server_id:
+                continue
+            if ServerIdentity(owner.server_id, owner.incarnation) in live:
+                continue
+            moved = recovery.drain_inflight(self.client, self.keys, key, now, force=True,
+                                            chunk=self.settings.drain_chunk)
+            if moved:
+                report.drained_lists[key] = moved
+        report.pruned = recovery.prune_inactive_servers(self.client, self.keys, now)
+        report.requeued_stuck, report.stale_records = self.requeue_stuck_processing_tasks()
+        return report
+
+
+BROKEN: dict[str, type[Server]] = {
+    "blpop-take": BlpopTakeServer,
+    "no-release": NoReleaseServer,
+    "sweep-drains-live": SweepDrainsLiveServer,
+    "startup-skips-own": StartupSkipsOwnServer,
+    "processing-sweep-no-custody": ProcessingSweepNoCustodyServer,
+    "unbounded-drain": UnboundedDrainServer,
+    "drain-before-prune": DrainBeforePruneServer,
+}
+
+
+def server_factory(name: str) -> Callable[..., Server]:
+    """A harness server factory building the named broken design (or the real one for
+    "correct")."""
+    cls: type[Server] = Server if name == "correct" else BROKEN[name]
+
+    def make(client: redis.Redis, keys: QueueKeys, server_id: str, *, settings: Settings,
+             clock: Clock, workers: int) -> Server:
+        return cls(client, keys, server_id, lambda payload: payload, workers=workers,
+                   settings=settings, clock=clock)
+
+    return make

@@ -1,0 +1,210 @@
+"""The Hypothesis state machine: a rule for every action and fault of the model.
+
+Each rule picks one of the model's enabled actions of its kind (which worker, which server) and
+performs it through `Harness.step`; after every step `Harness.check` compares the real Redis
+state with the model's and checks every property on both. At teardown faults stop, recovery and
+workers run until quiescent, and the eventual properties are checked.
+
+`build_machine` returns a fresh `RuleBasedStateMachine` subclass bound to a backend (a client
+factory), bounds and an implementation (the real one or a broken demonstration); pytest and
+`taskcustody verify` both use it.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import redis
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+from taskcustody_model.protocol import Action
+from taskcustody_model.state import Bounds
+
+from .broken import server_factory
+from .harness import Harness, StepRecord
+
+ClientFactory = Callable[[], redis.Redis]
+
+
+@dataclass
+class RunStats:
+    """Totals over every example of a run (Hypothesis's `event` counts examples, not steps)."""
+
+    examples: int = 0
+    steps: int = 0
+    recovery_steps: int = 0
+    seconds_in_steps: float = 0.0
+    faults: Counter[str] = field(default_factory=Counter)
+    tallies: Counter[str] = field(default_factory=Counter)
+    last_steps: list[StepRecord] = field(default_factory=list)
+    last_error: str = ""
+
+    def add(self, h: Harness) -> None:
+        self.examples += 1
+        self.steps += len(h.steps)
+        self.seconds_in_steps += h.seconds
+        self.faults.update(h.counts)
+        self.last_steps = list(h.steps)
+
+
+def build_machine(
+    make_client: ClientFactory,
+    *,
+    bounds: Bounds | None = None,
+    implementation: str = "correct",
+    real_redis: bool = False,
+    stats: RunStats | None = None,
+) -> type[RuleBasedStateMachine]:
+    run_stats = stats if stats is not None else RunStats()
+    factory = server_factory(implementation)
+    the_bounds = bounds or Bounds(tasks=3, servers=2, workers=2, faults=3)
+
+    class CustodyMachine(RuleBasedStateMachine):
+        """The model drives the real implementation."""
+
+        stats = run_stats
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.h = Harness(make_client, the_bounds, server_factory=factory,
+                             real_redis=real_redis)
+            self.failed = False
+
+        @initialize()
+        def setup(self) -> None:
+            self.h.setup()
+
+        # -- helpers --------------------------------------------------------------------------
+
+        def _of(self, name: str, command: str = "") -> list[Action]:
+            return [a for a in self.h.enabled()
+                    if a.name == name and (not command or a.command == command)]
+
+        def _do(self, data: st.DataObject, name: str, command: str = "", *,
+                drop_at: int = 0) -> None:
+            options = self._of(name, command)
+            action = options[data.draw(st.integers(0, len(options) - 1), label="which")]
+            variant = data.draw(st.integers(0, 5), label="variant") if action.is_fault or \
+                name == "heartbeat" else 0
+            self.failed = True  # until the step and its check succeed
+            self.h.step(action, drop_at=drop_at, variant=variant)
+            self.failed = False
+
+        def _has(self, name: str, command: str = "") -> bool:
+            return bool(self._of(name, command))
+
+        # -- worker steps ---------------------------------------------------------------------
+
+        @precondition(lambda self: self._has("take"))
+        @rule(data=st.data())
+        def take(self, data: st.DataObject) -> None:
+            self._do(data, "take")
+
+        @precondition(lambda self: self._has("record"))
+        @rule(data=st.data())
+        def record(self, data: st.DataObject) -> None:
+            self._do(data, "record")
+
+        @precondition(lambda self: self._has("execute"))
+        @rule(data=st.data())
+        def execute(self, data: st.DataObject) -> None:
+            self._do(data, "execute")
+
+        @precondition(lambda self: self._has("release"))
+        @rule(data=st.data())
+        def release(self, data: st.DataObject) -> None:
+            self._do(data, "release")
+
+        @precondition(lambda self: self._has("reconcile"))
+        @rule(data=st.data())
+        def reconcile(self, data: st.DataObject) -> None:
+            self._do(data, "reconcile")
+
+        @precondition(lambda self: self._has("restart_worker"))
+        @rule(data=st.data())
+        def restart_worker(self, data: st.DataObject) -> None:
+            self._do(data, "restart_worker")
+
+        # -- server steps ---------------------------------------------------------------------
+
+        @precondition(lambda self: self._has("claim"))
+        @rule(data=st.data())
+        def claim(self, data: st.DataObject) -> None:
+            self._do(data, "claim")
+
+        @precondition(lambda self: self._has("startup_drain"))
+        @rule(data=st.data(), drop_at=st.integers(0, 3))
+        def startup_drain(self, data: st.DataObject, drop_at: int) -> None:
+            self._do(data, "startup_drain", drop_at=drop_at)
+
+        @precondition(lambda self: self._has("heartbeat"))
+        @rule(data=st.data())
+        def heartbeat(self, data: st.DataObject) -> None:
+            self._do(data, "heartbeat")
+
+        @precondition(lambda self: self._has("sweep"))
+        @rule(data=st.data(), drop_at=st.integers(0, 3))
+        def sweep(self, data: st.DataObject, drop_at: int) -> None:
+            self._do(data, "sweep", drop_at=drop_at)
+
+        @precondition(lambda self: self._has("requeue_stuck_processing_tasks"))
+        @rule(data=st.data())
+        def requeue_stuck_processing_tasks(self, data: st.DataObject) -> None:
+            self._do(data, "requeue_stuck_processing_tasks")
+
+        @precondition(lambda self: self._has("resume_server"))
+        @rule(data=st.data())
+        def resume_server(self, data: st.DataObject) -> None:
+            self._do(data, "resume_server")
+
+        @precondition(lambda self: self._has("advance_clock"))
+        @rule(data=st.data())
+        def advance_clock(self, data: st.DataObject) -> None:
+            self._do(data, "advance_clock")
+
+        # -- faults ---------------------------------------------------------------------------
+
+        @precondition(lambda self: self._has("dropped_reply"))
+        @rule(data=st.data())
+        def dropped_reply(self, data: st.DataObject) -> None:
+            self._do(data, "dropped_reply")
+
+        @precondition(lambda self: self._has("crash_worker"))
+        @rule(data=st.data())
+        def crash_worker(self, data: st.DataObject) -> None:
+            self._do(data, "crash_worker")
+
+        @precondition(lambda self: self._has("crash_server"))
+        @rule(data=st.data())
+        def crash_server(self, data: st.DataObject) -> None:
+            self._do(data, "crash_server")
+
+        @precondition(lambda self: self._has("stall_server"))
+        @rule(data=st.data())
+        def stall_server(self, data: st.DataObject) -> None:
+            self._do(data, "stall_server")
+
+        # -- after every step -----------------------------------------------------------------
+
+        @invariant()
+        def real_state_matches_the_model(self) -> None:
+            self.failed = True
+            self.h.check()
+            self.failed = False
+
+        def teardown(self) -> None:
+            try:
+                if not self.failed:  # a failed step is the finding; recovery would mask it
+                    run_stats.recovery_steps += self.h.recover()
+                    run_stats.tallies.update(self.h.tallies())
+            finally:
+                run_stats.add(self.h)
+                self.h.close()
+
+    return CustodyMachine
+
+
+def describe_steps(steps: list[StepRecord]) -> list[str]:
+    return [f"{s.index}. {s.text}" for s in steps]
