@@ -1,0 +1,259 @@
+"""Explicit-state model checker: breadth-first over every state reachable within the bounds.
+
+- States are canonicalised under symmetry (``symmetry.py``) before they are hashed, so each class
+  of interchangeable states is explored once.
+- Breadth-first order makes the first violation found one with a shortest trace.
+- Safety: every new state is checked against ``INVARIANTS``, every step against the promptness
+  of recovery.  A violating state is not expanded further.
+- Eventual property: after the search, backward reachability over the explored graph restricted
+  to non-fault steps, from the states where recovery is done (``is_done``).  This is exact, not a
+  heuristic: a non-fault step never spends fault budget, so every state a fault-free continuation
+  can reach from an explored state was itself explored, and the recovery graph is closed inside
+  the explored set.  An explored state that cannot reach a done state is a violation.
+"""
+
+from __future__ import annotations
+
+import time
+from array import array
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from .invariants import check_invariants, check_transition, is_done
+from .protocol import Action, Config, apply, enabled_actions
+from .state import Bounds, State, initial_state
+from .symmetry import canonical, exact_canonical
+from .variants import variant as variant_named
+
+
+@dataclass(frozen=True)
+class Step:
+    action: Action
+    state: State  # the state after the action (names as in the replayed run, not canonical)
+
+
+@dataclass(frozen=True)
+class Trace:
+    property: str
+    message: str
+    initial: State
+    steps: tuple[Step, ...]
+    eventual: bool  # True: the last state cannot recover (not: the last step broke a property)
+
+    def __len__(self) -> int:
+        return len(self.steps)
+
+
+@dataclass(frozen=True)
+class Progress:
+    distinct_states: int
+    states_generated: int
+    depth: int
+    queued: int
+    seconds: float
+    phase: str  # "safety" or "eventual"
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    ok: bool
+    variant: str
+    bounds: Bounds
+    distinct_states: int
+    states_generated: int
+    depth: int
+    seconds: float
+    violation: Trace | None
+    property: str | None  # name of the violated property, None when ok
+
+    @property
+    def states_per_second(self) -> float:
+        return self.distinct_states / self.seconds if self.seconds > 0 else 0.0
+
+
+def check(
+    bounds: Bounds,
+    variant: str = "correct",
+    progress: Callable[[Progress], None] | None = None,
+    progress_every: float = 2.0,
+    eventual: bool = True,
+) -> CheckResult:
+    """Explore every state reachable within ``bounds`` under ``variant``; check all properties."""
+    config = Config(bounds, variant_named(variant))
+    n_workers = bounds.workers
+    start = time.monotonic()
+    next_report = start + progress_every
+
+    init = canonical(initial_state(bounds), n_workers)
+    index: dict[State, int] = {init: 0}
+    states: list[State] = [init]
+    parent = array("l", [-1])
+    via: list[Action | None] = [None]
+    depth = array("l", [0])
+    # the non-fault edges, for the eventual property
+    rec_src = array("l")
+    rec_dst = array("l")
+    generated = 1  # the initial state
+
+    def result(violation: Trace | None) -> CheckResult:
+        return CheckResult(
+            ok=violation is None,
+            variant=variant,
+            bounds=bounds,
+            distinct_states=len(states),
+            states_generated=generated,
+            depth=max(depth),
+            seconds=time.monotonic() - start,
+            violation=violation,
+            property=None if violation is None else violation.property,
+        )
+
+    head = 0
+    while head < len(states):
+        sid = head
+        st = states[head]
+        head += 1
+        if progress is not None and head % 512 == 0 and time.monotonic() >= next_report:
+            next_report = time.monotonic() + progress_every
+            progress(
+                Progress(
+                    len(states), generated, depth[sid], len(states) - head,
+                    time.monotonic() - start, "safety",
+                )
+            )
+        d1 = depth[sid] + 1
+        for action in enabled_actions(st, config):
+            nxt = apply(st, action, config)
+            generated += 1
+            bad = check_transition(st, action, config)
+            if bad is not None:
+                return result(_trace(index, states, parent, via, sid, action, bad, config, False))
+            # Most successors are met again and again (interleavings commute): look the raw
+            # state up first, and remember it as an alias of its canonical form.
+            j = index.get(nxt)
+            if j is None:
+                c = canonical(nxt, n_workers)
+                j = index.get(c)
+                if j is not None:
+                    index[nxt] = j
+            if j is None:
+                j = len(states)
+                index[c] = j
+                index[nxt] = j
+                states.append(c)
+                parent.append(sid)
+                via.append(action)
+                depth.append(d1)
+                bad = check_invariants(c, config)
+                if bad is not None:
+                    return result(_trace(index, states, parent, via, j, None, bad, config, False))
+            if not action.is_fault:
+                rec_src.append(sid)
+                rec_dst.append(j)
+
+    if eventual:
+        stuck = _unrecoverable(states, rec_src, rec_dst)
+        if stuck is not None:
+            msg = (
+                "once faults stop, no continuation commits every task exactly once and leaves "
+                "queue, in-flight lists, processing records and server registry clean"
+            )
+            return result(
+                _trace(
+                    index, states, parent, via, stuck, None, ("eventual-recovery", msg), config,
+                    True,
+                )
+            )
+    return result(None)
+
+
+def _unrecoverable(states: list[State], src: array[int], dst: array[int]) -> int | None:
+    """The first (so: shallowest) state that cannot reach a done state by non-fault steps."""
+    n = len(states)
+    # reverse adjacency in compressed form: preds of v are pred[offset[v]:offset[v+1]]
+    offset = array("l", [0]) * (n + 1)
+    for v in dst:
+        offset[v + 1] += 1
+    for v in range(n):
+        offset[v + 1] += offset[v]
+    fill = array("l", offset)
+    pred = array("l", [0]) * len(dst)
+    for u, v in zip(src, dst):
+        pred[fill[v]] = u
+        fill[v] += 1
+    good = bytearray(n)
+    todo = [j for j in range(n) if is_done(states[j])]
+    for j in todo:
+        good[j] = 1
+    while todo:
+        v = todo.pop()
+        for k in range(offset[v], offset[v + 1]):
+            u = pred[k]
+            if not good[u]:
+                good[u] = 1
+                todo.append(u)
+    for j in range(n):
+        if not good[j]:
+            return j
+    return None
+
+
+def _trace(
+    index: dict[State, int],
+    states: list[State],
+    parent: array[int],
+    via: list[Action | None],
+    last: int,
+    extra: Action | None,
+    bad: tuple[str, str],
+    config: Config,
+    eventual: bool,
+) -> Trace:
+    """The path to ``last`` (plus ``extra``), replayed from the real initial state so that the
+    names of servers, workers and tasks stay stable along the trace (canonical states rename
+    them); the violation message is recomputed on the replayed state, in its names."""
+    n_workers = config.bounds.workers
+
+    def lookup(st: State) -> int | None:
+        j = index.get(st)
+        return j if j is not None else index.get(canonical(st, n_workers))
+
+    path: list[int] = []
+    j = last
+    while j > 0:
+        path.append(j)
+        j = parent[j]
+    path.reverse()
+    init = initial_state(config.bounds)
+    cur = init
+    steps: list[Step] = []
+    for j in path:
+        candidates = [(a, apply(cur, a, config)) for a in enabled_actions(cur, config)]
+        match = next(((a, nxt) for a, nxt in candidates if lookup(nxt) == j), None)
+        if match is None:
+            # canonical() picks one representative per class only up to ties; fall back on the
+            # exact (slow) representative to recognise the step
+            want = exact_canonical(states[j], n_workers)
+            match = next(
+                (a, nxt) for a, nxt in candidates if exact_canonical(nxt, n_workers) == want
+            )
+        steps.append(Step(*match))
+        cur = match[1]
+    name, message = bad
+    if extra is not None:
+        # the breaking step came from the canonical state; find the same kind of step from ours
+        for action in enabled_actions(cur, config):
+            if action.name != extra.name:
+                continue
+            broken = check_transition(cur, action, config)
+            if broken is not None and broken[0] == name:
+                steps.append(Step(action, apply(cur, action, config)))
+                message = broken[1]
+                break
+        else:  # pragma: no cover
+            raise AssertionError("trace replay failed")
+    elif not eventual:
+        again = check_invariants(cur, config)
+        if again is not None:
+            name, message = again
+    return Trace(name, message, init, tuple(steps), eventual)

@@ -1,0 +1,159 @@
+"""The properties of ``protocol.md`` as plain functions.
+
+Safety properties are functions of one state (or, for the promptness of recovery, of one step)
+returning a violation message or ``None``.  The eventual property is ``is_done`` (a quiescent state
+where recovery has finished); the checker asks whether every reachable state can still reach one
+once faults stop.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from .protocol import Action, Config, is_dead, pass_selection
+from .state import CLAIMED, HOLDING, State
+
+Violation = tuple[str, str]  # (property name, message)
+
+
+def _places(state: State, config: Config) -> list[int]:
+    """How many places hold each task: the queue and the in-flight lists (and, in the BLPOP
+    design, a worker's memory: that design has no list to hold a task in transit)."""
+    count = [0] * len(state.committed)
+    for t in state.queue:
+        count[t] += 1
+    for _, tasks in state.lists:
+        for t in tasks:
+            count[t] += 1
+    if not config.variant.take_into_list:
+        for t in _in_hands(state):
+            count[t] += 1
+    return count
+
+
+def _in_hands(state: State) -> list[int]:
+    return [
+        w.task
+        for procs in state.processes
+        for proc in procs
+        for w in proc.workers
+        if w.phase in HOLDING
+    ]
+
+
+def no_loss(state: State, config: Config) -> str | None:
+    """Every enqueued task that has not committed is somewhere recoverable."""
+    count = _places(state, config)
+    for t, commits in enumerate(state.committed):
+        if commits == 0 and count[t] == 0:
+            if not config.variant.take_into_list and state.records[t] is not None:
+                continue  # BLPOP design: the processing record is its (only) recovery path
+            return f"task {t} is lost: not committed, not in the queue, not in any in-flight list"
+    return None
+
+
+def no_duplication(state: State, config: Config) -> str | None:
+    """No task id appears twice across the queue and the in-flight lists, and a committed task
+    appears nowhere (it would run again)."""
+    count = _places(state, config)
+    for t, commits in enumerate(state.committed):
+        if count[t] > 1:
+            return f"task {t} is in {count[t]} places at once"
+        if commits and count[t]:
+            return f"task {t} has committed but is still queued or in custody"
+    return None
+
+
+def no_double_commit(state: State, config: Config) -> str | None:
+    for t, commits in enumerate(state.committed):
+        if commits > 1:
+            return f"task {t} committed {commits} times"
+    return None
+
+
+def no_double_execution(state: State, config: Config) -> str | None:
+    """Without stalls, no two live workers hold (execute) the same task at the same time."""
+    if state.stalled_ever:
+        return None  # with a stall only custody and commits are exclusive (checked above)
+    held = _in_hands(state)
+    for t in set(held):
+        if held.count(t) > 1:
+            return f"task {t} is held by {held.count(t)} live workers at once (no stall happened)"
+    return None
+
+
+def bounded_work(state: State, config: Config) -> str | None:
+    for procs in state.processes:
+        for proc in procs:
+            for d in proc.drains:
+                if d.moved > d.length:
+                    return (
+                        f"a drain of {_key(d.key)} made {d.moved} moves; "
+                        f"the list held {d.length} when it started"
+                    )
+    return None
+
+
+INVARIANTS: dict[str, Callable[[State, Config], str | None]] = {
+    "no-loss": no_loss,
+    "no-duplication": no_duplication,
+    "no-double-commit": no_double_commit,
+    "no-double-execution": no_double_execution,
+    "bounded-work": bounded_work,
+}
+
+
+def check_invariants(state: State, config: Config) -> Violation | None:
+    for name, inv in INVARIANTS.items():
+        msg = inv(state, config)
+        if msg is not None:
+            return name, msg
+    return None
+
+
+def prompt_recovery(before: State, action: Action, config: Config) -> str | None:
+    """Recovery completes in the pass that starts it: a sweep pass selects every list that is
+    dead when it starts (except our own incarnation's); a startup drain selects every list of our
+    server id from an earlier incarnation, before any of our workers takes work."""
+    if action.name not in ("sweep", "startup_drain"):
+        return None
+    s, i = action.server, action.proc
+    proc = before.processes[s][i]
+    selected = pass_selection(before, action, config)
+    for key, _tasks in before.lists:
+        if action.name == "sweep":
+            owed = key[:2] != (s, proc.inc) and is_dead(before.registry, key)
+        else:
+            owed = before.processes[s][i].phase == CLAIMED and key[0] == s and key[1] != proc.inc
+        if owed and key not in selected:
+            what = "sweep pass" if action.name == "sweep" else "startup drain"
+            return f"the {what} leaves dead list {_key(key)} undrained"
+    return None
+
+
+def check_transition(before: State, action: Action, config: Config) -> Violation | None:
+    """Properties of one step (``action`` taken in ``before``)."""
+    if action.name in ("sweep", "startup_drain"):  # a dropped sweep reply abandons the pass
+        msg = prompt_recovery(before, action, config)
+        if msg is not None:
+            return "prompt-recovery", msg
+    return None
+
+
+def is_done(state: State) -> bool:
+    """Recovery has finished: every task committed exactly once; queue, in-flight lists and
+    processing records empty; the server registry lists only live servers."""
+    if state.queue or state.lists or any(c != 1 for c in state.committed):
+        return False
+    if any(r is not None for r in state.records):
+        return False
+    for s, reg in enumerate(state.registry):
+        if reg is not None and (
+            reg.deadline == 0 or all(p.inc != reg.inc for p in state.processes[s])
+        ):
+            return False
+    return True
+
+
+def _key(key: tuple[int, int, int]) -> str:
+    return f"inflight:{key[0]}:{key[1]}:{key[2]}"

@@ -1,0 +1,564 @@
+"""The custody protocol as a state machine: actions, when they are enabled, what they do.
+
+Read this file as the spec.  Every action is one Redis command (or one Lua script), so the
+interleavings the checker explores are exactly the interleavings Redis can see.  (``execute``,
+the handler, touches no Redis: a crash or any other step just before it or just after it leads
+to the same states, so it is folded into ``release``: "execute, then release".)  No I/O here: ``enabled_actions`` lists what may happen next,
+``apply`` computes the next state.
+
+Conventions (see ``state.py``):
+- the queue's right end is taken next; the drains push recovered tasks back on the right, so they
+  are taken next (``LMOVE list queue RIGHT RIGHT``); a take pushes on the left of the own list, so a
+  list's right end is its oldest task.
+- a *dropped reply* is a command that Redis executed but whose reply never reached the caller:
+  the Redis side changes exactly as on success, the caller's side as on an error.
+- faults (``FAULTS``) count against ``Bounds.faults``; everything else is the protocol running,
+  and is what "recovery" may use once faults stop.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from .state import (
+    CLAIMED,
+    CRASHED,
+    DIRTY,
+    HOLDING,
+    IDLE,
+    NO_TASK,
+    RECORDED,
+    RUNNING,
+    STARTING,
+    STOPPED,
+    SUPERSEDED,
+    TAKEN,
+    TTL,
+    Bounds,
+    Drain,
+    ListKey,
+    Process,
+    Registration,
+    State,
+    Worker,
+    list_of,
+    with_list,
+)
+from .variants import Variant
+
+
+class Action(NamedTuple):
+    """One step.  ``server``/``proc``/``worker`` say who (-1: not applicable); ``proc`` indexes
+    ``state.processes[server]``; ``command`` names the command whose reply a ``dropped_reply``
+    loses."""
+
+    name: str
+    server: int = -1
+    proc: int = -1
+    worker: int = -1
+    command: str = ""
+
+    @property
+    def is_fault(self) -> bool:
+        return self.name in FAULTS
+
+
+# The protocol's own steps (worker, then server) ...
+WORKER_STEPS = ("take", "record", "release", "reconcile")
+SERVER_STEPS = (
+    "claim",
+    "startup_drain",
+    "heartbeat",
+    "sweep",
+    "drain_step",
+    "requeue_stuck_processing_tasks",
+)
+# ... what the environment does that is not a fault ...
+RECOVERY_STEPS = ("restart_worker", "resume_server", "advance_clock")
+# ... and the faults.
+FAULTS = frozenset(
+    {"dropped_reply", "crash_worker", "crash_server", "stall_server"}
+)
+
+
+class Config(NamedTuple):
+    bounds: Bounds
+    variant: Variant
+
+    @property
+    def drain_steps(self) -> bool:
+        return drains_in_steps(self.bounds, self.variant)
+
+
+def drains_in_steps(bounds: Bounds, variant: Variant) -> bool:
+    """Whether a drain is one step per LMOVE, or a whole pass in one step.
+
+    Every LMOVE of a bounded drain is atomic and takes a task from a dead list to the queue; the
+    only thing a finer interleaving adds is *when* each of those moves happens relative to the
+    dead list's owner (a stalled worker taking or releasing) and to takers of the queue.  The
+    properties do not depend on that for a bounded drain (each move on its own keeps every task
+    in exactly one place), so by default a pass is one step, which keeps the state space small.
+    An unbounded drain is exactly where the interleaving matters (it never ends under a
+    concurrent appender), so that variant drains per move.  ``Bounds.drain_steps=True`` forces
+    per-move drains for every variant (slower; used by a slow test).
+    """
+    if bounds.drain_steps is not None:
+        return bounds.drain_steps
+    return not variant.drain_bounded
+
+
+# --- helpers ---------------------------------------------------------------------------------------
+
+
+def is_live(registry: tuple[Registration | None, ...], key: ListKey) -> bool:
+    """A list is live iff its server is in the registry *as that incarnation*.
+
+    Liveness as recovery sees it is registry membership: right after a prune, membership is
+    exactly "deadline > now".  Between passes an expired server still looks live until the next
+    prune, which is why the sweep must prune *before* it drains (variant 7).
+    """
+    reg = registry[key[0]]
+    return reg is not None and reg.inc == key[1]
+
+
+def is_dead(registry: tuple[Registration | None, ...], key: ListKey) -> bool:
+    """Dead by the clock: its server is not registered with that incarnation and deadline > now."""
+    reg = registry[key[0]]
+    return reg is None or reg.inc != key[1] or reg.deadline == 0
+
+
+def prune(registry: tuple[Registration | None, ...]) -> tuple[Registration | None, ...]:
+    """``prune_inactive_servers``: drop every server whose deadline <= now."""
+    return tuple(None if r is None or r.deadline == 0 else r for r in registry)
+
+
+def fresh_incarnation(state: State, server: int) -> int:
+    """INCR counter.  Only equality of incarnations matters, so the smallest number that nothing
+    in the state mentions any more is as fresh as a counter's next value (and keeps the state
+    space finite)."""
+    used = set()
+    reg = state.registry[server]
+    if reg is not None:
+        used.add(reg.inc)
+    for p in state.processes:
+        for proc in p:
+            used.update(d.key[1] for d in proc.drains if d.key[0] == server)
+    used.update(proc.inc for proc in state.processes[server])
+    used.update(k[1] for k, _ in state.lists if k[0] == server)
+    used.update(k[1] for k in state.records if k is not None and k[0] == server)
+    inc = 0
+    while inc in used:
+        inc += 1
+    return inc
+
+
+def _set(t: tuple, i: int, value: object) -> tuple:  # type: ignore[type-arg]
+    return t[:i] + (value,) + t[i + 1 :]
+
+
+def _with_process(state: State, s: int, i: int, proc: Process | None) -> State:
+    procs = state.processes[s]
+    new = procs[:i] + ((proc,) if proc is not None else ()) + procs[i + 1 :]
+    return state._replace(processes=_set(state.processes, s, new))
+
+
+def _with_worker(state: State, s: int, i: int, w: int, worker: Worker) -> State:
+    proc = state.processes[s][i]
+    return _with_process(state, s, i, proc._replace(workers=_set(proc.workers, w, worker)))
+
+
+def _move_to_queue(state: State, key: ListKey, count: int) -> State:
+    """``count`` times ``LMOVE key queue RIGHT RIGHT``, deleting the moved tasks' processing
+    records if they name this list (one Lua chunk of the drain)."""
+    tasks = list_of(state, key)
+    moved = tasks[len(tasks) - count :][::-1]  # oldest first
+    records = state.records
+    for t in moved:
+        if records[t] == key:
+            records = _set(records, t, None)
+    return state._replace(
+        queue=state.queue + moved,
+        lists=with_list(state.lists, key, tasks[: len(tasks) - count]),
+        records=records,
+    )
+
+
+def _settle(state: State) -> State:
+    """A superseded process exits once none of its workers holds a task."""
+    if not any(
+        proc.phase == SUPERSEDED and all(w.phase in (CRASHED, STOPPED) for w in proc.workers)
+        for procs in state.processes
+        for proc in procs
+    ):
+        return state
+    return state._replace(
+        processes=tuple(
+            tuple(
+                proc
+                for proc in procs
+                if not (
+                    proc.phase == SUPERSEDED
+                    and all(w.phase in (CRASHED, STOPPED) for w in proc.workers)
+                )
+            )
+            for procs in state.processes
+        )
+    )
+
+
+# --- what may happen next --------------------------------------------------------------------------
+
+
+def enabled_actions(state: State, config: Config) -> list[Action]:
+    v = config.variant
+    faults_left = state.faults < config.bounds.faults
+    out: list[Action] = []
+    add = out.append
+    registry = state.registry
+    for s, procs in enumerate(state.processes):
+        reg = registry[s]
+        for i, proc in enumerate(procs):
+            # Workers run once the startup drain is done, and keep running while the process is
+            # stalled: a stall stops the heartbeat and sweep loops, not the workers.
+            if proc.phase >= RUNNING:
+                for w, worker in enumerate(proc.workers):
+                    ph = worker.phase
+                    if ph == IDLE:
+                        if state.queue and proc.phase == RUNNING:
+                            add(Action("take", s, i, w))
+                            if faults_left:
+                                add(Action("dropped_reply", s, i, w, "take"))
+                    elif ph == TAKEN:
+                        # A dropped reply on record changes nothing: the record is written and
+                        # the error is ignored (custody is in the list).  Not a separate action.
+                        add(Action("record", s, i, w))
+                    elif ph == RECORDED:
+                        add(Action("release", s, i, w))
+                        if faults_left:
+                            add(Action("dropped_reply", s, i, w, "release"))
+                    elif ph == DIRTY:
+                        add(Action("reconcile", s, i, w))
+                        if faults_left and list_of(state, (s, proc.inc, w)):
+                            add(Action("dropped_reply", s, i, w, "reconcile"))
+                    elif ph == CRASHED and proc.phase == RUNNING:
+                        add(Action("restart_worker", s, i, w))
+                    if faults_left and ph not in (CRASHED, STOPPED):
+                        add(Action("crash_worker", s, i, w))
+            if proc.stalled:
+                add(Action("resume_server", s, i))
+            elif proc.phase != SUPERSEDED:
+                # The server's own loops.  A dropped heartbeat reply changes nothing either: the
+                # script ran; the process learns of a supersession one beat later.
+                if ((reg is None or reg.inc == proc.inc) and reg != (proc.inc, TTL)) or (reg is not None and reg.inc != proc.inc):
+                    add(Action("heartbeat", s, i))
+                if proc.phase == CLAIMED:
+                    add(Action("startup_drain", s, i))
+                elif proc.drains:  # only with per-move drains: else a pass is one step
+                    add(Action("drain_step", s, i))
+                    if faults_left and _drain_would_move(state, proc.drains[0], v):
+                        add(Action("dropped_reply", s, i, -1, "drain_step"))
+                if proc.phase == RUNNING:
+                    if not proc.drains and _sweep_has_work(state, s, proc, v):
+                        add(Action("sweep", s, i))
+                        if faults_left and prune(registry) != registry:
+                            add(Action("dropped_reply", s, i, -1, "sweep"))
+                    if _stuck_records(state, s, proc):
+                        add(Action("requeue_stuck_processing_tasks", s, i))
+                if faults_left:
+                    add(Action("stall_server", s, i))
+            if faults_left:
+                add(Action("crash_server", s, i))
+        # Start (or restart) a process with this id: refused while the id is registered.
+        if len(procs) < config.bounds.processes_per_server and (reg is None or reg.deadline == 0):
+            add(Action("claim", s))
+            if faults_left:
+                add(Action("dropped_reply", s, -1, -1, "claim"))
+    if _clock_may_advance(state):
+        add(Action("advance_clock"))
+    return out
+
+
+def _drain_would_move(state: State, d: Drain, v: Variant) -> bool:
+    return bool(list_of(state, d.key)) and (not v.drain_bounded or d.moved < d.length)
+
+
+def _sweep_has_work(state: State, s: int, proc: Process, v: Variant) -> bool:
+    registry = state.registry
+    return prune(registry) != registry or bool(_sweep_selection(state, s, proc, v))
+
+
+def _sweep_selection(state: State, s: int, proc: Process, v: Variant) -> tuple[Drain, ...]:
+    """The lists one sweep pass drains, and the registry it leaves."""
+    registry = prune(state.registry) if v.prune_before_drain else state.registry
+    return tuple(
+        Drain(key, len(tasks), 0)
+        for key, tasks in state.lists
+        if not v.sweep_skips_live or (key[:2] != (s, proc.inc) and not is_live(registry, key))
+    )
+
+
+def _startup_selection(state: State, s: int, proc: Process, v: Variant) -> tuple[Drain, ...]:
+    return tuple(
+        Drain(key, len(tasks), 0)
+        for key, tasks in state.lists
+        if v.startup_drains_own and key[0] == s and key[1] != proc.inc
+    )
+
+
+def pass_selection(state: State, action: Action, config: Config) -> set[ListKey]:
+    """The lists a ``sweep`` or ``startup_drain`` about to run in ``state`` decides to drain."""
+    proc = state.processes[action.server][action.proc]
+    if action.name == "sweep":
+        drains = _sweep_selection(state, action.server, proc, config.variant)
+    else:
+        drains = _startup_selection(state, action.server, proc, config.variant)
+    return {d.key for d in drains}
+
+
+def _stuck_records(state: State, s: int, proc: Process) -> list[int]:
+    """Tasks whose processing record names a list that is not live (and not our own)."""
+    return [
+        t
+        for t, key in enumerate(state.records)
+        if key is not None and key[:2] != (s, proc.inc) and not is_live(state.registry, key)
+    ]
+
+
+def _clock_may_advance(state: State) -> bool:
+    """Time passing matters only when it can expire somebody: a registration that no healthy
+    process renews (its process crashed or stalled, or its claim's reply was lost).  Ticks while
+    every registration is renewed change nothing observable, so they are not generated."""
+    for s, reg in enumerate(state.registry):
+        if reg is not None and reg.deadline > 0 and not _renewed(state, s, reg.inc):
+            return True
+    return False
+
+
+def _renewed(state: State, s: int, inc: int) -> bool:
+    """Whether a healthy process (running, not stalled, not superseded) holds this registration.
+
+    A healthy server heartbeats much more often than the TTL, so its registration never lapses:
+    the model folds those renewals into ``advance_clock`` (a renewal's timing within a tick is
+    unobservable: only "deadline > now" is ever compared).  The ``heartbeat`` action is kept for
+    the heartbeats that *do* something: re-registering after a stall, discovering a supersession.
+    """
+    return any(
+        p.inc == inc and not p.stalled and p.phase != SUPERSEDED for p in state.processes[s]
+    )
+
+
+# --- what each action does ---------------------------------------------------------------------------
+
+
+def apply(state: State, action: Action, config: Config) -> State:
+    """The state after ``action`` (which must be enabled in ``state``)."""
+    v = config.variant
+    name = action.name
+    s, i, w = action.server, action.proc, action.worker
+    if action.is_fault:
+        state = state._replace(faults=state.faults + 1)
+    if name == "dropped_reply":
+        name = action.command
+        lost = True
+    else:
+        lost = False
+
+    if name == "take":
+        proc = state.processes[s][i]
+        t = state.queue[-1]
+        state = state._replace(queue=state.queue[:-1])
+        if v.take_into_list:
+            # BLMOVE queue own-list RIGHT LEFT: taking and recording who took it is one step.
+            key = (s, proc.inc, w)
+            state = state._replace(lists=with_list(state.lists, key, (t, *list_of(state, key))))
+            # Reply lost: the task is in our list, but we do not know it: reconcile before the
+            # next take (a retried BLMOVE would take a second task and strand the first).
+            worker = Worker(DIRTY) if lost else Worker(TAKEN, t)
+        else:
+            # BLPOP: the task leaves Redis with the reply.  Reply lost: it exists nowhere.
+            worker = Worker(IDLE) if lost else Worker(TAKEN, t)
+        return _with_worker(state, s, i, w, worker)
+
+    if name == "record":
+        # One Lua step: HSET the record only if the task is still in our list.  An unconditional
+        # HSET is wrong: a stalled worker whose task was drained and re-taken elsewhere would
+        # overwrite the new holder's record with one naming its own list; once its server
+        # re-registers that list is live again, so no sweep ever deletes the stale record.
+        # (Found by this checker: correct variant, 2 tasks, faults=2.)  With the check, a
+        # record always names the list that holds its task.  (BLPOP design: no list to check.)
+        proc = state.processes[s][i]
+        t = proc.workers[w].task
+        key = (s, proc.inc, w)
+        if not v.take_into_list or t in list_of(state, key):
+            state = state._replace(records=_set(state.records, t, key))
+        return _with_worker(state, s, i, w, Worker(RECORDED, t))
+
+    if name == "release":
+        # execute: the handler runs (no Redis; it always succeeds here: a failed handler's retry
+        # re-enqueues the task, which the protocol treats like any enqueue); then the release,
+        # in a finally.  One Lua script: LREM own-list task 1; HDEL the record if it names this list; commit
+        # if (and only if) the task was still ours.  Returns (held, remaining length).
+        proc = state.processes[s][i]
+        t = proc.workers[w].task
+        key = (s, proc.inc, w)
+        tasks = list_of(state, key)
+        if not v.take_into_list:
+            held = True  # BLPOP design: the task is in our hands; nobody else can have it
+        elif v.release_removes_custody:
+            held = t in tasks
+            if held:
+                tasks = tuple(x for x in tasks if x != t)
+                state = state._replace(lists=with_list(state.lists, key, tasks))
+        else:
+            held = True  # broken: no LREM, so the script cannot tell, and commits
+        if state.records[t] == key:
+            state = state._replace(records=_set(state.records, t, None))
+        if held:
+            state = state._replace(committed=_set(state.committed, t, state.committed[t] + 1))
+        if proc.phase == SUPERSEDED:
+            worker = Worker(STOPPED)
+        elif lost or tasks:
+            worker = Worker(DIRTY)  # reply lost, or debris left in our list: reconcile first
+        else:
+            worker = Worker(IDLE)  # held or not, we are done with it; not held = no commit
+        return _settle(_with_worker(state, s, i, w, worker))
+
+    if name == "reconcile":
+        # Drain the own list: we hold nothing, so whatever is there is debris (a take whose
+        # reply was lost).  Nobody else appends to it, so draining it whole is one bounded drain.
+        proc = state.processes[s][i]
+        key = (s, proc.inc, w)
+        state = _move_to_queue(state, key, len(list_of(state, key)))
+        return _with_worker(state, s, i, w, Worker(DIRTY if lost else IDLE))
+
+    if name == "crash_worker":
+        return _settle(_with_worker(state, s, i, w, Worker(CRASHED)))
+
+    if name == "restart_worker":
+        # The supervisor restarts it; it reconciles before its first take.
+        return _with_worker(state, s, i, w, Worker(DIRTY))
+
+    if name == "heartbeat":
+        proc = state.processes[s][i]
+        reg = state.registry[s]
+        if reg is None or reg.inc == proc.inc:
+            # Ours, or nobody's (we were pruned while stalled): (re)register.
+            return state._replace(
+                registry=_set(state.registry, s, Registration(proc.inc, TTL))
+            )
+        # Superseded by a newer incarnation of our id: stop taking, finish, exit.
+        workers = tuple(
+            Worker(STOPPED) if wk.phase in (IDLE, DIRTY) or proc.phase < RUNNING else wk
+            for wk in proc.workers
+        )
+        proc = proc._replace(phase=SUPERSEDED, drains=(), workers=workers)
+        return _settle(_with_process(state, s, i, proc))
+
+    if name == "claim":
+        # Refused while the id is registered; else a new incarnation takes the id.
+        inc = fresh_incarnation(state, s)
+        state = state._replace(registry=_set(state.registry, s, Registration(inc, TTL)))
+        if lost:
+            # The claim ran but its reply was lost: the process gives up; the registration
+            # stays behind with nobody heart-beating it, and expires.
+            return state
+        workers = tuple(Worker(IDLE) for _ in range(config.bounds.workers))
+        proc = Process(inc, False, CLAIMED, (), workers)
+        return state._replace(
+            processes=_set(state.processes, s, (*state.processes[s], proc))
+        )
+
+    if name == "startup_drain":
+        # include_self=True: the earlier incarnations of our id are debris (our own new lists
+        # are empty).  Workers start once these drains are done.
+        proc = state.processes[s][i]
+        drains = _startup_selection(state, s, proc, v)
+        proc = proc._replace(phase=STARTING if drains else RUNNING, drains=drains)
+        return _finish_pass(_with_process(state, s, i, proc), s, i, config)
+
+    if name == "sweep":
+        # One pass: prune_inactive_servers, then select every list that is not live and not
+        # ours, reading each list's length up front.
+        proc = state.processes[s][i]
+        drains = _sweep_selection(state, s, proc, v)
+        state = state._replace(registry=prune(state.registry))
+        if lost:
+            drains = ()  # the prune ran; its reply was lost; the pass is abandoned
+        return _finish_pass(_with_process(state, s, i, proc._replace(drains=drains)), s, i, config)
+
+    if name == "drain_step":
+        # One LMOVE of the drain in progress (drains are steps so that appenders interleave).
+        proc = state.processes[s][i]
+        d, rest = proc.drains[0], proc.drains[1:]
+        moves = _drain_would_move(state, d, v)
+        if moves:
+            state = _move_to_queue(state, d.key, 1)
+            d = d._replace(moved=d.moved + 1)
+        done = not moves or (v.drain_bounded and d.moved >= d.length)
+        drains = rest if done else (d, *rest)
+        if lost:
+            drains = ()  # the move ran; its reply was lost; the pass is abandoned
+            if proc.phase == STARTING:
+                proc = proc._replace(phase=CLAIMED)  # the startup drain starts over
+        if proc.phase == STARTING and not drains:
+            proc = proc._replace(phase=RUNNING)
+        return _with_process(state, s, i, proc._replace(drains=drains))
+
+    if name == "requeue_stuck_processing_tasks":
+        # For each record whose list is not live, one Lua step: LREM the task from that list;
+        # only if it was there, push it back to the queue; HDEL the record.
+        proc = state.processes[s][i]
+        for t in _stuck_records(state, s, proc):
+            key = state.records[t]
+            assert key is not None
+            tasks = list_of(state, key)
+            if not v.processing_sweep_removes_custody:
+                state = state._replace(queue=state.queue + (t,))  # broken: custody kept too
+            elif t in tasks:
+                state = state._replace(
+                    lists=with_list(state.lists, key, tuple(x for x in tasks if x != t)),
+                    queue=state.queue + (t,),
+                )
+            state = state._replace(records=_set(state.records, t, None))
+        return state
+
+    if name == "crash_server":
+        return _with_process(state, s, i, None)
+
+    if name == "stall_server":
+        proc = state.processes[s][i]
+        state = state._replace(stalled_ever=True)
+        return _with_process(state, s, i, proc._replace(stalled=True))
+
+    if name == "resume_server":
+        proc = state.processes[s][i]
+        return _with_process(state, s, i, proc._replace(stalled=False))
+
+    if name == "advance_clock":
+        return state._replace(
+            registry=tuple(
+                None
+                if r is None
+                else r
+                if _renewed(state, s, r.inc)
+                else r._replace(deadline=max(0, r.deadline - 1))
+                for s, r in enumerate(state.registry)
+            )
+        )
+
+    raise ValueError(f"unknown action {action!r}")
+
+
+def _finish_pass(state: State, s: int, i: int, config: Config) -> State:
+    """Without per-move drains, a pass runs to its end in the step that starts it."""
+    if config.drain_steps:
+        return state
+    while state.processes[s][i].drains:
+        state = apply(state, Action("drain_step", s, i), config)
+    return state
+
+
+def worker_task(state: State, s: int, i: int, w: int) -> int:
+    """The task a worker believes it holds, or NO_TASK."""
+    worker = state.processes[s][i].workers[w]
+    return worker.task if worker.phase in HOLDING else NO_TASK

@@ -1,0 +1,154 @@
+"""The model's state: immutable, hashable, plain tuples.
+
+Everything here is data.  The protocol steps that change it live in ``protocol.py``.
+
+Why tuples and ``NamedTuple`` rather than frozen dataclasses: the checker hashes and compares
+millions of states; a NamedTuple *is* a tuple (hashing and equality run in C), and still reads
+like a record.
+
+Time is kept **relative**: a server registration stores ``deadline - now`` clamped at 0
+(0 = expired but not yet pruned).  The protocol only ever compares a deadline with *now*, and
+every deadline is set to ``now + TTL``, so relative deadlines are an exact abstraction of the
+global clock.  That is also why the state space is finite without a clock horizon.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+# --- the clock -----------------------------------------------------------------------------------
+#: A heartbeat sets the deadline to now + TTL.  Healthy servers renew before every tick (see
+#: ``protocol._renewed``), so one tick without renewal expires a registration: deadlines are
+#: 1 (registered) or 0 (expired, not yet pruned).
+TTL = 1
+
+# --- worker phases -------------------------------------------------------------------------------
+IDLE = 0  # holds nothing, may take
+DIRTY = 1  # holds nothing, but its in-flight list may hold debris: reconcile before the next take
+TAKEN = 2  # knows its task (the take's reply arrived); next: record
+RECORDED = 3  # processing record written; next: execute and release
+CRASHED = 4  # stopped between two commands; no ``finally`` ran; the supervisor may restart it
+STOPPED = 5  # its process was superseded and it finished: it will never run again
+
+PHASE_NAMES = ("idle", "dirty", "taken", "recorded", "crashed", "stopped")
+HOLDING = (TAKEN, RECORDED)
+
+# --- process phases ------------------------------------------------------------------------------
+CLAIMED = 0  # claimed its server id (a new incarnation); startup drain not started
+STARTING = 1  # startup drain in progress (``Process.drains`` holds its work)
+RUNNING = 2  # workers take work; heartbeats, sweeps and processing sweeps run
+SUPERSEDED = 3  # a heartbeat found a newer incarnation: stop taking, finish, exit
+
+PROCESS_PHASE_NAMES = ("claimed", "starting", "running", "superseded")
+
+NO_TASK = -1
+
+#: An in-flight list key: (server id, incarnation, worker index)  =  inflight:<server>:<inc>:<worker>
+ListKey = tuple[int, int, int]
+
+
+class Worker(NamedTuple):
+    phase: int
+    task: int = NO_TASK  # the task it believes it holds (TAKEN/RECORDED), else NO_TASK
+
+
+class Drain(NamedTuple):
+    """One list being drained: at most ``length`` moves, ``length`` read up front (LLEN)."""
+
+    key: ListKey
+    length: int
+    moved: int
+
+
+class Process(NamedTuple):
+    """One running (or stalled) process holding server id ``server`` as incarnation ``inc``.
+
+    Crashed processes are simply removed from the state: a crash leaves nothing but Redis state.
+    """
+
+    inc: int
+    stalled: bool
+    phase: int
+    #: the drains of the current startup drain or sweep pass, first one in progress
+    drains: tuple[Drain, ...]
+    workers: tuple[Worker, ...]
+
+
+class Registration(NamedTuple):
+    """The server registry entry: zset score (relative deadline) + the incarnations hash."""
+
+    inc: int
+    deadline: int  # deadline - now, clamped at 0: 0 = expired (not registered), not yet pruned
+
+
+class State(NamedTuple):
+    #: the queue; the right end (index -1) is taken next (LPUSH by producers, BLMOVE RIGHT).
+    queue: tuple[int, ...]
+    #: the non-empty in-flight lists, sorted by key; each list's right end is its oldest task.
+    #: (The registry set of in-flight lists is not stored: every list is registered before its
+    #: first take and sweeps never shrink the registry, so "registered" = "exists"; an empty list
+    #: that nobody can append to any more changes nothing, so it is dropped.)
+    lists: tuple[tuple[ListKey, tuple[int, ...]], ...]
+    #: processing records, per task: the in-flight list it names, or None
+    records: tuple[ListKey | None, ...]
+    #: commits per task (more than 1 is a violation)
+    committed: tuple[int, ...]
+    #: server registry, per server id
+    registry: tuple[Registration | None, ...]
+    #: processes per server id (more than one only when an old one is stalled or superseded)
+    processes: tuple[tuple[Process, ...], ...]
+    #: faults injected so far (bounded by ``Bounds.faults``)
+    faults: int
+    #: whether a stall ever happened (the stronger no-double-execution property assumes none)
+    stalled_ever: bool
+
+
+class Bounds(NamedTuple):
+    tasks: int = 3
+    servers: int = 2
+    workers: int = 2
+    faults: int = 2
+    #: at most this many processes per server id at once (an old stalled one and its successor)
+    processes_per_server: int = 2
+    #: drains move one task per step (so appenders and takers interleave with a drain) instead
+    #: of draining a whole pass in one step.  None: per step only where it matters, i.e. for a
+    #: variant whose drain is unbounded (see ``protocol.drains_in_steps``).
+    drain_steps: bool | None = None
+
+
+def list_of(state: State, key: ListKey) -> tuple[int, ...]:
+    for k, tasks in state.lists:
+        if k == key:
+            return tasks
+    return ()
+
+
+def with_list(
+    lists: tuple[tuple[ListKey, tuple[int, ...]], ...], key: ListKey, tasks: tuple[int, ...]
+) -> tuple[tuple[ListKey, tuple[int, ...]], ...]:
+    """``lists`` with ``key`` set to ``tasks`` (removed when empty), kept sorted."""
+    rest = [(k, t) for k, t in lists if k != key]
+    if tasks:
+        rest.append((key, tasks))
+        rest.sort()
+    return tuple(rest)
+
+
+def initial_state(bounds: Bounds) -> State:
+    """All tasks enqueued (the producer is not modelled as an action: enqueue order only
+    permutes task names), every server claimed as incarnation 0, registered, its startup drain
+    done (there was nothing to drain) and its workers idle."""
+    workers = tuple(Worker(IDLE) for _ in range(bounds.workers))
+    return State(
+        # LPUSH 0, then 1, then 2: task 0 sits at the right end and is taken first.
+        queue=tuple(reversed(range(bounds.tasks))),
+        lists=(),
+        records=(None,) * bounds.tasks,
+        committed=(0,) * bounds.tasks,
+        registry=tuple(Registration(0, TTL) for _ in range(bounds.servers)),
+        processes=tuple(
+            (Process(0, False, RUNNING, (), workers),) for _ in range(bounds.servers)
+        ),
+        faults=0,
+        stalled_ever=False,
+    )

@@ -1,0 +1,112 @@
+"""Render states and traces as numbered, readable steps."""
+
+from __future__ import annotations
+
+from .checker import CheckResult, Trace
+from .protocol import Action, State
+from .state import HOLDING, PHASE_NAMES, PROCESS_PHASE_NAMES
+
+
+def describe_action(action: Action, before: State) -> str:
+    """Who did what, e.g. ``server 0 (incarnation 1) worker 1: take``."""
+    who = ""
+    if action.server >= 0:
+        who = f"server {action.server}"
+        if action.proc >= 0:
+            who += f" (incarnation {before.processes[action.server][action.proc].inc})"
+        if action.worker >= 0:
+            who += f" worker {action.worker}"
+        who += ": "
+    if action.name == "dropped_reply":
+        what = f"{action.command}, reply lost [fault]"
+    elif action.is_fault:
+        what = f"{action.name} [fault]"
+    else:
+        what = action.name
+    return who + what
+
+
+def describe_state(state: State, indent: str = "    ") -> str:
+    queue = " ".join(str(t) for t in state.queue) or "-"
+    lists = (
+        ", ".join(
+            f"inflight:{k[0]}:{k[1]}:{k[2]}=[{' '.join(map(str, ts))}]" for k, ts in state.lists
+        )
+        or "-"
+    )
+    records = (
+        ", ".join(
+            f"{t}->inflight:{k[0]}:{k[1]}:{k[2]}"
+            for t, k in enumerate(state.records)
+            if k is not None
+        )
+        or "-"
+    )
+    committed = " ".join(f"{t}:{c}" for t, c in enumerate(state.committed))
+    lines = [
+        f"queue (next on the right): [{queue}]   committed: {committed}",
+        f"in-flight: {lists}",
+        f"processing: {records}",
+    ]
+    for s, procs in enumerate(state.processes):
+        reg = state.registry[s]
+        regs = (
+            "not registered"
+            if reg is None
+            else f"registered as incarnation {reg.inc}, "
+            + ("expired" if reg.deadline == 0 else f"deadline now+{reg.deadline}")
+        )
+        ps = []
+        for proc in procs:
+            workers = ", ".join(
+                PHASE_NAMES[w.phase] + (f" {w.task}" if w.phase in HOLDING else "")
+                for w in proc.workers
+            )
+            flags = PROCESS_PHASE_NAMES[proc.phase] + (" stalled" if proc.stalled else "")
+            drains = ""
+            if proc.drains:
+                drains = " draining " + ", ".join(
+                    f"inflight:{d.key[0]}:{d.key[1]}:{d.key[2]} ({d.moved}/{d.length} moved)"
+                    for d in proc.drains
+                )
+            ps.append(f"incarnation {proc.inc} {flags} [{workers}]{drains}")
+        lines.append(f"server {s}: {regs}; " + ("; ".join(ps) if ps else "no process"))
+    if state.faults:
+        lines.append(f"faults so far: {state.faults}")
+    return "\n".join(indent + line for line in lines)
+
+
+def render_trace(trace: Trace, full_states: bool = False) -> str:
+    """Numbered steps; the state after the last one (and after every one with full_states)."""
+    out = [
+        f"property violated: {trace.property}: {trace.message}",
+        "",
+        "0. initial state",
+    ]
+    if full_states:
+        out.append(describe_state(trace.initial))
+    before = trace.initial
+    for n, step in enumerate(trace.steps, 1):
+        out.append(f"{n}. {describe_action(step.action, before)}")
+        if full_states or n == len(trace.steps):
+            out.append(describe_state(step.state))
+        before = step.state
+    if trace.eventual:
+        out.append(
+            f"{len(trace.steps) + 1}. faults stop: no sequence of protocol steps from here "
+            "recovers every task"
+        )
+    elif not trace.steps:
+        out.append(describe_state(trace.initial))
+    return "\n".join(out)
+
+
+def render_stats(result: CheckResult) -> str:
+    b = result.bounds
+    return (
+        f"variant {result.variant}: tasks={b.tasks} servers={b.servers} workers={b.workers} "
+        f"faults={b.faults}\n"
+        f"{result.states_generated} states generated, {result.distinct_states} distinct states "
+        f"found, depth {result.depth}, {result.seconds:.1f}s "
+        f"({result.states_per_second:.0f} distinct states/s)"
+    )

@@ -1,0 +1,80 @@
+"""The correct design and the seven broken ones of ``protocol.md``, as parameters of one model."""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+
+class Variant(NamedTuple):
+    name: str
+    description: str
+    #: take = BLMOVE queue -> own in-flight list.  False: BLPOP into the worker's memory, record
+    #: afterwards (the old design: a lost reply destroys the task).
+    take_into_list: bool = True
+    #: release removes the task from the own list (LREM) and reports whether it was there.
+    release_removes_custody: bool = True
+    #: the periodic sweep skips live lists and the own incarnation's lists (include_self=False).
+    sweep_skips_live: bool = True
+    #: the startup drain drains the earlier incarnations of the own server id (include_self=True).
+    startup_drains_own: bool = True
+    #: the processing sweep requeues a task only in the step that removes it from its list.
+    processing_sweep_removes_custody: bool = True
+    #: a drain stops after the number of moves read up front (LLEN).
+    drain_bounded: bool = True
+    #: the sweep prunes expired servers before it decides which lists are dead.
+    prune_before_drain: bool = True
+
+
+VARIANTS: dict[str, Variant] = {
+    v.name: v
+    for v in (
+        Variant("correct", "the protocol as designed"),
+        Variant(
+            "blpop-take",
+            "1. take with BLPOP and record afterwards (the old design)",
+            take_into_list=False,
+            processing_sweep_removes_custody=False,
+        ),
+        Variant(
+            "no-release",
+            "2. no custody release: the LREM is dropped from the release",
+            release_removes_custody=False,
+        ),
+        Variant(
+            "sweep-drains-live",
+            "3. the periodic sweep drains the own and registered servers' lists",
+            sweep_skips_live=False,
+        ),
+        Variant(
+            "startup-skips-own",
+            "4. the startup drain skips the own server id's lists",
+            startup_drains_own=False,
+        ),
+        Variant(
+            "processing-sweep-no-custody",
+            "5. the processing sweep requeues a task without removing it from custody",
+            processing_sweep_removes_custody=False,
+        ),
+        Variant(
+            "unbounded-drain",
+            "6. a drain loops until the list is empty",
+            drain_bounded=False,
+        ),
+        Variant(
+            "drain-before-prune",
+            "7. the sweep drains before it prunes on the same pass",
+            prune_before_drain=False,
+        ),
+    )
+}
+
+CORRECT = VARIANTS["correct"]
+
+
+def variant(name: str) -> Variant:
+    try:
+        return VARIANTS[name]
+    except KeyError:
+        raise ValueError(
+            f"unknown variant {name!r}; known: {', '.join(VARIANTS)}"
+        ) from None
