@@ -1,0 +1,360 @@
+"""The mutation gate: `python -m mutation.gate [--named-only | --mutmut-only]`.
+
+Named mutants (mutation/named.py): each is applied to a throwaway copy of the tree, and the whole
+test suite runs there (HYPOTHESIS_PROFILE=mutation). The gate fails when the suite is red on the
+unmutated copy, when an anchor is stale (not found exactly once), when a mutant survives, or when a
+reviewed-equivalent mutant is killed or its review is stale.
+
+mutmut (mutation/mutmut_gate.py): the core modules, from an empty mutants/ in another copy; the
+gate reads every verdict (see that module).
+
+Nothing here writes to the working tree: other people run their tests on it meanwhile.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from mutation.named import MUTANTS, NamedMutant
+
+ROOT = Path(__file__).resolve().parent.parent
+
+# What a copy needs to run the suite (and mutmut): the sources, the model, the tests, the config.
+COPIED = ("src", "model", "tests", "mutation", "pyproject.toml", "conftest.py")
+IGNORED = shutil.ignore_patterns("__pycache__", "*.pyc", ".hypothesis", ".pytest_cache",
+                                 "mutants", "*.egg-info", ".mypy_cache", ".ruff_cache")
+
+
+# -- copies of the tree -----------------------------------------------------------------------
+
+
+def make_copy(dest: Path, root: Path = ROOT) -> Path:
+    """Copy what the suite needs into `dest`. Links `taskcustody` and `taskcustody_model` at the
+    copy's top level as well, so that child processes started by tests with PYTHONPATH=<root>
+    (the end-to-end test) import the copy's (mutated) code, not the installed one."""
+    dest.mkdir(parents=True, exist_ok=True)
+    for name in COPIED:
+        src = root / name
+        if src.is_dir():
+            shutil.copytree(src, dest / name, ignore=IGNORED, symlinks=True)
+        elif src.is_file():
+            shutil.copy2(src, dest / name)
+    for link, target in (("taskcustody", "src/taskcustody"),
+                         ("taskcustody_model", "model/taskcustody_model")):
+        if (dest / target).is_dir() and not (dest / link).exists():
+            (dest / link).symlink_to(target, target_is_directory=True)
+    return dest
+
+
+def copy_env(copy: Path) -> dict[str, str]:
+    env = dict(os.environ)
+    paths = [str(copy / "src"), str(copy / "model"), str(copy)]
+    env["PYTHONPATH"] = os.pathsep.join(paths)
+    env["HYPOTHESIS_PROFILE"] = "mutation"
+    env["PYTHONDONTWRITEBYTECODE"] = "1"
+    return env
+
+
+def check_imports_from(copy: Path) -> None:
+    """The installed package is an editable install of the working tree: make sure the copy's
+    code, not the tree's, is what a run in the copy imports."""
+    probe = ("import taskcustody, taskcustody_model; "
+             "print(list(taskcustody.__path__)[0]); print(list(taskcustody_model.__path__)[0])")
+    out = subprocess.run([sys.executable, "-c", probe], cwd=copy, env=copy_env(copy),
+                         capture_output=True, text=True, check=True).stdout.split()
+    for path in out:
+        if not Path(path).resolve().is_relative_to(copy.resolve()):
+            raise SystemExit(f"gate: a run in {copy} imports {path}, not the copy's code")
+
+
+# -- applying named mutants -------------------------------------------------------------------
+
+
+class Stale(Exception):
+    """An anchor or a pinned line no longer occurs exactly once."""
+
+
+def apply_edits(mutant: NamedMutant, read: Callable[[str], str]) -> dict[str, str]:
+    """The mutated text of every file the mutant touches. Raises Stale."""
+    texts: dict[str, str] = {}
+    for edit in mutant.edits:
+        text = texts.get(edit.path)
+        if text is None:
+            text = read(edit.path)
+        count = text.count(edit.anchor)
+        if count != 1:
+            raise Stale(f"{mutant.name}: anchor found {count} times in {edit.path} "
+                        f"(must be exactly once):\n{edit.anchor}")
+        texts[edit.path] = text.replace(edit.anchor, edit.replacement)
+    if mutant.equivalence is not None:
+        for path, line in mutant.equivalence.pinned:
+            count = read(path).count(line)
+            if count != 1:
+                raise Stale(f"{mutant.name}: the equivalence review rests on a line found "
+                            f"{count} times in {path}; re-review it:\n{line}")
+    return texts
+
+
+def check_syntax(path: str, text: str) -> None:
+    """A mutant must be a program that runs: a syntax error would be a fake kill."""
+    compile(text, path, "exec")
+    if not path.endswith("scripts.py"):
+        return
+    try:
+        import lupa
+    except ImportError:  # pragma: no cover - lupa is in the verify extra
+        return
+    namespace: dict[str, object] = {}
+    exec(compile(text, path, "exec"), namespace)
+    lua = lupa.LuaRuntime()
+    load = lua.eval("load")
+    for name, value in namespace.items():
+        if name.isupper() and isinstance(value, str):
+            loaded = load(value)
+            fn, err = loaded if isinstance(loaded, tuple) else (loaded, None)
+            if fn is None:
+                raise SyntaxError(f"{path}: Lua script {name} does not compile: {err}")
+
+
+# -- running the suite ------------------------------------------------------------------------
+
+
+@dataclass
+class SuiteRun:
+    returncode: int
+    failures: list[dict[str, str]]
+    seconds: float
+    log: Path
+    hung: bool = False
+
+    @property
+    def test_failures(self) -> list[dict[str, str]]:
+        return [f for f in self.failures if f["when"] != "collect"]
+
+
+def run_suite(copy: Path, test_timeout: float, suite_timeout: float,
+              pytest_args: Sequence[str] = ()) -> SuiteRun:
+    report = copy / ".mutation-report.json"
+    log = copy / ".mutation-pytest.log"
+    cmd = [sys.executable, "-m", "pytest", "-p", "mutation.pytest_plugin", "-p", "no:cacheprovider",
+           "--hypothesis-profile=mutation", f"--mutation-report={report}",
+           f"--mutation-test-timeout={test_timeout:g}", "-q", "--no-header", "-rN",
+           *pytest_args]
+    started = time.monotonic()
+    hung = False
+    with open(log, "w", encoding="utf-8") as out:
+        proc = subprocess.Popen(cmd, cwd=copy, env=copy_env(copy), stdout=out,
+                                stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            rc = proc.wait(timeout=suite_timeout)
+        except subprocess.TimeoutExpired:
+            hung = True
+            os.killpg(proc.pid, 9)
+            rc = proc.wait()
+    seconds = time.monotonic() - started
+    failures: list[dict[str, str]] = []
+    if report.exists():
+        failures = json.loads(report.read_text(encoding="utf-8"))["failures"]
+    return SuiteRun(rc, failures, seconds, log, hung)
+
+
+# -- the named-mutant gate --------------------------------------------------------------------
+
+
+@dataclass
+class NamedResult:
+    mutant: NamedMutant
+    verdict: str  # killed | SURVIVED | equivalent | STALE | ERROR | KILLED-BUT-REVIEWED
+    ok: bool
+    caught_by: list[dict[str, str]] = field(default_factory=list)
+    seconds: float = 0.0
+    detail: str = ""
+
+
+def clone(snapshot: Path, dest: Path) -> Path:
+    shutil.copytree(snapshot, dest, symlinks=True)
+    return dest
+
+
+def run_named(snapshot: Path, workdir: Path, mutant: NamedMutant, test_timeout: float,
+              suite_timeout: float, pytest_args: Sequence[str]) -> NamedResult:
+    try:
+        texts = apply_edits(mutant, lambda p: (snapshot / p).read_text(encoding="utf-8"))
+        for path, text in texts.items():
+            check_syntax(path, text)
+    except Stale as exc:
+        return NamedResult(mutant, "STALE", False, detail=str(exc))
+    except SyntaxError as exc:
+        return NamedResult(mutant, "ERROR", False, detail=f"the rewrite does not compile: {exc}")
+    copy = clone(snapshot, workdir / mutant.name)
+    for path, text in texts.items():
+        (copy / path).write_text(text, encoding="utf-8")
+    run = run_suite(copy, test_timeout, suite_timeout, pytest_args)
+    killers = run.test_failures
+    if run.hung:
+        verdict, ok = "killed", mutant.equivalence is None
+        detail = f"the suite hung past {suite_timeout:g} s"
+    elif run.returncode == 0:
+        if mutant.equivalence is not None:
+            verdict, ok, detail = "equivalent", True, mutant.equivalence.reason
+        else:
+            verdict, ok, detail = "SURVIVED", False, "the whole suite passed with this mutant"
+    elif killers and run.returncode == 1:
+        verdict, ok, detail = "killed", True, ""
+        if mutant.equivalence is not None:
+            verdict, ok = "KILLED-BUT-REVIEWED", False
+            detail = "reviewed as equivalent, but the suite kills it: re-review"
+    else:
+        verdict, ok = "ERROR", False
+        detail = (f"pytest exit {run.returncode} without a failing test (collection or usage "
+                  f"error?): see {run.log}")
+    return NamedResult(mutant, verdict, ok, killers, run.seconds, detail)
+
+
+def named_gate(snapshot: Path, workdir: Path, jobs: int, test_timeout: float,
+               suite_timeout: float, pytest_args: Sequence[str], verbose: bool) -> bool:
+    """`snapshot`: one copy of the tree taken at the start, so that every run (the unmutated one
+    and each mutant's) sees the same code and tests while people keep editing the tree."""
+    print("== named mutants: checking anchors", flush=True)
+    stale = []
+    for m in MUTANTS:
+        try:
+            apply_edits(m, lambda p: (snapshot / p).read_text(encoding="utf-8"))
+        except Stale as exc:
+            stale.append(str(exc))
+    for s in stale:
+        print(f"STALE {s}")
+    if stale:
+        print("named mutants: FAIL (stale anchors; rewrite the mutants to hit the code again)")
+        return False
+
+    workdir.mkdir(parents=True, exist_ok=True)
+    base = clone(snapshot, workdir / "unmutated")
+    check_imports_from(base)
+    print("== named mutants: the suite on the unmutated copy", flush=True)
+    baseline = run_suite(base, test_timeout, suite_timeout, pytest_args)
+    if baseline.returncode != 0 or baseline.hung:
+        print(f"named mutants: FAIL: the suite is red on the unmutated copy (exit "
+              f"{baseline.returncode}); failures: "
+              f"{[f['test'] for f in baseline.failures][:10]}; log: {baseline.log}")
+        print(_tail(baseline.log))
+        return False
+    print(f"   green in {baseline.seconds:.1f} s", flush=True)
+
+    print(f"== named mutants: {len(MUTANTS)} mutants, {jobs} at a time", flush=True)
+    with ThreadPoolExecutor(max_workers=jobs) as pool:
+        results = list(pool.map(
+            lambda m: run_named(snapshot, workdir, m, test_timeout, suite_timeout, pytest_args),
+            MUTANTS))
+    print_named_table(results, verbose)
+    ok = all(r.ok for r in results)
+    print(f"named mutants: {'PASS' if ok else 'FAIL'} "
+          f"({sum(r.verdict == 'killed' for r in results)} killed, "
+          f"{sum(r.verdict == 'equivalent' for r in results)} reviewed equivalent, "
+          f"{sum(not r.ok for r in results)} failing the gate)")
+    return ok
+
+
+def _short(test: str) -> str:
+    return test.removeprefix("tests/")
+
+
+def print_named_table(results: list[NamedResult], verbose: bool) -> None:
+    rows = []
+    for r in results:
+        names = [_short(f["test"]) for f in r.caught_by]
+        unique = list(dict.fromkeys(names))
+        if r.verdict == "killed" and unique:
+            shown = unique if verbose else unique[:1]
+            more = "" if verbose or len(unique) <= 1 else f" (+{len(unique) - 1} more)"
+            caught = ", ".join(shown) + more
+        else:
+            caught = "-"
+        rows.append((r.mutant.name, r.verdict, caught, f"{r.seconds:.0f}s"))
+    widths = [max(len(row[i]) for row in [*rows, ("mutant", "result", "caught by", "time")])
+              for i in range(4)]
+    line = "  ".join(f"{{:{w}}}" for w in widths)
+    print(line.format("mutant", "result", "caught by", "time"))
+    print(line.format(*("-" * w for w in widths)))
+    for row in rows:
+        print(line.format(*row))
+    for r in results:
+        if r.detail:
+            print(f"  {r.mutant.name}: {r.detail}")
+        if r.verdict == "killed" and r.caught_by:
+            first = r.caught_by[0]
+            print(f"  {r.mutant.name}: first failure {_short(first['test'])} "
+                  f"({first['when']}): {first['message']}")
+
+
+def _tail(path: Path, lines: int = 40) -> str:
+    try:
+        return "\n".join(path.read_text(encoding="utf-8").splitlines()[-lines:])
+    except OSError:
+        return ""
+
+
+# -- entry point ------------------------------------------------------------------------------
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m mutation.gate", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    which = parser.add_mutually_exclusive_group()
+    which.add_argument("--named-only", action="store_true", help="only the named mutants")
+    which.add_argument("--mutmut-only", action="store_true", help="only the mutmut sweep")
+    parser.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1),
+                        help="named mutants run in parallel, and mutmut's --max-children")
+    parser.add_argument("--test-timeout", type=float, default=45.0,
+                        help="fail one test that runs longer under a named mutant (seconds)")
+    parser.add_argument("--suite-timeout", type=float, default=1800.0,
+                        help="give up on one suite run after this long (seconds)")
+    parser.add_argument("--workdir", type=Path, default=None,
+                        help="where the copies go (default: a temp dir, removed afterwards)")
+    parser.add_argument("--keep", action="store_true", help="keep the copies")
+    parser.add_argument("--verbose", "-v", action="store_true", help="list every failing test")
+    parser.add_argument("--reuse-mutmut", type=Path, default=None, metavar="COPY",
+                        help="read the verdicts of an earlier mutmut run in COPY (a kept copy "
+                        "with its mutants/) instead of running mutmut: for reviewing survivors")
+    parser.add_argument("--pytest-arg", action="append", default=[],
+                        help="extra argument for the named mutants' pytest runs")
+    args = parser.parse_args(argv)
+
+    started = time.monotonic()
+    workdir = args.workdir or Path(tempfile.mkdtemp(prefix="taskcustody-mutation-"))
+    workdir.mkdir(parents=True, exist_ok=True)
+    ok = True
+    try:
+        snapshot = make_copy(workdir / "snapshot")
+        print(f"== snapshot of the tree in {snapshot}", flush=True)
+        if not args.mutmut_only:
+            ok = named_gate(snapshot, workdir / "named", args.jobs, args.test_timeout,
+                            args.suite_timeout, args.pytest_arg, args.verbose) and ok
+        if not args.named_only:
+            from mutation.mutmut_gate import mutmut_gate
+
+            ok = mutmut_gate(workdir / "mutmut", args.jobs, args.verbose, snapshot=snapshot,
+                             reuse=args.reuse_mutmut) and ok
+    finally:
+        if args.workdir is None and not args.keep:
+            shutil.rmtree(workdir, ignore_errors=True)
+        elif args.keep or args.workdir:
+            print(f"copies kept in {workdir}")
+    minutes, seconds = divmod(time.monotonic() - started, 60)
+    print(f"mutation gate: {'PASS' if ok else 'FAIL'} in {int(minutes)} min {seconds:.0f} s")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

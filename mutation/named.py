@@ -1,0 +1,239 @@
+"""The named mutants: hand-written, exact rewrites of the real implementation's protocol lines.
+
+Each mutant is a list of edits. An edit names a file, an anchor (text that must occur in that file
+exactly once) and its replacement. The gate applies a mutant to a throwaway copy of the tree and
+runs the whole test suite there; the suite must go red. An anchor that no longer occurs exactly
+once fails the gate as *stale*: the code moved, and the mutant must be rewritten to hit it again.
+
+mutmut cannot make these: it never deletes a statement, renames a Redis command, reorders two
+calls, or negates a bare `if include_self:` (see /work/shared/design/tooling-facts.md).
+
+A named mutant may carry an `equivalence`: a reviewed argument that the rewrite cannot change any
+observable behaviour of *this* implementation. The argument rests on lines quoted in `pinned`
+(each must still occur exactly once, or the review is stale and the gate fails). A reviewed
+mutant is still run: if the suite ever kills it, the review is wrong or out of date, and the gate
+fails too.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+WORKER = "src/taskcustody/worker.py"
+RECOVERY = "src/taskcustody/recovery.py"
+SCRIPTS = "src/taskcustody/scripts.py"
+SERVER = "src/taskcustody/server.py"
+SETTINGS = "src/taskcustody/settings.py"
+
+
+@dataclass(frozen=True)
+class Edit:
+    path: str
+    anchor: str
+    replacement: str
+
+
+@dataclass(frozen=True)
+class Equivalence:
+    reason: str
+    # (path, exact text) the argument depends on: an edit to any of them reopens the review.
+    pinned: tuple[tuple[str, str], ...]
+
+
+@dataclass(frozen=True)
+class NamedMutant:
+    name: str
+    breaks: str
+    edits: tuple[Edit, ...]
+    equivalence: Equivalence | None = field(default=None)
+
+
+MUTANTS: tuple[NamedMutant, ...] = (
+    NamedMutant(
+        "blmove-reverted-to-blpop",
+        "no loss: the take pops the task with nothing in the in-flight list (the old BLPOP "
+        "design, from the same end: BRPOP), and the processing record is the only trace, "
+        "written after the reply; the release then finds no custody to give up",
+        (
+            Edit(
+                WORKER,
+                '        if self.take_command == "BLMOVE":\n'
+                '            return ("BLMOVE", self.keys.queue, self.list_key, "RIGHT", "LEFT", '
+                "block)\n"
+                '        return ("BRPOPLPUSH", self.keys.queue, self.list_key, block)\n',
+                '        return ("BRPOP", self.keys.queue, block)\n',
+            ),
+            Edit(
+                WORKER,
+                "            raw = self._call(*self._take_args(block))\n",
+                "            popped = self._call(*self._take_args(block))\n"
+                "            raw = None if popped is None else popped[1]\n",
+            ),
+        ),
+    ),
+    NamedMutant(
+        "release-lrem-dropped",
+        "no duplication / bounded custody: the release commits without removing the task from "
+        "the in-flight list, which stays there for a drain to requeue",
+        (
+            Edit(
+                SCRIPTS,
+                "local held = redis.call('LREM', KEYS[1], 1, ARGV[1])\n",
+                "local held = 1\n",
+            ),
+        ),
+    ),
+    NamedMutant(
+        "release-outside-finally",
+        "eventually empty: an interrupted worker (KeyboardInterrupt, SystemExit) never releases; "
+        "the task is parked in a live worker's list",
+        (
+            Edit(
+                WORKER,
+                "            raise\n"
+                "        finally:\n"
+                "            # Custody is released whatever happened above.\n"
+                "            self.release(task, outcome)\n",
+                "            raise\n"
+                "        # Custody is released whatever happened above.\n"
+                "        self.release(task, outcome)\n",
+            ),
+        ),
+    ),
+    NamedMutant(
+        "startup-drain-include-self-false",
+        "eventually empty: the startup drain skips the own id's lists; debris of an earlier run "
+        "is parked forever",
+        (
+            Edit(
+                SERVER,
+                "            self.client, self.keys, self.clock.now(), self.identity, "
+                "include_self=True,\n",
+                "            self.client, self.keys, self.clock.now(), self.identity, "
+                "include_self=False,\n",
+            ),
+        ),
+    ),
+    NamedMutant(
+        "sweep-include-self-true",
+        "no double assignment: the periodic sweep drains the own server's lists while its "
+        "workers execute those tasks",
+        (
+            Edit(
+                RECOVERY,
+                "    report.drained_lists = recover_inflight(client, keys, now, me, "
+                "include_self=False,\n",
+                "    report.drained_lists = recover_inflight(client, keys, now, me, "
+                "include_self=True,\n",
+            ),
+        ),
+    ),
+    NamedMutant(
+        "processing-sweep-keeps-custody",
+        "no duplication: the processing sweep requeues a task without removing it from its "
+        "holder's list, so the drain requeues it a second time",
+        (
+            Edit(
+                SCRIPTS,
+                "    redis.call('LREM', KEYS[3], 1, raw)\n"
+                "    redis.call('RPUSH', KEYS[2], raw)\n",
+                "    redis.call('RPUSH', KEYS[2], raw)\n",
+            ),
+        ),
+    ),
+    NamedMutant(
+        "drain-until-empty",
+        "bounded work: the drain loops until the list is empty instead of at most LLEN moves "
+        "read up front; it never ends under a concurrent appender",
+        (
+            Edit(
+                RECOVERY,
+                "    while moved < budget:\n",
+                "    while True:\n",
+            ),
+            Edit(
+                RECOVERY,
+                "                keys.incarnations, min(chunk, budget - moved), "
+                "owner.server_id,\n",
+                "                keys.incarnations, chunk, owner.server_id,\n",
+            ),
+        ),
+    ),
+    NamedMutant(
+        "sweep-drains-before-prune",
+        "prompt recovery: the sweep decides which lists are dead before it prunes expired "
+        "servers (the two calls swapped)",
+        (
+            Edit(
+                RECOVERY,
+                "    report.pruned = prune_inactive_servers(client, keys, now)\n"
+                "    report.drained_lists = recover_inflight(client, keys, now, me, "
+                "include_self=False,\n"
+                "                                            chunk=chunk)\n",
+                "    report.drained_lists = recover_inflight(client, keys, now, me, "
+                "include_self=False,\n"
+                "                                            chunk=chunk)\n"
+                "    report.pruned = prune_inactive_servers(client, keys, now)\n",
+            ),
+        ),
+        Equivalence(
+            "In this implementation a list is live iff its server's deadline is > now AND its "
+            "incarnation is the registered one, read in the same step that decides (live_owners "
+            "for the selection, is_live inside DRAIN_CHUNK). An expired server that has not been "
+            "pruned yet is therefore already dead to the drain, so the order of prune and drain "
+            "on one pass changes nothing observable (prune is bookkeeping here; in the model, "
+            "liveness is registry membership and the order matters). The non-equivalent form, "
+            "where the drain trusts registry membership, is the next mutant and must be killed.",
+            (
+                (RECOVERY, '    pipe.zrangebyscore(keys.servers, f"({now!r}", "+inf")\n'),
+                (SCRIPTS, "  if not deadline or tonumber(deadline) <= tonumber(now) then "
+                          "return false end\n"),
+                (SCRIPTS, "local expired = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', "
+                          "ARGV[1])\n"),
+            ),
+        ),
+    ),
+    NamedMutant(
+        "sweep-drains-before-prune-membership",
+        "prompt recovery: the sweep drains before it prunes AND its selection trusts registry "
+        "membership (as the model's liveness does): a server that expired since the last pass "
+        "still looks live, and its lists are recovered a whole period late",
+        (
+            Edit(
+                RECOVERY,
+                "    report.pruned = prune_inactive_servers(client, keys, now)\n"
+                "    report.drained_lists = recover_inflight(client, keys, now, me, "
+                "include_self=False,\n"
+                "                                            chunk=chunk)\n",
+                "    report.drained_lists = recover_inflight(client, keys, now, me, "
+                "include_self=False,\n"
+                "                                            chunk=chunk)\n"
+                "    report.pruned = prune_inactive_servers(client, keys, now)\n",
+            ),
+            Edit(
+                RECOVERY,
+                '    pipe.zrangebyscore(keys.servers, f"({now!r}", "+inf")\n',
+                '    pipe.zrangebyscore(keys.servers, "-inf", "+inf")\n',
+            ),
+        ),
+    ),
+    NamedMutant(
+        "socket-timeout-shorter-than-block",
+        "liveness of a take: the socket timeout is shorter than the server-side block, so an "
+        "idle, healthy take looks like a dead connection (and its task may be taken unseen)",
+        (
+            Edit(
+                SETTINGS,
+                "        return self.block_timeout + self.socket_timeout_margin\n",
+                "        return self.block_timeout / 2\n",
+            ),
+        ),
+    ),
+)
+
+
+def by_name(name: str) -> NamedMutant:
+    for m in MUTANTS:
+        if m.name == name:
+            return m
+    raise KeyError(name)

@@ -1,0 +1,104 @@
+"""A pytest plugin for the named-mutant runs (`-p mutation.pytest_plugin`).
+
+- `--mutation-report PATH`: write the node ids of every failed test (setup, call or teardown) and
+  of every collection error, in the order they happened, as JSON.
+- `--mutation-test-timeout SECONDS`: fail a test that runs longer (SIGALRM in the main thread), so a
+  mutant that makes a test hang (a drain that never ends) is reported as caught by that test
+  instead of hanging the gate.
+"""
+
+from __future__ import annotations
+
+import faulthandler
+import json
+import os
+import signal
+import threading
+from collections.abc import Iterator
+from types import FrameType
+from typing import Any
+
+import pytest
+
+_failures: list[dict[str, str]] = []
+HARD_GRACE = 15.0
+
+
+class MutantTimeout(Exception):
+    """The test ran past the per-test limit of a mutation run."""
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("mutation")
+    group.addoption("--mutation-report", default=None, help="write failed test ids as JSON here")
+    group.addoption("--mutation-test-timeout", type=float, default=0.0,
+                    help="fail any test running longer than this many seconds (0: no limit)")
+
+
+def _first_line(report: Any) -> str:
+    crash = getattr(getattr(report, "longrepr", None), "reprcrash", None)
+    if crash is not None and getattr(crash, "message", ""):
+        return str(crash.message).strip().splitlines()[0][:200]
+    text = str(report.longreprtext or "").strip().splitlines()
+    for line in text:
+        if line.startswith("E "):
+            return line[1:].strip()[:200]
+    return text[-1][:200] if text else ""
+
+
+def _write(config: pytest.Config, exitstatus: int) -> None:
+    path = config.getoption("--mutation-report")
+    if path:
+        with open(path, "w", encoding="utf-8") as f:
+            json.dump({"exitstatus": int(exitstatus), "failures": _failures}, f, indent=1)
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    if report.failed:
+        _failures.append({"test": report.nodeid, "when": report.when,
+                          "message": _first_line(report)})
+
+
+def pytest_collectreport(report: pytest.CollectReport) -> None:
+    if report.failed:
+        _failures.append({"test": report.nodeid or "<collection>", "when": "collect",
+                          "message": _first_line(report)})
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    limit = float(item.config.getoption("--mutation-test-timeout") or 0.0)
+    if limit <= 0:
+        yield
+        return
+
+    def expire(signum: int, frame: FrameType | None) -> None:
+        raise MutantTimeout(f"test ran longer than {limit:g} s under this mutant (a hang)")
+
+    # The soft limit raises in the main thread. A test stuck where that exception cannot end it
+    # (a lock nobody will release) meets the hard limit: a watchdog thread records the test as
+    # the one that caught the mutant, and ends the run.
+    done = threading.Event()
+
+    def watchdog() -> None:
+        if done.wait(limit + HARD_GRACE):
+            return
+        _failures.append({"test": item.nodeid, "when": "call",
+                          "message": f"hung past {limit + HARD_GRACE:g} s; run ended"})
+        _write(item.config, 1)
+        faulthandler.dump_traceback(all_threads=True)
+        os._exit(1)
+
+    threading.Thread(target=watchdog, name="mutation-watchdog", daemon=True).start()
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.setitimer(signal.ITIMER_REAL, limit)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+        done.set()
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    _write(session.config, exitstatus)
