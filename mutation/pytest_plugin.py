@@ -24,8 +24,9 @@ _failures: list[dict[str, str]] = []
 HARD_GRACE = 15.0
 
 
-class MutantTimeout(Exception):
-    """The test ran past the per-test limit of a mutation run."""
+class MutantTimeout(BaseException):
+    """The test ran past the per-test limit of a mutation run. A BaseException, so that code
+    catching Exception (a supervisor restarting its worker) cannot swallow it."""
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

@@ -400,3 +400,115 @@ def test_refusal_names_the_lease(backend: Backend, keys: QueueKeys) -> None:
     make_server(client, keys, "s1", clock).claim()
     with pytest.raises(ServerIdHeld, match="wait for its lease to lapse"):
         make_server(client, keys, "s1", clock).claim()
+
+
+# -- recovery passes: which lists, and how many round trips -------------------------------------
+
+
+def test_sweep_skips_own_and_live_lists_without_a_round_trip_and_drains_the_rest(
+    backend: Backend, keys: QueueKeys
+) -> None:
+    """Sorted, our own list ("a") and a live server's ("b") come before the dead one ("c"): both
+    are skipped without calling the drain, and the pass goes on to drain "c"."""
+    client = backend.client()
+    clock = ManualClock()
+    Producer(client, keys, clock).enqueue_many(["ta", "tb", "tc"])
+    servers = {name: make_server(client, keys, name, clock) for name in "abc"}
+    held = {}
+    for name, server in servers.items():
+        (w,) = server.start()
+        task = w.take(timeout=1)
+        assert task
+        w.record(task)
+        w._call("PING")
+        held[name] = (w, task)
+    clock.advance(TEST_SETTINGS.server_ttl + 1)
+    servers["a"].heartbeat()
+    servers["b"].heartbeat()
+    counter = EvalCounter(client, scripts.DRAIN_CHUNK)
+    report = servers["a"].sweep()
+    assert report.pruned == ["c"]
+    assert report.drained_lists == {held["c"][0].list_key: 1}
+    assert counter.calls == 1  # only the dead list was drained
+    assert ids_in(client, held["a"][0].list_key) == [held["a"][1].id]
+    assert ids_in(client, held["b"][0].list_key) == [held["b"][1].id]
+    # The live records stay; the drained task's record went with it.
+    assert sorted(client.hkeys(keys.processing)) == sorted(
+        [held["a"][1].id.encode(), held["b"][1].id.encode()])
+
+
+def test_startup_drains_dead_servers_lists_too(backend: Backend, keys: QueueKeys) -> None:
+    """At startup nothing is pruned: a dead server still has its (expired) deadline, and the
+    drain must judge it by that deadline."""
+    client = backend.client()
+    clock = ManualClock()
+    task_id = Producer(client, keys, clock).enqueue("x")
+    (wd,) = make_server(client, keys, "dead", clock).start()
+    assert wd.take(timeout=1)
+    clock.advance(TEST_SETTINGS.server_ttl + 1)
+    fresh = make_server(client, keys, "fresh", clock)
+    fresh.start()
+    assert client.llen(wd.list_key) == 0
+    assert ids_in(client, keys.queue) == [task_id]
+
+
+def test_a_server_that_re_registers_mid_pass_is_not_drained(
+    backend: Backend, keys: QueueKeys
+) -> None:
+    """The dead-only drain re-checks liveness inside its atomic step: a stalled server that
+    heart-beats between the selection and the drain keeps its list."""
+    client = backend.client()
+    clock = ManualClock()
+    Producer(client, keys, clock).enqueue("x")
+    stalled = make_server(client, keys, "stalled", clock)
+    (ws,) = stalled.start()
+    task = ws.take(timeout=1)
+    assert task
+    me = make_server(client, keys, "me", clock)
+    clock.advance(TEST_SETTINGS.server_ttl + 1)
+    me.claim()
+    real_eval = client.eval
+
+    def resume_first(script: str, *args: Any) -> Any:
+        if script == scripts.DRAIN_CHUNK:
+            client.eval = real_eval  # type: ignore[method-assign]
+            stalled.heartbeat()
+        return real_eval(script, *args)
+
+    client.eval = resume_first  # type: ignore[method-assign]
+    assert recover_inflight(client, keys, clock.now(), me.identity, include_self=False) == {}
+    assert ids_in(client, ws.list_key) == [task.id]
+
+
+def test_default_chunks_of_the_sweep_and_the_startup_drain(
+    backend: Backend, keys: QueueKeys
+) -> None:
+    from taskcustody import sweep
+
+    client = backend.client()
+    clock = ManualClock()
+    Producer(client, keys, clock).enqueue_many(list(range(101)))
+    (worker,) = make_server(client, keys, "dead", clock).start()
+    for _ in range(101):
+        assert worker.take(timeout=1)
+    live = make_server(client, keys, "live", clock)
+    clock.advance(TEST_SETTINGS.server_ttl + 1)
+    live.claim()
+    counter = EvalCounter(client, scripts.DRAIN_CHUNK)
+    assert sweep(client, keys, clock.now(), live.identity).drained_lists == {worker.list_key: 101}
+    assert counter.calls == 2
+
+
+def test_startup_drain_uses_the_configured_chunk(backend: Backend, keys: QueueKeys) -> None:
+    client = backend.client()
+    clock = ManualClock()
+    Producer(client, keys, clock).enqueue_many(list(range(7)))
+    (worker,) = make_server(client, keys, "s1", clock).start()
+    for _ in range(7):
+        assert worker.take(timeout=1)
+    clock.advance(TEST_SETTINGS.server_ttl + 1)
+    again = make_server(client, keys, "s1", clock)
+    again.claim()
+    counter = EvalCounter(client, scripts.DRAIN_CHUNK)
+    assert again.startup_drain() == {worker.list_key: 7}
+    assert counter.calls == 3  # drain_chunk 3
