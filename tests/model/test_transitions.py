@@ -1,0 +1,155 @@
+"""Single transitions, written from shared/design/protocol.md (not from the model's code)."""
+
+from __future__ import annotations
+
+from taskcustody_model import Action, Bounds, Config, apply, enabled_actions, initial_state, variant
+from taskcustody_model.invariants import check_invariants, is_done
+from taskcustody_model.state import (
+    CRASHED,
+    DIRTY,
+    IDLE,
+    RECORDED,
+    TAKEN,
+    Registration,
+    State,
+    list_of,
+)
+
+CFG = Config(Bounds(tasks=2, servers=2, workers=2, faults=3), variant("correct"))
+
+
+def step(state: State, name: str, s: int = -1, i: int = -1, w: int = -1, cmd: str = "",
+         cfg: Config = CFG) -> State:
+    action = Action(name, s, i, w, cmd)
+    assert action in enabled_actions(state, cfg), f"{action} not enabled"
+    after = apply(state, action, cfg)
+    assert check_invariants(after, cfg) is None, check_invariants(after, cfg)
+    return after
+
+
+def init() -> State:
+    return initial_state(CFG.bounds)
+
+
+def test_take_moves_the_next_task_into_the_own_inflight_list() -> None:
+    st = step(init(), "take", 0, 0, 1)
+    assert st.queue == (1,)
+    assert list_of(st, (0, 0, 1)) == (0,)
+    assert st.processes[0][0].workers[1] == (TAKEN, 0)
+
+
+def test_dropped_reply_on_take_leaves_the_task_in_custody_and_the_worker_dirty() -> None:
+    st = step(init(), "dropped_reply", 0, 0, 0, "take")
+    assert list_of(st, (0, 0, 0)) == (0,)  # not lost: BLMOVE put it in our list
+    assert st.processes[0][0].workers[0].phase == DIRTY
+    assert "take" not in {a.name for a in enabled_actions(st, CFG) if a.worker == 0 and a.server == 0}
+    st = step(st, "reconcile", 0, 0, 0)
+    assert st.queue == (1, 0) and not st.lists  # debris back on the queue, taken next
+    assert st.processes[0][0].workers[0].phase == IDLE
+
+
+def test_blpop_take_loses_the_task_on_a_dropped_reply() -> None:
+    cfg = CFG._replace(variant=variant("blpop-take"))
+    st = apply(init(), Action("dropped_reply", 0, 0, 0, "take"), cfg)
+    assert check_invariants(st, cfg) is not None
+    assert check_invariants(st, cfg)[0] == "no-loss"  # type: ignore[index]
+
+
+def test_record_then_release_commits_once_and_clears_custody_and_record() -> None:
+    st = step(init(), "take", 0, 0, 0)
+    st = step(st, "record", 0, 0, 0)
+    assert st.records[0] == (0, 0, 0)
+    assert st.processes[0][0].workers[0] == (RECORDED, 0)
+    st = step(st, "release", 0, 0, 0)
+    assert st.committed == (1, 0)
+    assert not st.lists and st.records == (None, None)
+    assert st.processes[0][0].workers[0].phase == IDLE
+
+
+def test_dropped_reply_on_release_commits_but_the_worker_must_reconcile() -> None:
+    st = step(step(step(init(), "take", 0, 0, 0), "record", 0, 0, 0), "dropped_reply",
+              0, 0, 0, "release")
+    assert st.committed == (1, 0)
+    assert st.processes[0][0].workers[0].phase == DIRTY
+
+
+def test_worker_crash_leaves_the_task_in_its_list_and_a_restart_reconciles() -> None:
+    st = step(step(init(), "take", 0, 0, 0), "crash_worker", 0, 0, 0)
+    assert st.processes[0][0].workers[0].phase == CRASHED and list_of(st, (0, 0, 0)) == (0,)
+    st = step(st, "restart_worker", 0, 0, 0)
+    assert st.processes[0][0].workers[0].phase == DIRTY
+    st = step(st, "reconcile", 0, 0, 0)
+    assert st.queue == (1, 0)
+
+
+def test_sweep_never_drains_a_registered_servers_list() -> None:
+    st = step(init(), "take", 0, 0, 0)
+    assert Action("sweep", 1, 0) not in enabled_actions(st, CFG)
+
+
+def test_sweep_prunes_then_drains_a_crashed_servers_lists() -> None:
+    st = step(step(init(), "take", 0, 0, 0), "crash_server", 0, 0)
+    assert Action("sweep", 1, 0) not in enabled_actions(st, CFG)  # still registered
+    st = step(st, "advance_clock")
+    assert st.registry[0] == Registration(0, 0)  # expired, not yet pruned
+    st = step(st, "sweep", 1, 0)
+    assert st.registry[0] is None and st.queue == (1, 0) and not st.lists
+
+
+def test_a_healthy_server_stays_registered_across_clock_ticks() -> None:
+    st = step(step(init(), "stall_server", 0, 0), "advance_clock")
+    assert st.registry[1] == Registration(0, 1) and st.registry[0] == Registration(0, 0)
+
+
+def test_claim_is_refused_while_the_id_is_registered_and_gives_a_new_incarnation() -> None:
+    st = step(init(), "crash_server", 0, 0)
+    assert Action("claim", 0) not in enabled_actions(st, CFG)
+    st = step(step(st, "advance_clock"), "claim", 0)
+    assert st.registry[0] is not None and st.registry[0].inc != 0
+
+
+def test_startup_drain_recovers_debris_of_an_earlier_incarnation() -> None:
+    st = step(step(init(), "take", 0, 0, 0), "crash_server", 0, 0)
+    st = step(step(st, "advance_clock"), "claim", 0)
+    st = step(st, "startup_drain", 0, 0)
+    assert st.queue == (1, 0) and not st.lists
+
+
+def test_stalled_worker_whose_task_was_recovered_does_not_commit() -> None:
+    st = step(step(init(), "take", 0, 0, 0), "record", 0, 0, 0)
+    st = step(step(st, "stall_server", 0, 0), "advance_clock")
+    st = step(st, "sweep", 1, 0)  # the stalled server looks dead: its list is drained
+    st = step(step(st, "take", 1, 0, 0), "record", 1, 0, 0)
+    st = step(st, "release", 0, 0, 0)  # the stalled worker finishes: custody lost
+    assert st.committed == (0, 0)
+    st = step(st, "release", 1, 0, 0)
+    assert st.committed == (1, 0)
+
+
+def test_heartbeat_of_a_superseded_process_stops_it() -> None:
+    st = step(step(init(), "stall_server", 0, 0), "advance_clock")
+    st = step(st, "claim", 0)  # a new process takes the id while the old one is stalled
+    st = step(st, "resume_server", 0, 0)
+    st = step(st, "heartbeat", 0, 0)
+    assert [p.inc for p in st.processes[0]] == [st.registry[0].inc]  # type: ignore[union-attr]
+
+
+def test_processing_sweep_requeues_only_what_it_removes_from_custody() -> None:
+    st = step(step(init(), "take", 0, 0, 0), "record", 0, 0, 0)
+    st = step(step(st, "crash_server", 0, 0), "advance_clock")
+    st = step(st, "dropped_reply", 1, 0, -1, "sweep")  # pruned; the pass was abandoned
+    assert list_of(st, (0, 0, 0)) == (0,)
+    st = step(st, "requeue_stuck_processing_tasks", 1, 0)
+    assert st.queue == (1, 0) and not st.lists and st.records == (None, None)
+
+
+def test_faults_are_bounded() -> None:
+    cfg = CFG._replace(bounds=CFG.bounds._replace(faults=0))
+    assert not any(a.is_fault for a in enabled_actions(init(), cfg))
+
+
+def test_done_state() -> None:
+    st = init()
+    for w in (0, 1):
+        st = step(step(step(st, "take", 0, 0, w), "record", 0, 0, w), "release", 0, 0, w)
+    assert is_done(st)
