@@ -73,6 +73,8 @@ def throughput_configs(args: argparse.Namespace) -> list[dict[str, Any]]:
             continue
         if args.only_kind and kind not in args.only_kind:
             continue
+        if group == "diag" and kind not in (args.only_kind or []):
+            continue  # diagnostics run only when asked for by name
         for conc_label, mode, n in CONCURRENCY:
             if group == "diag" and n != 1:
                 continue
