@@ -14,6 +14,7 @@
 
 from __future__ import annotations
 
+import builtins
 import time
 from array import array
 from collections.abc import Callable
@@ -66,7 +67,7 @@ class CheckResult:
     violation: Trace | None
     property: str | None  # name of the violated property, None when ok
 
-    @property
+    @builtins.property  # (a field above is named "property")
     def states_per_second(self) -> float:
         return self.distinct_states / self.seconds if self.seconds > 0 else 0.0
 
@@ -178,7 +179,7 @@ def _unrecoverable(states: list[State], src: array[int], dst: array[int]) -> int
         offset[v + 1] += offset[v]
     fill = array("l", offset)
     pred = array("l", [0]) * len(dst)
-    for u, v in zip(src, dst):
+    for u, v in zip(src, dst, strict=True):
         pred[fill[v]] = u
         fill[v] += 1
     good = bytearray(n)

@@ -3,7 +3,8 @@
 Read this file as the spec.  Every action is one Redis command (or one Lua script), so the
 interleavings the checker explores are exactly the interleavings Redis can see.  (``execute``,
 the handler, touches no Redis: a crash or any other step just before it or just after it leads
-to the same states, so it is folded into ``release``: "execute, then release".)  No I/O here: ``enabled_actions`` lists what may happen next,
+to the same states, so it is folded into ``release``: "execute, then release".)
+No I/O here: ``enabled_actions`` lists what may happen next,
 ``apply`` computes the next state.
 
 Conventions (see ``state.py``):
@@ -107,7 +108,7 @@ def drains_in_steps(bounds: Bounds, variant: Variant) -> bool:
     return not variant.drain_bounded
 
 
-# --- helpers ---------------------------------------------------------------------------------------
+# --- helpers --------------------------------------------------------------------------------
 
 
 def is_live(registry: tuple[Registration | None, ...], key: ListKey) -> bool:
@@ -153,7 +154,7 @@ def fresh_incarnation(state: State, server: int) -> int:
 
 
 def _set(t: tuple, i: int, value: object) -> tuple:  # type: ignore[type-arg]
-    return t[:i] + (value,) + t[i + 1 :]
+    return (*t[:i], value, *t[i + 1 :])
 
 
 def _with_process(state: State, s: int, i: int, proc: Process | None) -> State:
@@ -206,7 +207,7 @@ def _settle(state: State) -> State:
     )
 
 
-# --- what may happen next --------------------------------------------------------------------------
+# --- what may happen next ------------------------------------------------------------
 
 
 def enabled_actions(state: State, config: Config) -> list[Action]:
@@ -249,7 +250,9 @@ def enabled_actions(state: State, config: Config) -> list[Action]:
             elif proc.phase != SUPERSEDED:
                 # The server's own loops.  A dropped heartbeat reply changes nothing either: the
                 # script ran; the process learns of a supersession one beat later.
-                if ((reg is None or reg.inc == proc.inc) and reg != (proc.inc, TTL)) or (reg is not None and reg.inc != proc.inc):
+                # Enabled unless it would renew an already fresh registration of ours: it then
+                # re-registers (after a stall) or discovers a newer incarnation.
+                if reg != (proc.inc, TTL):
                     add(Action("heartbeat", s, i))
                 if proc.phase == CLAIMED:
                     add(Action("startup_drain", s, i))
@@ -347,7 +350,7 @@ def _renewed(state: State, s: int, inc: int) -> bool:
     )
 
 
-# --- what each action does ---------------------------------------------------------------------------
+# --- what each action does ------------------------------------------------------------
 
 
 def apply(state: State, action: Action, config: Config) -> State:
@@ -396,7 +399,8 @@ def apply(state: State, action: Action, config: Config) -> State:
     if name == "release":
         # execute: the handler runs (no Redis; it always succeeds here: a failed handler's retry
         # re-enqueues the task, which the protocol treats like any enqueue); then the release,
-        # in a finally.  One Lua script: LREM own-list task 1; HDEL the record if it names this list; commit
+        # in a finally.  One Lua script: LREM own-list task 1; HDEL the record if it names this
+        # list; commit
         # if (and only if) the task was still ours.  Returns (held, remaining length).
         proc = state.processes[s][i]
         t = proc.workers[w].task
@@ -509,15 +513,15 @@ def apply(state: State, action: Action, config: Config) -> State:
         # only if it was there, push it back to the queue; HDEL the record.
         proc = state.processes[s][i]
         for t in _stuck_records(state, s, proc):
-            key = state.records[t]
-            assert key is not None
-            tasks = list_of(state, key)
+            holder = state.records[t]
+            assert holder is not None
+            tasks = list_of(state, holder)
             if not v.processing_sweep_removes_custody:
-                state = state._replace(queue=state.queue + (t,))  # broken: custody kept too
+                state = state._replace(queue=(*state.queue, t))  # broken: custody kept too
             elif t in tasks:
                 state = state._replace(
-                    lists=with_list(state.lists, key, tuple(x for x in tasks if x != t)),
-                    queue=state.queue + (t,),
+                    lists=with_list(state.lists, holder, tuple(x for x in tasks if x != t)),
+                    queue=(*state.queue, t),
                 )
             state = state._replace(records=_set(state.records, t, None))
         return state

@@ -43,7 +43,7 @@ PROCESS_PHASE_NAMES = ("claimed", "starting", "running", "superseded")
 
 NO_TASK = -1
 
-#: An in-flight list key: (server id, incarnation, worker index)  =  inflight:<server>:<inc>:<worker>
+#: An in-flight list key: (server id, incarnation, worker index), inflight:<server>:<inc>:<worker>
 ListKey = tuple[int, int, int]
 
 

@@ -1,9 +1,9 @@
-"""Symmetry reduction: servers are interchangeable, so are the workers of one incarnation and the
-tasks, and incarnation numbers only matter by equality.
+"""Symmetry reduction: servers are interchangeable, so are the workers of one incarnation and
+the tasks, and incarnation numbers only matter by equality.
 
-``canonical`` renames server ids, incarnations, worker indices and tasks so that states that differ only
-by such names map to one representative.  Soundness does not depend on finding *the* unique
-representative: every renaming applied is a bijection on names, applied consistently to every
+``canonical`` renames server ids, incarnations, worker indices and tasks so that states that
+differ only by such names map to one representative.  Soundness does not depend on finding *the*
+unique representative: every renaming applied is a bijection on names, applied consistently to every
 place that mentions a name, so the result is a state with exactly the same futures up to renaming
 (the protocol never compares names except for equality, and the properties are name-blind).
 Ties between equal-looking servers or workers are broken by their current order; that can leave
@@ -48,12 +48,14 @@ def canonical(state: State, n_workers: int) -> State:
     for s in range(n_servers):
         procs_by_inc = {p.inc: p for p in state.processes[s]}
         for inc in inc_map[s]:
-            proc = procs_by_inc.get(inc)
+            holder = procs_by_inc.get(inc)
 
-            def sig(w: int, s: int = s, inc: int = inc, proc: Process | None = proc) -> tuple:  # type: ignore[type-arg]
+            def sig(
+                w: int, s: int = s, inc: int = inc, holder: Process | None = holder
+            ) -> tuple:  # type: ignore[type-arg]
                 key = (s, inc, w)
                 return (
-                    proc.workers[w] if proc is not None else (),
+                    holder.workers[w] if holder is not None else (),
                     lists.get(key, ()),
                     tuple(recs.get(key, ())),
                 )
@@ -244,7 +246,7 @@ def exact_canonical(state: State, n_workers: int) -> State:
                 {old: iperms[s][k] for k, old in enumerate(incs_of[s])} for s in range(n_servers)
             ]
             for wperms in product(*(permutations(range(n_workers)) for _ in slots)):
-                workers = {slot: list(wp) for slot, wp in zip(slots, wperms)}
+                workers = {slot: list(wp) for slot, wp in zip(slots, wperms, strict=True)}
                 for tperm in permutations(range(len(state.committed))):
                     cand = rename(state, list(sperm), incs, workers, list(tperm))
                     k = repr(cand)  # None and tuples do not compare; their reprs do

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from .checker import CheckResult, Trace
-from .protocol import Action, State
-from .state import HOLDING, PHASE_NAMES, PROCESS_PHASE_NAMES
+from .protocol import Action
+from .state import HOLDING, PHASE_NAMES, PROCESS_PHASE_NAMES, State
 
 
 def describe_action(action: Action, before: State) -> str:

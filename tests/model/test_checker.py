@@ -40,7 +40,7 @@ def test_correct_small_bounds_pass_with_eventual_recovery() -> None:
 
 
 def test_correct_per_move_drains_pass() -> None:
-    result = check(Bounds(tasks=2, servers=2, workers=1, faults=2, drain_steps=True))
+    result = check(Bounds(tasks=2, servers=2, workers=1, faults=1, drain_steps=True))
     assert result.ok, result.violation and render_trace(result.violation)
 
 
