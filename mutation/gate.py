@@ -144,13 +144,13 @@ class SuiteRun:
 
 
 def run_suite(copy: Path, test_timeout: float, suite_timeout: float,
-              pytest_args: Sequence[str] = ()) -> SuiteRun:
+              pytest_args: Sequence[str] = (), first_failure: bool = False) -> SuiteRun:
     report = copy / ".mutation-report.json"
     log = copy / ".mutation-pytest.log"
     cmd = [sys.executable, "-m", "pytest", "-p", "mutation.pytest_plugin", "-p", "no:cacheprovider",
            "--hypothesis-profile=mutation", f"--mutation-report={report}",
            f"--mutation-test-timeout={test_timeout:g}", "-q", "--no-header", "-rN",
-           *pytest_args]
+           *(["-x"] if first_failure else []), *pytest_args]
     started = time.monotonic()
     hung = False
     with open(log, "w", encoding="utf-8") as out:
@@ -188,7 +188,8 @@ def clone(snapshot: Path, dest: Path) -> Path:
 
 
 def run_named(snapshot: Path, workdir: Path, mutant: NamedMutant, test_timeout: float,
-              suite_timeout: float, pytest_args: Sequence[str]) -> NamedResult:
+              suite_timeout: float, pytest_args: Sequence[str],
+              all_killers: bool = False) -> NamedResult:
     try:
         texts = apply_edits(mutant, lambda p: (snapshot / p).read_text(encoding="utf-8"))
         for path, text in texts.items():
@@ -200,7 +201,8 @@ def run_named(snapshot: Path, workdir: Path, mutant: NamedMutant, test_timeout: 
     copy = clone(snapshot, workdir / mutant.name)
     for path, text in texts.items():
         (copy / path).write_text(text, encoding="utf-8")
-    run = run_suite(copy, test_timeout, suite_timeout, pytest_args)
+    run = run_suite(copy, test_timeout, suite_timeout, pytest_args,
+                    first_failure=not all_killers)
     killers = run.test_failures
     if run.hung:
         verdict, ok = "killed", mutant.equivalence is None
@@ -223,7 +225,8 @@ def run_named(snapshot: Path, workdir: Path, mutant: NamedMutant, test_timeout: 
 
 
 def named_gate(snapshot: Path, workdir: Path, jobs: int, test_timeout: float,
-               suite_timeout: float, pytest_args: Sequence[str], verbose: bool) -> bool:
+               suite_timeout: float, pytest_args: Sequence[str], verbose: bool,
+               all_killers: bool = False) -> bool:
     """`snapshot`: one copy of the tree taken at the start, so that every run (the unmutated one
     and each mutant's) sees the same code and tests while people keep editing the tree."""
     print("== named mutants: checking anchors", flush=True)
@@ -255,7 +258,8 @@ def named_gate(snapshot: Path, workdir: Path, jobs: int, test_timeout: float,
     print(f"== named mutants: {len(MUTANTS)} mutants, {jobs} at a time", flush=True)
     with ThreadPoolExecutor(max_workers=jobs) as pool:
         results = list(pool.map(
-            lambda m: run_named(snapshot, workdir, m, test_timeout, suite_timeout, pytest_args),
+            lambda m: run_named(snapshot, workdir, m, test_timeout, suite_timeout, pytest_args,
+                                all_killers),
             MUTANTS))
     print_named_table(results, verbose)
     ok = all(r.ok for r in results)
@@ -324,6 +328,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="where the copies go (default: a temp dir, removed afterwards)")
     parser.add_argument("--keep", action="store_true", help="keep the copies")
     parser.add_argument("--verbose", "-v", action="store_true", help="list every failing test")
+    parser.add_argument("--all-killers", action="store_true",
+                        help="run the whole suite under each named mutant and list every test "
+                        "that catches it (default: stop at the first, fast tests first)")
     parser.add_argument("--reuse-mutmut", type=Path, default=None, metavar="COPY",
                         help="read the verdicts of an earlier mutmut run in COPY (a kept copy "
                         "with its mutants/) instead of running mutmut: for reviewing survivors")
@@ -340,7 +347,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"== snapshot of the tree in {snapshot}", flush=True)
         if not args.mutmut_only:
             ok = named_gate(snapshot, workdir / "named", args.jobs, args.test_timeout,
-                            args.suite_timeout, args.pytest_arg, args.verbose) and ok
+                            args.suite_timeout, args.pytest_arg, args.verbose,
+                            args.all_killers) and ok
         if not args.named_only:
             from mutation.mutmut_gate import mutmut_gate
 

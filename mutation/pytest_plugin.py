@@ -54,6 +54,23 @@ def _write(config: pytest.Config, exitstatus: int) -> None:
             json.dump({"exitstatus": int(exitstatus), "failures": _failures}, f, indent=1)
 
 
+def _order(item: pytest.Item) -> int:
+    """Fast implementation tests first, the stateful run next, the model's own tests last (they
+    import only the model, which no named mutant touches). With -x, a mutant ends at the first
+    test that catches it; a survivor still runs the whole suite."""
+    path = item.nodeid
+    if path.startswith("tests/model/"):
+        return 2
+    if path.startswith("tests/stateful/"):
+        return 1
+    return 0
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if config.getoption("--mutation-report"):
+        items.sort(key=_order)  # stable: the suite's order within each group
+
+
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     if report.failed:
         _failures.append({"test": report.nodeid, "when": report.when,
