@@ -186,6 +186,10 @@ def build_machine(
         def stall_server(self, data: st.DataObject) -> None:
             self._do(data, "stall_server")
 
+        @rule()
+        def nothing_happens(self) -> None:
+            """Always possible (a quiescent run has no other step)."""
+
         # -- after every step -----------------------------------------------------------------
 
         @invariant()
