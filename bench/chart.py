@@ -32,14 +32,16 @@ def main(src: str, dst: str) -> None:
         hi = [r["max"] - r["median"] for r in rows]
         ax.barh(labels, medians, xerr=[lo, hi], color=[COLORS[r["group"]] for r in rows],
                 capsize=3)
-        for y, m in enumerate(medians):
-            ax.text(m, y, f" {m:,.0f}", va="center", fontsize=8)
+        for y, r in enumerate(rows):
+            ax.text(r["max"], y, f"  {r['median']:,.0f}", va="center", fontsize=8)
         ax.set_xlabel("tasks/s (median; whiskers: min and max over rounds)")
         ax.tick_params(axis="y", labelsize=8)
         meta = data.get("meta", {})
         ax.set_title(f"Throughput, {meta.get('tasks', '?'):,} no-op tasks, "
                      f"{meta.get('rounds', '?')} round(s), {meta.get('cpus', '?')} cores"
-                     f"{' (quick)' if meta.get('quick') else ''}", fontsize=10)
+                     f"{' (quick)' if meta.get('quick') else ''}"
+                     f"{', machine loaded by other work' if meta.get('loaded_note') else ''}",
+                     fontsize=10)
         peers = [r["median"] for r in rows if r["group"] == "peer"]
         if peers:
             ax.axvline(2 * max(peers), color=COLORS["peer"], linestyle="--", linewidth=1)

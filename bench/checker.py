@@ -17,8 +17,8 @@ def model_states_per_second(quick: bool) -> dict[str, Any]:
         from taskcustody_model.state import Bounds
     except ImportError:
         return {"status": "pending", "why": "taskcustody_model.checker is not in the tree yet"}
-    bounds = (Bounds(tasks=2, servers=1, workers=1, faults=1) if quick
-              else Bounds(tasks=2, servers=2, workers=1, faults=1))
+    bounds = (Bounds(tasks=2, servers=2, workers=2, faults=1) if quick
+              else Bounds(tasks=3, servers=2, workers=1, faults=2))
     result = check(bounds)
     return {"status": "ok", "ok": result.ok, "states": result.distinct_states,
             "generated": result.states_generated, "seconds": result.seconds,
