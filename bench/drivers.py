@@ -1,7 +1,7 @@
 """Drivers for the workloads that run in the main environment: our cycle and the raw floors.
 
-    python -m bench.drivers --kind {ours,blpop,blmove-lrem} --mode {threads,processes}
-                            --concurrency N --url URL --tasks N
+    python -m bench.drivers --kind {ours,ours-wallclock,blpop,blmove-lrem}
+                            --mode {threads,processes} --concurrency N --url URL --tasks N
 
 Same handshake as the peers' drivers (see bench/harness.py): enqueue, say so, wait for ``go``,
 drain, stamp the last completion, snapshot the server's counters, report.
