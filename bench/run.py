@@ -23,6 +23,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+if __package__ in (None, ""):  # `python bench/run.py`: make the `bench` package importable
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
 from bench import checker, profile_cycle, recovery, report
 from bench.harness import BENCH_DIR, REPO_DIR, DriverError, RedisServer, run_driver
 from bench.peerenv import PEERS, Peer, driver_argv, ensure_venv, peer_python
