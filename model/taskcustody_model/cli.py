@@ -27,7 +27,7 @@ def _progress(p: Progress) -> None:
               help="workers per server")
 @click.option("--faults", type=click.IntRange(0, 10), default=2, show_default=True,
               help="budget of injected faults (all kinds count)")
-@click.option("--processes-per-server", type=click.IntRange(1, 3), default=2, show_default=True,
+@click.option("--processes-per-server", type=click.IntRange(1, 3), default=1, show_default=True,
               help="processes sharing one server id at once (a stalled one and its successor)")
 @click.option("--drain-steps/--atomic-drains", default=None,
               help="drain one task per step (default: only for unbounded-drain)")
