@@ -39,3 +39,8 @@ def commits(client: redis.Redis, keys: QueueKeys) -> dict[str, int]:
 
 def dead_letters(client: redis.Redis, keys: QueueKeys) -> list[dict[str, Any]]:
     return [json.loads(x) for x in client.lrange(keys.dead_letters, 0, -1)]
+
+
+def parse_record_owner(client: redis.Redis, keys: QueueKeys, task_id: str) -> str | None:
+    value = client.hget(keys.processing, task_id)
+    return None if value is None else value.decode().partition(" ")[0]

@@ -11,11 +11,12 @@ record it is with one string comparison (list keys never contain spaces).
 
 from __future__ import annotations
 
-# A list is live iff its server is registered (deadline > now) with the list's incarnation.
+# A list is live iff its server is registered with the list's incarnation. Registration, not the
+# clock: a server whose deadline has passed stays live until a sweep prunes it -- which is why the
+# sweep prunes before it drains (or recovery would lag a whole period behind).
 _LIVE = """
-local function is_live(servers, incarnations, server_id, incarnation, now)
-  local deadline = redis.call('ZSCORE', servers, server_id)
-  if not deadline or tonumber(deadline) <= tonumber(now) then return false end
+local function is_live(servers, incarnations, server_id, incarnation)
+  if not redis.call('ZSCORE', servers, server_id) then return false end
   return redis.call('HGET', incarnations, server_id) == incarnation
 end
 """
@@ -54,8 +55,21 @@ return {held, redis.call('LLEN', KEYS[1])}
 """
 )
 
+# KEYS: own list, processing
+# ARGV: raw task, task id, record value
+# Writes the processing record only while the task is still in our list. A worker judged dead
+# (stalled) may record after its task was drained and taken by someone else: an unconditional
+# HSET would overwrite the new holder's record with a stale one that nothing ever deletes.
+RECORD = """
+if redis.call('LPOS', KEYS[1], ARGV[1]) then
+  redis.call('HSET', KEYS[2], ARGV[2], ARGV[3])
+  return 1
+end
+return 0
+"""
+
 # KEYS: in-flight list, queue, processing, servers, incarnations
-# ARGV: max moves, server id, incarnation, now, mode (force | dead-only)
+# ARGV: max moves, server id, incarnation, mode (force | dead-only)
 # Moves at most ARGV[1] tasks back to the queue's take end, each with its processing record, and
 # only while the list's owner is not live (dead-only) -- re-checked inside the step, so a server
 # that re-registered since the caller looked is never drained.
@@ -63,7 +77,7 @@ DRAIN_CHUNK = (
     _LIVE
     + _RECORD_OWNED_BY
     + """
-if ARGV[5] ~= 'force' and is_live(KEYS[4], KEYS[5], ARGV[2], ARGV[3], ARGV[4]) then
+if ARGV[4] ~= 'force' and is_live(KEYS[4], KEYS[5], ARGV[2], ARGV[3]) then
   return -1
 end
 local moved = 0
@@ -131,7 +145,7 @@ return expired
 """
 
 # KEYS: processing, queue, in-flight list named by the record, servers, incarnations
-# ARGV: task id, server id, incarnation, now
+# ARGV: task id, server id, incarnation
 # 0: left alone (no record, record changed hands, or owner live); 1: requeued out of custody;
 # 2: stale record deleted (the task was no longer in that list).
 # The task goes back to the queue only in the step that removes it from the holder's list: the
@@ -141,7 +155,7 @@ REQUEUE_STUCK = (
     + _RECORD_OWNED_BY
     + """
 if not record_owned_by(KEYS[1], ARGV[1], KEYS[3]) then return 0 end
-if is_live(KEYS[4], KEYS[5], ARGV[2], ARGV[3], ARGV[4]) then return 0 end
+if is_live(KEYS[4], KEYS[5], ARGV[2], ARGV[3]) then return 0 end
 for _, raw in ipairs(redis.call('LRANGE', KEYS[3], 0, -1)) do
   local ok, task = pcall(cjson.decode, raw)
   if ok and type(task) == 'table' and task['id'] == ARGV[1] then

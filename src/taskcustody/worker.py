@@ -64,6 +64,7 @@ def _result_json(result: Any) -> str:
 
 
 _RELEASE_SHA = hashlib.sha1(scripts.RELEASE.encode()).hexdigest()
+_RECORD_SHA = hashlib.sha1(scripts.RECORD.encode()).hexdigest()
 
 
 class Worker:
@@ -89,6 +90,7 @@ class Worker:
         self.dirty = True
         self._conn = client.connection_pool.make_connection()
         self._unread_replies = 0
+        self._deferred: tuple[Any, ...] = ()
         # fakeredis's BLMOVE does not block and can write None into the destination list (pinned
         # in tests/test_fakeredis_gaps.py); BRPOPLPUSH is the same atomic RIGHT->LEFT move and
         # blocks correctly there. Real Redis always gets BLMOVE.
@@ -97,16 +99,17 @@ class Worker:
     # -- the steps ---------------------------------------------------------------------------
 
     def register(self) -> None:
-        """Record our list in the registry before it can ever hold a task."""
+        """Record our list in the registry before it can ever hold a task, and load the scripts
+        our own connection calls by hash."""
         self.client.sadd(self.keys.inflight_registry, self.list_key)
+        self.client.script_load(scripts.RECORD)
+        self.client.script_load(scripts.RELEASE)
 
     def reconcile(self) -> int:
         """Drain our own list back to the queue. Only called while we hold nothing, so whatever
         is there is debris nobody else will release."""
-        moved = drain_inflight(
-            self.client, self.keys, self.list_key, self.clock.now(), force=True,
-            chunk=self.settings.drain_chunk,
-        )
+        moved = drain_inflight(self.client, self.keys, self.list_key, force=True,
+                               chunk=self.settings.drain_chunk)
         self.dirty = False
         return moved
 
@@ -140,9 +143,20 @@ class Worker:
         return ("BRPOPLPUSH", self.keys.queue, self.list_key, block)
 
     def record(self, task: Task) -> None:
-        """Write the processing record. Sent now, its reply read with the release's."""
+        """Write the processing record, only while the task is still ours (one Lua step).
+
+        Sent now; its reply is read with the next command's (the release), so the record costs no
+        round trip of its own. `flush()` reads it at once."""
         value = f"{self.list_key} {self.clock.now()!r}"
-        self._send("HSET", self.keys.processing, task.id, value)
+        self._deferred = ("EVAL", scripts.RECORD, 2, self.list_key, self.keys.processing,
+                          task.raw, task.id, value)
+        self._send("EVALSHA", _RECORD_SHA, *self._deferred[2:])
+
+    def flush(self) -> None:
+        """Read the replies of commands sent without waiting (a synchronisation point for tests
+        and tools that want to see the record in Redis before the release)."""
+        if self._unread_replies:
+            self._call("PING")
 
     def execute(self, task: Task) -> Outcome:
         try:
@@ -242,22 +256,35 @@ class Worker:
         self._unread_replies += 1
 
     def _call(self, *args: Any) -> Any:
+        """Send a command and return its reply, first reading the replies of deferred commands."""
         self._send(*args)
+        resend_record = False
         try:
-            reply: Any = None
-            while self._unread_replies:
+            while self._unread_replies > 1:  # deferred replies come first
                 self._unread_replies -= 1
                 try:
-                    reply = self._conn.read_response()
+                    self._conn.read_response()
                 except redis.ResponseError as exc:
-                    if self._unread_replies:  # an earlier, deferred command failed
-                        log.warning("worker %s: deferred command failed: %s", self.list_key, exc)
-                        continue
-                    raise
-            return reply
+                    resend_record = self._deferred_failed(exc)
+            self._unread_replies -= 1
+            reply = self._conn.read_response()
         except (redis.ConnectionError, redis.TimeoutError):
             self._unread_replies = 0
             raise
+        if resend_record:
+            self._send(*self._deferred)
+            self._unread_replies -= 1
+            self._conn.read_response()
+        return reply
+
+    def _deferred_failed(self, exc: redis.ResponseError) -> bool:
+        """True if the deferred record must be sent again."""
+        if isinstance(exc, redis.exceptions.NoScriptError) and self._deferred:
+            # The script cache was flushed (a Redis restart): NOSCRIPT means the record did not
+            # run, so sending the whole script is safe.
+            return True
+        log.warning("worker %s: deferred command failed: %s", self.list_key, exc)
+        return False
 
     def _raise_wrong_type(self, exc: redis.ResponseError, *keys: str) -> None:
         if "WRONGTYPE" in str(exc):

@@ -4,16 +4,16 @@ drained and re-taken by a new incarnation records *after* the new holder did, an
 new holder's processing record with one naming its own (dead) list. The model records only if the
 task is still in the recording worker's list (one Lua step); the implementation must do the same.
 
-Strict xfail until `Worker.record` checks custody; then this test passes and the marker must go.
+Fixed: the record is now a Lua step that writes only while the task is in the worker's list
+(`scripts.RECORD`); this walk fails without it.
 """
 
 from __future__ import annotations
 
-import pytest
 from taskcustody_model.protocol import Action
 from taskcustody_model.state import Bounds
 
-from taskcustody.verify.harness import Harness, Mismatch
+from taskcustody.verify.harness import Harness
 from tests.conftest import Backend
 
 # (action, drop_at, variant), as the walk that found it ran them.
@@ -43,8 +43,6 @@ STEPS = [
 ]
 
 
-@pytest.mark.xfail(strict=True, raises=Mismatch,
-                   reason="Worker.record overwrites the new holder's record (unconditional HSET)")
 def test_a_stale_worker_does_not_overwrite_the_holders_record(backend: Backend) -> None:
     h = Harness(backend.client, Bounds(tasks=3, servers=2, workers=2, faults=3),
                 real_redis=backend.real)
