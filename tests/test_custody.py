@@ -6,9 +6,16 @@ import threading
 
 import pytest
 
-from taskcustody import ManualClock, Outcome, Producer, QueueKeys, drain_inflight
+from taskcustody import (
+    ManualClock,
+    Outcome,
+    Producer,
+    QueueKeys,
+    drain_inflight,
+    prune_inactive_servers,
+)
 from tests.conftest import TEST_SETTINGS, Backend
-from tests.helpers import all_custody, commits, ids_in, make_server
+from tests.helpers import all_custody, commits, ids_in, make_server, parse_record_owner
 
 
 def _run_in_thread(fn: object) -> threading.Thread:
@@ -81,15 +88,24 @@ def test_startup_drain_requeues_own_debris(backend: Backend, keys: QueueKeys) ->
     t0, t1 = w0.take(), w1.take()
     assert t0 and t1
     w0.record(t0)
+    # Another server dies too, holding the third task.
+    (other,) = make_server(client, keys, "other", clock).start()
+    t2 = other.take()
+    assert t2
     # The process dies here (no release). Its id's lease lapses; it restarts with the same id.
     clock.advance(TEST_SETTINGS.server_ttl + 1)
     second = make_server(client, keys, "s1", clock, workers=2)
     second.claim()
     drained = second.startup_drain()
-    assert sum(drained.values()) == 2
-    assert sorted(ids_in(client, keys.queue)) == sorted(ids)
+    assert drained == {w0.list_key: 1, w1.list_key: 1}
+    assert sorted(ids_in(client, keys.queue)) == sorted([t0.id, t1.id])
     assert client.llen(w0.list_key) == 0 and client.llen(w1.list_key) == 0
     assert client.hlen(keys.processing) == 0
+    # The startup drain is about our own id only: the other dead server's list is the periodic
+    # sweep's (after a prune), not ours to touch at startup.
+    assert ids_in(client, other.list_key) == [t2.id]
+    second.sweep()
+    assert sorted(ids_in(client, keys.queue)) == sorted(ids)
 
 
 def test_periodic_sweep_spares_live_lists_and_drains_expired_on_same_pass(
@@ -133,6 +149,8 @@ def test_drain_is_bounded_under_a_concurrent_appender(backend: Backend, keys: Qu
     for _ in range(7):
         assert worker.take(timeout=1)
     start_len = client.llen(worker.list_key)
+    clock.advance(TEST_SETTINGS.server_ttl + 1)
+    assert prune_inactive_servers(client, keys, clock.now()) == ["dead"]
     # Something keeps appending to the list between the drain's steps (drain_chunk is 3).
     real_eval = client.eval
     appended = 0
@@ -144,8 +162,7 @@ def test_drain_is_bounded_under_a_concurrent_appender(backend: Backend, keys: Qu
         return real_eval(*args)  # type: ignore[arg-type]
 
     client.eval = eval_then_append  # type: ignore[method-assign]
-    clock.advance(TEST_SETTINGS.server_ttl + 1)
-    moved = drain_inflight(client, keys, worker.list_key, clock.now(), force=False, chunk=3)
+    moved = drain_inflight(client, keys, worker.list_key, force=False, chunk=3)
     assert moved == start_len == 7
     assert appended == 3  # ceil(7 / 3) chunks, then it stopped
     assert client.llen(worker.list_key) == appended
@@ -226,11 +243,9 @@ def test_processing_sweep_requeues_dead_owners_task_once(backend: Backend, keys:
     task = wd.take()
     assert task
     wd.record(task)
-    wd._call("PING")  # flush the deferred record reply: the record is written
+    wd.flush()  # read the deferred record reply: the record is written
     clock.advance(TEST_SETTINGS.server_ttl + 1)
     live.heartbeat()
-    from taskcustody import prune_inactive_servers
-
     prune_inactive_servers(client, keys, clock.now())
     assert live.requeue_stuck_processing_tasks() == (1, 0)
     # And the drain, running after it, finds nothing left to requeue: no duplicate.
@@ -251,7 +266,49 @@ def test_processing_sweep_leaves_live_owners_alone(backend: Backend, keys: Queue
     task = wa.take()
     assert task
     wa.record(task)
-    wa._call("PING")
+    wa.flush()
     assert b.requeue_stuck_processing_tasks() == (0, 0)
     assert ids_in(client, wa.list_key) == [task.id]
     assert client.hexists(keys.processing, task.id)
+
+
+def test_drain_leaves_a_list_alone_while_its_owner_is_registered(
+    backend: Backend, keys: QueueKeys
+) -> None:
+    client = backend.client()
+    clock = ManualClock()
+    Producer(client, keys, clock).enqueue("x")
+    (worker,) = make_server(client, keys, "s1", clock).start()
+    assert worker.take()
+    # Expired, but not yet pruned: still registered, so a dead-only drain moves nothing.
+    clock.advance(TEST_SETTINGS.server_ttl + 1)
+    assert drain_inflight(client, keys, worker.list_key, force=False) == 0
+    assert client.llen(worker.list_key) == 1
+    prune_inactive_servers(client, keys, clock.now())
+    assert drain_inflight(client, keys, worker.list_key, force=False) == 1
+
+
+def test_stale_record_never_overwrites_the_new_holders(backend: Backend, keys: QueueKeys) -> None:
+    client = backend.client()
+    clock = ManualClock()
+    Producer(client, keys, clock).enqueue("x")
+    stalled = make_server(client, keys, "stalled", clock)
+    other = make_server(client, keys, "other", clock)
+    (ws,) = stalled.start()
+    (wo,) = other.start()
+    task = ws.take()
+    assert task
+    clock.advance(TEST_SETTINGS.server_ttl + 1)
+    other.heartbeat()
+    other.sweep()
+    retaken = wo.take()
+    assert retaken and retaken.id == task.id
+    wo.record(retaken)
+    wo.flush()
+    # The stalled worker records late: its task is no longer in its list, so nothing is written.
+    ws.record(task)
+    ws.flush()
+    assert parse_record_owner(client, keys, task.id) == wo.list_key
+    assert wo.release(retaken, Outcome(True)).held
+    assert not ws.release(task, Outcome(True)).held
+    assert client.hlen(keys.processing) == 0

@@ -1,7 +1,7 @@
 """Recovery: prune dead servers, drain in-flight lists back to the queue, requeue stuck tasks.
 
-Every function takes `now` from the caller's injected clock and enumerates in-flight lists from the
-registry set, never by SCAN.
+In-flight lists are enumerated from the registry set, never by SCAN. Time enters only through
+`prune_inactive_servers`, from the caller's injected clock; liveness is registration.
 """
 
 from __future__ import annotations
@@ -49,7 +49,6 @@ def drain_inflight(
     client: redis.Redis,
     keys: QueueKeys,
     list_key: str,
-    now: float,
     *,
     force: bool,
     chunk: int = 100,
@@ -68,7 +67,7 @@ def drain_inflight(
             client.eval(
                 scripts.DRAIN_CHUNK, 5, list_key, keys.queue, keys.processing, keys.servers,
                 keys.incarnations, min(chunk, budget - moved), owner.server_id,
-                owner.incarnation, repr(now), "force" if force else "dead-only",
+                owner.incarnation, "force" if force else "dead-only",
             )
         )
         if step <= 0:
@@ -77,10 +76,11 @@ def drain_inflight(
     return moved
 
 
-def live_owners(client: redis.Redis, keys: QueueKeys, now: float) -> set[ServerIdentity]:
-    """The (server id, incarnation) pairs that hold custody legitimately right now."""
+def live_owners(client: redis.Redis, keys: QueueKeys) -> set[ServerIdentity]:
+    """The (server id, incarnation) pairs registered right now. Registration, not the clock: an
+    expired server stays live until `prune_inactive_servers` removes it."""
     pipe = client.pipeline(transaction=False)
-    pipe.zrangebyscore(keys.servers, f"({now!r}", "+inf")
+    pipe.zrange(keys.servers, 0, -1)
     pipe.hgetall(keys.incarnations)
     registered, incarnations = pipe.execute()
     return {
@@ -94,34 +94,53 @@ def registered_lists(client: redis.Redis, keys: QueueKeys) -> list[str]:
     return sorted(_text(k) for k in client.smembers(keys.inflight_registry))
 
 
+def _identity(owner: ListOwner) -> ServerIdentity:
+    return ServerIdentity(owner.server_id, owner.incarnation)
+
+
+def lists_to_recover(
+    keys: QueueKeys,
+    lists: list[str],
+    live: set[ServerIdentity],
+    me: ServerIdentity,
+    *,
+    include_self: bool,
+) -> list[str]:
+    """Which in-flight lists a pass drains.
+
+    include_self=True (startup drain): every list of our own server id. We have just claimed the
+    id, and it is exclusive, so whatever those lists hold is debris of an earlier run of it.
+    include_self=False (periodic sweep): every list whose owner is not live -- never our own
+    incarnation's lists (our running workers hold those tasks), never a live server's.
+    """
+    if include_self:
+        return [k for k in lists if keys.owner_of(k).server_id == me.server_id]
+    chosen = []
+    for k in lists:
+        owner = _identity(keys.owner_of(k))
+        if owner != me and owner not in live:
+            chosen.append(k)
+    return chosen
+
+
 def recover_inflight(
     client: redis.Redis,
     keys: QueueKeys,
-    now: float,
     me: ServerIdentity,
     *,
     include_self: bool,
     chunk: int = 100,
 ) -> dict[str, int]:
-    """Drain the in-flight lists that cannot belong to a live worker.
+    """Drain the lists `lists_to_recover` selects; returns the moves per list.
 
-    include_self=True (startup drain): our own server id's lists are drained too: the id is
-    exclusive, so whatever they hold is debris of an earlier run. include_self=False (periodic
-    sweep): our own lists are never touched -- our running workers hold those tasks -- and neither
-    is any list of a live server.
-    """
-    live = live_owners(client, keys, now)
+    Startup drains are forced (our id's lists cannot belong to anyone live); the sweep's drains
+    re-check inside each atomic step that the owner is still not live."""
+    live = live_owners(client, keys)
     drained: dict[str, int] = {}
-    for list_key in registered_lists(client, keys):
-        owner = keys.owner_of(list_key)
-        if owner.server_id == me.server_id:
-            if not include_self:
-                continue
-            moved = drain_inflight(client, keys, list_key, now, force=True, chunk=chunk)
-        elif ServerIdentity(owner.server_id, owner.incarnation) in live:
-            continue
-        else:
-            moved = drain_inflight(client, keys, list_key, now, force=False, chunk=chunk)
+    selected = lists_to_recover(keys, registered_lists(client, keys), live, me,
+                                include_self=include_self)
+    for list_key in selected:
+        moved = drain_inflight(client, keys, list_key, force=include_self, chunk=chunk)
         if moved:
             drained[list_key] = moved
     return drained
@@ -134,11 +153,8 @@ def sweep(
     this pass, not a whole period later; then drain; then the processing sweep."""
     report = RecoveryReport()
     report.pruned = prune_inactive_servers(client, keys, now)
-    report.drained_lists = recover_inflight(client, keys, now, me, include_self=False,
-                                            chunk=chunk)
-    report.requeued_stuck, report.stale_records = requeue_stuck_processing_tasks(
-        client, keys, now, me
-    )
+    report.drained_lists = recover_inflight(client, keys, me, include_self=False, chunk=chunk)
+    report.requeued_stuck, report.stale_records = requeue_stuck_processing_tasks(client, keys, me)
     return report
 
 
@@ -148,23 +164,23 @@ def parse_record(value: bytes | str) -> tuple[str, float]:
 
 
 def requeue_stuck_processing_tasks(
-    client: redis.Redis, keys: QueueKeys, now: float, me: ServerIdentity
+    client: redis.Redis, keys: QueueKeys, me: ServerIdentity
 ) -> tuple[int, int]:
     """The older recovery path: tasks whose processing record names a list that is not live.
 
-    Returns (requeued, stale records deleted). Records of our own server id are left to our
+    Returns (requeued, stale records deleted). Records of our own incarnation are left to our
     workers. The script removes the task from custody in the same step that requeues it.
     """
     requeued = stale = 0
     for task_id, value in client.hgetall(keys.processing).items():
         list_key, _ = parse_record(value)
         owner: ListOwner = keys.owner_of(list_key)
-        if owner.server_id == me.server_id:
+        if _identity(owner) == me:
             continue
         result = int(
             client.eval(
                 scripts.REQUEUE_STUCK, 5, keys.processing, keys.queue, list_key, keys.servers,
-                keys.incarnations, _text(task_id), owner.server_id, owner.incarnation, repr(now),
+                keys.incarnations, _text(task_id), owner.server_id, owner.incarnation,
             )
         )
         requeued += result == 1

@@ -94,12 +94,10 @@ class Server:
     # -- recovery ----------------------------------------------------------------------------
 
     def startup_drain(self) -> dict[str, int]:
-        """Before taking work: drain our own lists (include_self=True) -- debris of earlier runs
-        of this id -- and any list whose owner is dead."""
-        return recovery.recover_inflight(
-            self.client, self.keys, self.clock.now(), self.identity, include_self=True,
-            chunk=self.settings.drain_chunk,
-        )
+        """Before taking work: drain our own server id's lists (include_self=True), debris of
+        earlier runs of this id. Other servers' dead lists are the periodic sweep's."""
+        return recovery.recover_inflight(self.client, self.keys, self.identity,
+                                         include_self=True, chunk=self.settings.drain_chunk)
 
     def sweep(self) -> RecoveryReport:
         """The periodic pass: prune, then drain lists of dead owners (include_self=False), then the
@@ -108,8 +106,7 @@ class Server:
                               chunk=self.settings.drain_chunk)
 
     def requeue_stuck_processing_tasks(self) -> tuple[int, int]:
-        return recovery.requeue_stuck_processing_tasks(self.client, self.keys,
-                                                       self.clock.now(), self.identity)
+        return recovery.requeue_stuck_processing_tasks(self.client, self.keys, self.identity)
 
     # -- workers -----------------------------------------------------------------------------
 

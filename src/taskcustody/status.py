@@ -34,7 +34,7 @@ def queue_status(client: redis.Redis, keys: QueueKeys, now: float) -> QueueStatu
     pipe.llen(keys.dead_letters)
     pipe.get(keys.committed)
     depth, servers, incarnations, processing, dead, committed = pipe.execute()
-    live = live_owners(client, keys, now)
+    live = live_owners(client, keys)
     status = QueueStatus(keys.queue_name, int(depth), processing=int(processing),
                          dead_letters=int(dead), committed=int(committed or 0))
     for server, deadline in servers:

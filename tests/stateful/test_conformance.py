@@ -24,7 +24,12 @@ STEPS = int(os.environ.get("VERIFY_STEPS", "40"))
 def test_the_implementation_conforms_to_the_model(backend: Backend) -> None:
     stats = RunStats()
     machine = build_machine(backend.client, real_redis=backend.real, stats=stats)
-    run_state_machine_as_test(machine, settings=settings(stateful_step_count=STEPS))
+    # Derandomized unless asked otherwise: the fault-coverage assertions below must not depend on
+    # the luck of one random run (the deep profile explores at random, with many more examples).
+    random = os.environ.get("HYPOTHESIS_PROFILE") == "deep" or bool(os.environ.get("VERIFY_RANDOM"))
+    run_state_machine_as_test(
+        machine, settings=settings(stateful_step_count=STEPS, derandomize=not random)
+    )
     # The run did what it claims: examples ran, faults of every kind fired, tasks committed.
     assert stats.examples > 0 and stats.steps > 0
     for kind in ("dropped-reply:take", "dropped-reply:release", "crash_worker", "crash_server",

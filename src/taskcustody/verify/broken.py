@@ -19,7 +19,7 @@ from .. import recovery, scripts
 from ..clock import Clock
 from ..envelope import Task, decode
 from ..keys import QueueKeys
-from ..recovery import RecoveryReport, ServerIdentity
+from ..recovery import RecoveryReport
 from ..server import Server
 from ..settings import Settings
 from ..worker import Release, Worker
@@ -94,10 +94,9 @@ class SweepDrainsLiveServer(Server):
 
     def sweep(self) -> RecoveryReport:
         report = RecoveryReport()
-        now = self.clock.now()
-        report.pruned = recovery.prune_inactive_servers(self.client, self.keys, now)
+        report.pruned = recovery.prune_inactive_servers(self.client, self.keys, self.clock.now())
         for key in recovery.registered_lists(self.client, self.keys):
-            moved = recovery.drain_inflight(self.client, self.keys, key, now, force=True,
+            moved = recovery.drain_inflight(self.client, self.keys, key, force=True,
                                             chunk=self.settings.drain_chunk)
             if moved:
                 report.drained_lists[key] = moved
@@ -107,13 +106,10 @@ class SweepDrainsLiveServer(Server):
 
 class StartupSkipsOwnServer(Server):
     """4. The startup drain skips the own id's lists (`include_self` wrong the other way): debris
-    of the previous run of this id stays parked forever."""
+    of the previous run of this id is not recovered when the server starts."""
 
     def startup_drain(self) -> dict[str, int]:
-        return recovery.recover_inflight(
-            self.client, self.keys, self.clock.now(), self.identity, include_self=False,
-            chunk=self.settings.drain_chunk,
-        )
+        return {}
 
 
 _REQUEUE_KEEPING_CUSTODY = scripts.REQUEUE_STUCK.replace(
@@ -126,34 +122,15 @@ class ProcessingSweepNoCustodyServer(Server):
     the task is queued and in custody at once, and a drain queues it a second time."""
 
     def requeue_stuck_processing_tasks(self) -> tuple[int, int]:
-        now, me = self.clock.now(), self.identity
-        requeued = stale = 0
-        for task_id, value in self.client.hgetall(self.keys.processing).items():
-            list_key, _ = recovery.parse_record(value)
-            owner = self.keys.owner_of(list_key)
-            if owner.server_id == me.server_id:
-                continue
-            result = int(self.client.eval(
-                _REQUEUE_KEEPING_CUSTODY, 5, self.keys.processing, self.keys.queue, list_key,
-                self.keys.servers, self.keys.incarnations, recovery._text(task_id),
-                owner.server_id, owner.incarnation, repr(now),
-            ))
-            requeued += result == 1
-            stale += result == 2
-        return requeued, stale
-
-    def sweep(self) -> RecoveryReport:
-        report = RecoveryReport()
-        now = self.clock.now()
-        report.pruned = recovery.prune_inactive_servers(self.client, self.keys, now)
-        report.drained_lists = recovery.recover_inflight(
-            self.client, self.keys, now, self.identity, include_self=False,
-            chunk=self.settings.drain_chunk)
-        report.requeued_stuck, report.stale_records = self.requeue_stuck_processing_tasks()
-        return report
+        original = scripts.REQUEUE_STUCK
+        scripts.REQUEUE_STUCK = _REQUEUE_KEEPING_CUSTODY
+        try:
+            return super().requeue_stuck_processing_tasks()
+        finally:
+            scripts.REQUEUE_STUCK = original
 
 
-def _unbounded_drain(client: redis.Redis, keys: QueueKeys, list_key: str, now: float, *,
+def _unbounded_drain(client: redis.Redis, keys: QueueKeys, list_key: str, *,
                      force: bool, chunk: int = 100) -> int:
     """6. Drains until the list is empty: no end while something keeps appending."""
     owner = keys.owner_of(list_key)
@@ -161,7 +138,7 @@ def _unbounded_drain(client: redis.Redis, keys: QueueKeys, list_key: str, now: f
     while int(client.llen(list_key)) > 0:
         step = int(client.eval(
             scripts.DRAIN_CHUNK, 5, list_key, keys.queue, keys.processing, keys.servers,
-            keys.incarnations, chunk, owner.server_id, owner.incarnation, repr(now),
+            keys.incarnations, chunk, owner.server_id, owner.incarnation,
             "force" if force else "dead-only",
         ))
         if step <= 0:
@@ -191,29 +168,15 @@ class UnboundedDrainServer(Server):
 
 
 class DrainBeforePruneServer(Server):
-    """7. The sweep decides who is dead by registry membership and drains before it prunes: a
-    server that expired since the last pass still looks registered, and its lists wait a whole
-    period longer."""
+    """7. The sweep drains before it prunes: a server that expired since the last pass is still
+    registered when the drain looks, so its lists wait a whole period longer."""
 
     def sweep(self) -> RecoveryReport:
         report = RecoveryReport()
-        now = self.clock.now()
-        members = {recovery._text(s) for s in self.client.zrange(self.keys.servers, 0, -1)
-                   if isinstance(s, (bytes, str))}
-        incs = {recovery._text(k): int(v)
-                for k, v in self.client.hgetall(self.keys.incarnations).items()}
-        live = {ServerIdentity(s, incs[s]) for s in members if s in incs}
-        for key in recovery.registered_lists(self.client, self.keys):
-            owner = self.keys.owner_of(key)
-            if owner.server_id == self.server_id:
-                continue
-            if ServerIdentity(owner.server_id, owner.incarnation) in live:
-                continue
-            moved = recovery.drain_inflight(self.client, self.keys, key, now, force=True,
-                                            chunk=self.settings.drain_chunk)
-            if moved:
-                report.drained_lists[key] = moved
-        report.pruned = recovery.prune_inactive_servers(self.client, self.keys, now)
+        report.drained_lists = recovery.recover_inflight(
+            self.client, self.keys, self.identity, include_self=False,
+            chunk=self.settings.drain_chunk)
+        report.pruned = recovery.prune_inactive_servers(self.client, self.keys, self.clock.now())
         report.requeued_stuck, report.stale_records = self.requeue_stuck_processing_tasks()
         return report
 
