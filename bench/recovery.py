@@ -74,26 +74,23 @@ def ours(client: redis.Redis, keys: Any, me: Any) -> int:
     return int(report.moved + report.requeued_stuck)
 
 
+def scan_lists(client: redis.Redis, keys: Any) -> list[str]:
+    """Every in-flight list of the queue, found by SCAN over the whole keyspace."""
+    found = client.scan_iter(match=f"{keys.inflight_prefix}*", count=SCAN_COUNT, _type="list")
+    return sorted(k.decode() if isinstance(k, bytes) else k for k in found)
+
+
 def scan_based(client: redis.Redis, keys: Any, me: Any) -> int:
-    """The same sweep, but finding in-flight lists by SCAN instead of the registry."""
-    tc = _lib()
+    """The library's own sweep with one change: lists are found by SCAN, not from the registry
+    (``recovery.registered_lists`` swapped for :func:`scan_lists` for the call)."""
     from taskcustody import recovery
 
-    now = tc.RedisClock(client).now()
-    recovery.prune_inactive_servers(client, keys, now)
-    live = recovery.live_owners(client, keys, now)
-    moved = 0
-    for key in client.scan_iter(match=f"{keys.inflight_prefix}*", count=SCAN_COUNT,
-                                _type="list"):
-        list_key = key.decode() if isinstance(key, bytes) else key
-        owner = keys.owner_of(list_key)
-        if owner.server_id == me.server_id:
-            continue
-        if tc.ServerIdentity(owner.server_id, owner.incarnation) in live:
-            continue
-        moved += recovery.drain_inflight(client, keys, list_key, now, force=False)
-    requeued, _ = recovery.requeue_stuck_processing_tasks(client, keys, now, me)
-    return moved + requeued
+    original = recovery.registered_lists
+    recovery.registered_lists = scan_lists
+    try:
+        return ours(client, keys, me)
+    finally:
+        recovery.registered_lists = original
 
 
 def measure(sizes: list[int], reps: int, log: Any = print) -> dict[str, Any]:
@@ -121,6 +118,10 @@ def measure(sizes: list[int], reps: int, log: Any = print) -> dict[str, Any]:
                                      if k.startswith("cmdstat_")
                                      and k not in ("cmdstat_config|resetstat", "cmdstat_info")))
                     reads.append(int(stats["total_reads_processed"]) - 1)
+                    scans = int(stats.get("cmdstat_scan", {}).get("calls", 0))
+                    if (name == "scan") != (scans > 0):
+                        raise RuntimeError(f"{name}: {scans} SCAN calls; the baseline must "
+                                           "SCAN and ours must not")
                     if moved != WORKERS:
                         raise RuntimeError(f"{name}: recovered {moved} tasks, expected {WORKERS}")
                     if int(client.llen(keys.queue)) != WORKERS:
