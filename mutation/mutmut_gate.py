@@ -93,11 +93,15 @@ def mangled_name(key: str) -> tuple[str, str]:
 
 
 def _functions(tree: ast.Module, source: list[str]) -> dict[str, list[str]]:
+    """Each mutant function's lines, its own name in the def line replaced by a placeholder (so
+    that a mutated default argument shows up, and the names themselves do not)."""
     out: dict[str, list[str]] = {}
     for node in ast.walk(tree):
         if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and "__mutmut_" in node.name:
             end = node.end_lineno or node.lineno
-            out[node.name] = source[node.lineno:end]  # the body, without the def line
+            lines = source[node.lineno - 1:end]
+            lines[0] = lines[0].replace(node.name, "<function>", 1)
+            out[node.name] = lines
     return out
 
 

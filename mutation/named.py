@@ -107,10 +107,10 @@ MUTANTS: tuple[NamedMutant, ...] = (
         (
             Edit(
                 SERVER,
-                "            self.client, self.keys, self.clock.now(), self.identity, "
-                "include_self=True,\n",
-                "            self.client, self.keys, self.clock.now(), self.identity, "
-                "include_self=False,\n",
+                "                                         include_self=True, "
+                "chunk=self.settings.drain_chunk)\n",
+                "                                         include_self=False, "
+                "chunk=self.settings.drain_chunk)\n",
             ),
         ),
     ),
@@ -121,10 +121,10 @@ MUTANTS: tuple[NamedMutant, ...] = (
         (
             Edit(
                 RECOVERY,
-                "    report.drained_lists = recover_inflight(client, keys, now, me, "
-                "include_self=False,\n",
-                "    report.drained_lists = recover_inflight(client, keys, now, me, "
-                "include_self=True,\n",
+                "    report.drained_lists = recover_inflight(client, keys, me, include_self=False, "
+                "chunk=chunk)\n",
+                "    report.drained_lists = recover_inflight(client, keys, me, include_self=True, "
+                "chunk=chunk)\n",
             ),
         ),
     ),
@@ -162,58 +162,17 @@ MUTANTS: tuple[NamedMutant, ...] = (
     NamedMutant(
         "sweep-drains-before-prune",
         "prompt recovery: the sweep decides which lists are dead before it prunes expired "
-        "servers (the two calls swapped)",
+        "servers (the two calls swapped); liveness is registration, so a server that expired "
+        "since the last pass still looks live and its lists are recovered a whole period late",
         (
             Edit(
                 RECOVERY,
                 "    report.pruned = prune_inactive_servers(client, keys, now)\n"
-                "    report.drained_lists = recover_inflight(client, keys, now, me, "
-                "include_self=False,\n"
-                "                                            chunk=chunk)\n",
-                "    report.drained_lists = recover_inflight(client, keys, now, me, "
-                "include_self=False,\n"
-                "                                            chunk=chunk)\n"
+                "    report.drained_lists = recover_inflight(client, keys, me, include_self=False, "
+                "chunk=chunk)\n",
+                "    report.drained_lists = recover_inflight(client, keys, me, include_self=False, "
+                "chunk=chunk)\n"
                 "    report.pruned = prune_inactive_servers(client, keys, now)\n",
-            ),
-        ),
-        Equivalence(
-            "In this implementation a list is live iff its server's deadline is > now AND its "
-            "incarnation is the registered one, read in the same step that decides (live_owners "
-            "for the selection, is_live inside DRAIN_CHUNK). An expired server that has not been "
-            "pruned yet is therefore already dead to the drain, so the order of prune and drain "
-            "on one pass changes nothing observable (prune is bookkeeping here; in the model, "
-            "liveness is registry membership and the order matters). The non-equivalent form, "
-            "where the drain trusts registry membership, is the next mutant and must be killed.",
-            (
-                (RECOVERY, '    pipe.zrangebyscore(keys.servers, f"({now!r}", "+inf")\n'),
-                (SCRIPTS, "  if not deadline or tonumber(deadline) <= tonumber(now) then "
-                          "return false end\n"),
-                (SCRIPTS, "local expired = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', "
-                          "ARGV[1])\n"),
-            ),
-        ),
-    ),
-    NamedMutant(
-        "sweep-drains-before-prune-membership",
-        "prompt recovery: the sweep drains before it prunes AND its selection trusts registry "
-        "membership (as the model's liveness does): a server that expired since the last pass "
-        "still looks live, and its lists are recovered a whole period late",
-        (
-            Edit(
-                RECOVERY,
-                "    report.pruned = prune_inactive_servers(client, keys, now)\n"
-                "    report.drained_lists = recover_inflight(client, keys, now, me, "
-                "include_self=False,\n"
-                "                                            chunk=chunk)\n",
-                "    report.drained_lists = recover_inflight(client, keys, now, me, "
-                "include_self=False,\n"
-                "                                            chunk=chunk)\n"
-                "    report.pruned = prune_inactive_servers(client, keys, now)\n",
-            ),
-            Edit(
-                RECOVERY,
-                '    pipe.zrangebyscore(keys.servers, f"({now!r}", "+inf")\n',
-                '    pipe.zrangebyscore(keys.servers, "-inf", "+inf")\n',
             ),
         ),
     ),

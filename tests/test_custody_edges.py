@@ -27,6 +27,7 @@ from taskcustody import (
     Settings,
     WrongKeyType,
     drain_inflight,
+    prune_inactive_servers,
     recover_inflight,
     scripts,
 )
@@ -152,7 +153,7 @@ def test_a_dead_only_drain_never_touches_a_live_list(backend: Backend, keys: Que
     (worker,) = make_server(client, keys, "live", clock).start()
     task = worker.take(timeout=1)
     assert task
-    assert drain_inflight(client, keys, worker.list_key, clock.now(), force=False) == 0
+    assert drain_inflight(client, keys, worker.list_key, force=False) == 0
     assert ids_in(client, worker.list_key) == [task.id]
 
 
@@ -168,7 +169,8 @@ def test_drain_ends_when_the_list_is_shorter_than_its_budget(
     client.llen = lambda key: 5  # type: ignore[method-assign, assignment, misc]
     counter = EvalCounter(client, scripts.DRAIN_CHUNK, limit=10)
     clock.advance(TEST_SETTINGS.server_ttl + 1)
-    assert drain_inflight(client, keys, worker.list_key, clock.now(), force=False, chunk=3) == 2
+    prune_inactive_servers(client, keys, clock.now())
+    assert drain_inflight(client, keys, worker.list_key, force=False, chunk=3) == 2
     assert counter.calls == 2  # one step moved 2, the next moved nothing: stop
 
 
@@ -192,9 +194,10 @@ def test_drain_is_bounded_under_a_finite_appender(backend: Backend, keys: QueueK
         return real_eval(*args)
 
     real_eval = client.eval
-    client.eval = eval_then_append  # type: ignore[method-assign]
     clock.advance(TEST_SETTINGS.server_ttl + 1)
-    moved = drain_inflight(client, keys, worker.list_key, clock.now(), force=False, chunk=3)
+    prune_inactive_servers(client, keys, clock.now())
+    client.eval = eval_then_append  # type: ignore[method-assign]
+    moved = drain_inflight(client, keys, worker.list_key, force=False, chunk=3)
     assert moved == 7
     assert client.llen(worker.list_key) == appended == 3
 
@@ -210,9 +213,10 @@ def test_default_drain_chunk_is_100(backend: Backend, keys: QueueKeys) -> None:
     live = make_server(client, keys, "live", clock)
     clock.advance(TEST_SETTINGS.server_ttl + 1)
     live.claim()
+    prune_inactive_servers(client, keys, clock.now())
     counter = EvalCounter(client, scripts.DRAIN_CHUNK)
     me = live.identity
-    assert recover_inflight(client, keys, clock.now(), me, include_self=False) == {
+    assert recover_inflight(client, keys, me, include_self=False) == {
         worker.list_key: 101
     }
     assert counter.calls == 2
@@ -221,9 +225,7 @@ def test_default_drain_chunk_is_100(backend: Backend, keys: QueueKeys) -> None:
 # -- recovery selection -----------------------------------------------------------------------
 
 
-def test_live_owners_are_the_unexpired_registered_incarnations(
-    backend: Backend, keys: QueueKeys
-) -> None:
+def test_live_owners_are_the_registered_incarnations(backend: Backend, keys: QueueKeys) -> None:
     client = backend.client()
     clock = ManualClock()
     a = make_server(client, keys, "a", clock)
@@ -231,11 +233,12 @@ def test_live_owners_are_the_unexpired_registered_incarnations(
     a.claim()
     clock.advance(5)
     b.claim()
-    assert live_owners(client, keys, clock.now()) == {a.identity, b.identity}
-    clock.advance(TEST_SETTINGS.server_ttl - 5)  # a's deadline is now: expired; b's is later
-    assert live_owners(client, keys, clock.now()) == {ServerIdentity("b", b.identity.incarnation)}
+    assert live_owners(client, keys) == {a.identity, b.identity}
+    clock.advance(TEST_SETTINGS.server_ttl - 5)  # a's deadline is now: pruned; b's is later
+    assert prune_inactive_servers(client, keys, clock.now()) == ["a"]
+    assert live_owners(client, keys) == {ServerIdentity("b", b.identity.incarnation)}
     client.hdel(keys.incarnations, "b")  # registered without an incarnation: not live
-    assert live_owners(client, keys, clock.now()) == set()
+    assert live_owners(client, keys) == set()
 
 
 def test_sweep_drains_every_dead_list_in_chunks(backend: Backend, keys: QueueKeys) -> None:
@@ -280,7 +283,8 @@ def test_processing_sweep_counts_requeued_and_stale_records(
     client.lrem(dw.list_key, 1, held[2].raw)  # type: ignore[union-attr]  # stale record
     clock.advance(TEST_SETTINGS.server_ttl + 1)
     me.heartbeat()
-    assert requeue_stuck_processing_tasks(client, keys, clock.now(), me.identity) == (2, 1)
+    prune_inactive_servers(client, keys, clock.now())
+    assert requeue_stuck_processing_tasks(client, keys, me.identity) == (2, 1)
     assert client.hkeys(keys.processing) == [mine.id.encode()]
 
 
@@ -437,21 +441,6 @@ def test_sweep_skips_own_and_live_lists_without_a_round_trip_and_drains_the_rest
         [held["a"][1].id.encode(), held["b"][1].id.encode()])
 
 
-def test_startup_drains_dead_servers_lists_too(backend: Backend, keys: QueueKeys) -> None:
-    """At startup nothing is pruned: a dead server still has its (expired) deadline, and the
-    drain must judge it by that deadline."""
-    client = backend.client()
-    clock = ManualClock()
-    task_id = Producer(client, keys, clock).enqueue("x")
-    (wd,) = make_server(client, keys, "dead", clock).start()
-    assert wd.take(timeout=1)
-    clock.advance(TEST_SETTINGS.server_ttl + 1)
-    fresh = make_server(client, keys, "fresh", clock)
-    fresh.start()
-    assert client.llen(wd.list_key) == 0
-    assert ids_in(client, keys.queue) == [task_id]
-
-
 def test_a_server_that_re_registers_mid_pass_is_not_drained(
     backend: Backend, keys: QueueKeys
 ) -> None:
@@ -467,6 +456,7 @@ def test_a_server_that_re_registers_mid_pass_is_not_drained(
     me = make_server(client, keys, "me", clock)
     clock.advance(TEST_SETTINGS.server_ttl + 1)
     me.claim()
+    prune_inactive_servers(client, keys, clock.now())
     real_eval = client.eval
 
     def resume_first(script: str, *args: Any) -> Any:
@@ -476,7 +466,7 @@ def test_a_server_that_re_registers_mid_pass_is_not_drained(
         return real_eval(script, *args)
 
     client.eval = resume_first  # type: ignore[method-assign]
-    assert recover_inflight(client, keys, clock.now(), me.identity, include_self=False) == {}
+    assert recover_inflight(client, keys, me.identity, include_self=False) == {}
     assert ids_in(client, ws.list_key) == [task.id]
 
 
@@ -512,3 +502,49 @@ def test_startup_drain_uses_the_configured_chunk(backend: Backend, keys: QueueKe
     counter = EvalCounter(client, scripts.DRAIN_CHUNK)
     assert again.startup_drain() == {worker.list_key: 7}
     assert counter.calls == 3  # drain_chunk 3
+
+
+def test_drain_inflight_default_chunk_is_100(backend: Backend, keys: QueueKeys) -> None:
+    client = backend.client()
+    clock = ManualClock()
+    Producer(client, keys, clock).enqueue_many(list(range(101)))
+    (worker,) = make_server(client, keys, "dead", clock).start()
+    for _ in range(101):
+        assert worker.take(timeout=1)
+    counter = EvalCounter(client, scripts.DRAIN_CHUNK)
+    assert drain_inflight(client, keys, worker.list_key, force=True) == 101
+    assert counter.calls == 2
+
+
+def test_processing_sweep_counts_a_stale_record_before_a_requeue(
+    backend: Backend, keys: QueueKeys
+) -> None:
+    client = backend.client()
+    clock = ManualClock()
+    Producer(client, keys, clock).enqueue_many(["stale", "stuck"])
+    me = make_server(client, keys, "me", clock)
+    dead = make_server(client, keys, "dead", clock)
+    me.start()
+    (dw,) = dead.start()
+    first, second = dw.take(timeout=1), dw.take(timeout=1)
+    assert first and second
+    dw.record(first)  # recorded first, then gone from the list: its record is stale
+    dw.record(second)
+    dw._call("PING")
+    client.lrem(dw.list_key, 1, first.raw)
+    clock.advance(TEST_SETTINGS.server_ttl + 1)
+    me.heartbeat()
+    prune_inactive_servers(client, keys, clock.now())
+    assert requeue_stuck_processing_tasks(client, keys, me.identity) == (1, 1)
+
+
+def test_start_refuses_a_held_id_at_once_by_default(backend: Backend, keys: QueueKeys) -> None:
+    client = backend.client()
+    clock = ManualClock()
+    make_server(client, keys, "s1", clock).start()
+    intruder = make_server(client, keys, "s1", clock)
+    waits: list[object] = []
+    intruder.stop_event.wait = lambda timeout=None: waits.append(timeout)  # type: ignore[method-assign, assignment, func-returns-value]
+    with pytest.raises(ServerIdHeld):
+        intruder.start()
+    assert waits == []  # no patience unless asked for
