@@ -2,11 +2,85 @@
 protocol or its users can observe, for the reason given.
 
 Each entry is matched on the function, the original line and the exact mutated line (whitespace
-at the ends ignored). The mutmut key is informational: numbers shift when a function changes.
-When either line changes, the entry stops matching, the mutant counts as a survivor again, and the
-gate fails until someone reviews it afresh (and the stale entry is reported, to be deleted).
+at the ends ignored). The mutmut key is not used: numbers shift when a function changes. When
+either line changes, the entry stops matching, the mutant counts as a survivor again, and the gate
+fails until someone reviews it afresh (the entry that matched nothing is reported, to be deleted).
 """
 
 from __future__ import annotations
 
-EQUIVALENTS: list[dict[str, str]] = []
+_TAKE = 'return ("BLMOVE", self.keys.queue, self.list_key, "RIGHT", "LEFT", block)'
+_DRAIN_MODE = 'owner.incarnation, "force" if force else "dead-only",'
+_CASE = ("Redis command names and keywords are case-insensitive (real Redis and fakeredis "
+         "alike); the command sent is the same command.")
+_NOT_FORCE = ("DRAIN_CHUNK treats every mode other than 'force' as dead-only "
+              "(`ARGV[4] ~= 'force'`), so any other spelling is the same mode.")
+_INCARNATION = ("the incarnation comes from INCR on a counter that is never written otherwise, "
+                "so it is >= 1; CLAIM returns -1 exactly when it refuses.")
+
+EQUIVALENTS: list[dict[str, str]] = [
+    # -- worker.py: the take and the release -------------------------------------------------
+    {"function": "taskcustody.worker.Worker._take_args", "original": _TAKE,
+     "mutated": _TAKE.replace('"BLMOVE"', '"blmove"'), "reason": _CASE},
+    {"function": "taskcustody.worker.Worker._take_args", "original": _TAKE,
+     "mutated": _TAKE.replace('"RIGHT"', '"right"'), "reason": _CASE},
+    {"function": "taskcustody.worker.Worker._take_args", "original": _TAKE,
+     "mutated": _TAKE.replace('"LEFT"', '"left"'), "reason": _CASE},
+    {"function": "taskcustody.worker.Worker._take_args",
+     "original": 'return ("BRPOPLPUSH", self.keys.queue, self.list_key, block)',
+     "mutated": 'return ("brpoplpush", self.keys.queue, self.list_key, block)', "reason": _CASE},
+    {"function": "taskcustody.worker.Worker._release_raw",
+     "original": 'held, remaining = self._call("EVALSHA", _RELEASE_SHA, *args)',
+     "mutated": 'held, remaining = self._call("evalsha", _RELEASE_SHA, *args)', "reason": _CASE},
+    {"function": "taskcustody.worker.Worker._release_raw",
+     "original": 'held, remaining = self._call("EVAL", scripts.RELEASE, *args)',
+     "mutated": 'held, remaining = self._call("eval", scripts.RELEASE, *args)', "reason": _CASE},
+    {"function": "taskcustody.worker.Worker._release_raw",
+     "original": 'keys.commit_log, keys.result(task_id or "-"),',
+     "mutated": 'keys.commit_log, keys.result(task_id or "XX-XX"),',
+     "reason": "the placeholder result key is used only for a task without an id, and such a "
+               "task is malformed: it is only ever dead-lettered, and the RELEASE script writes "
+               "the result key only on 'ok'."},
+    {"function": "taskcustody.worker.Worker.take",
+     "original": 'self._release_raw(raw, "", "dead", self._dead_letter(raw, exc.reason, None))',
+     "mutated": 'self._release_raw(raw, "XXXX", "dead", self._dead_letter(raw, exc.reason, None))',
+     "reason": "the task id of a malformed envelope only names the processing record to delete; "
+               "none exists for it (nothing could decode its id to write one), and a record "
+               "named 'XXXX' owned by this worker's list cannot exist either: the worker holds "
+               "only this envelope at this point."},
+    {"function": "taskcustody.worker.Worker.run_once",
+     "original": 'outcome = Outcome(False, error="worker interrupted")',
+     "mutated": 'outcome = Outcome(None, error="worker interrupted")',
+     "reason": "Outcome.ok is only ever tested for truth (`if outcome.ok:`); None and False "
+               "take the same path."},
+    # -- recovery.py ---------------------------------------------------------------------------
+    {"function": "taskcustody.recovery.drain_inflight", "original": _DRAIN_MODE,
+     "mutated": _DRAIN_MODE.replace('"dead-only"', '"XXdead-onlyXX"'), "reason": _NOT_FORCE},
+    {"function": "taskcustody.recovery.drain_inflight", "original": _DRAIN_MODE,
+     "mutated": _DRAIN_MODE.replace('"dead-only"', '"DEAD-ONLY"'), "reason": _NOT_FORCE},
+    {"function": "taskcustody.recovery.live_owners",
+     "original": "pipe = client.pipeline(transaction=False)",
+     "mutated": "pipe = client.pipeline(transaction=None)",
+     "reason": "redis-py tests `transaction` for truth only: None is False."},
+    {"function": "taskcustody.recovery.live_owners",
+     "original": "pipe = client.pipeline(transaction=False)",
+     "mutated": "pipe = client.pipeline(transaction=True)",
+     "reason": "MULTI/EXEC makes the two reads one snapshot; nothing relies on their being "
+               "separate or together: the selection is advisory, and every dead-only drain step "
+               "re-checks liveness inside its own atomic script."},
+    {"function": "taskcustody.recovery.sweep",
+     "original": "report.drained_lists = recover_inflight(client, keys, me, include_self=False, "
+                 "chunk=chunk)",
+     "mutated": "report.drained_lists = recover_inflight(client, keys, me, include_self=None, "
+                "chunk=chunk)",
+     "reason": "include_self is only tested for truth (`if include_self:` and `force=` which the "
+               "drain tests for truth): None is False."},
+    # -- server.py -----------------------------------------------------------------------------
+    {"function": "taskcustody.server.Server.claim", "original": "if int(incarnation) < 0:",
+     "mutated": "if int(incarnation) <= 0:", "reason": _INCARNATION},
+    {"function": "taskcustody.server.Server.claim", "original": "if int(incarnation) < 0:",
+     "mutated": "if int(incarnation) < 1:", "reason": _INCARNATION},
+    {"function": "taskcustody.server.Server.claim", "original": "self.superseded = False",
+     "mutated": "self.superseded = None",
+     "reason": "superseded is only tested for truth (`if not self.superseded:`)."},
+]
