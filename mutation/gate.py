@@ -129,6 +129,8 @@ def check_syntax(path: str, text: str) -> None:
 
 # -- running the suite ------------------------------------------------------------------------
 
+LIMITS = "test-limits.json"  # per-test limits for the mutant runs, next to their copies
+
 
 @dataclass
 class SuiteRun:
@@ -137,6 +139,7 @@ class SuiteRun:
     seconds: float
     log: Path
     hung: bool = False
+    durations: dict[str, float] = field(default_factory=dict)
 
     @property
     def test_failures(self) -> list[dict[str, str]]:
@@ -150,6 +153,8 @@ def run_suite(copy: Path, test_timeout: float, suite_timeout: float,
     cmd = [sys.executable, "-m", "pytest", "-p", "mutation.pytest_plugin", "-p", "no:cacheprovider",
            "--hypothesis-profile=mutation", f"--mutation-report={report}",
            f"--mutation-test-timeout={test_timeout:g}", "-q", "--no-header", "-rN",
+           *([f"--mutation-limits={copy.parent / LIMITS}"]
+             if (copy.parent / LIMITS).exists() else []),
            *(["-x"] if first_failure else []), *pytest_args]
     started = time.monotonic()
     hung = False
@@ -164,9 +169,11 @@ def run_suite(copy: Path, test_timeout: float, suite_timeout: float,
             rc = proc.wait()
     seconds = time.monotonic() - started
     failures: list[dict[str, str]] = []
+    durations: dict[str, float] = {}
     if report.exists():
-        failures = json.loads(report.read_text(encoding="utf-8"))["failures"]
-    return SuiteRun(rc, failures, seconds, log, hung)
+        data = json.loads(report.read_text(encoding="utf-8"))
+        failures, durations = data["failures"], data.get("durations", {})
+    return SuiteRun(rc, failures, seconds, log, hung, durations)
 
 
 # -- the named-mutant gate --------------------------------------------------------------------
@@ -246,7 +253,9 @@ def named_gate(snapshot: Path, workdir: Path, jobs: int, test_timeout: float,
     base = clone(snapshot, workdir / "unmutated")
     check_imports_from(base)
     print("== named mutants: the suite on the unmutated copy", flush=True)
-    baseline = run_suite(base, test_timeout, suite_timeout, pytest_args)
+    # The unmutated run has no per-test limit but the suite's; each test's limit under a mutant
+    # is then the larger of --test-timeout and five times its own duration here.
+    baseline = run_suite(base, suite_timeout, suite_timeout, pytest_args)
     if baseline.returncode != 0 or baseline.hung:
         print(f"named mutants: FAIL: the suite is red on the unmutated copy (exit "
               f"{baseline.returncode}); failures: "
@@ -254,6 +263,9 @@ def named_gate(snapshot: Path, workdir: Path, jobs: int, test_timeout: float,
         print(_tail(baseline.log))
         return False
     print(f"   green in {baseline.seconds:.1f} s", flush=True)
+    limits = {test: 5 * seconds for test, seconds in baseline.durations.items()
+              if 5 * seconds > test_timeout}
+    (workdir / LIMITS).write_text(json.dumps(limits, indent=1), encoding="utf-8")
 
     print(f"== named mutants: {len(MUTANTS)} mutants, {jobs} at a time", flush=True)
     with ThreadPoolExecutor(max_workers=jobs) as pool:

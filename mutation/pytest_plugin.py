@@ -4,7 +4,8 @@
   of every collection error, in the order they happened, as JSON.
 - `--mutation-test-timeout SECONDS`: fail a test that runs longer (SIGALRM in the main thread), so a
   mutant that makes a test hang (a drain that never ends) is reported as caught by that test
-  instead of hanging the gate.
+  instead of hanging the gate. `--mutation-limits PATH` raises the limit per test (the gate
+  derives it from the test's duration on the unmutated copy: the model's deep searches are slow).
 """
 
 from __future__ import annotations
@@ -21,7 +22,9 @@ from typing import Any
 import pytest
 
 _failures: list[dict[str, str]] = []
+_durations: dict[str, float] = {}
 HARD_GRACE = 15.0
+_limits: dict[str, float] | None = None
 
 
 class MutantTimeout(BaseException):
@@ -34,6 +37,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--mutation-report", default=None, help="write failed test ids as JSON here")
     group.addoption("--mutation-test-timeout", type=float, default=0.0,
                     help="fail any test running longer than this many seconds (0: no limit)")
+    group.addoption("--mutation-limits", default=None,
+                    help="JSON {node id: seconds}: per-test limits that override the timeout")
 
 
 def _first_line(report: Any) -> str:
@@ -51,7 +56,8 @@ def _write(config: pytest.Config, exitstatus: int) -> None:
     path = config.getoption("--mutation-report")
     if path:
         with open(path, "w", encoding="utf-8") as f:
-            json.dump({"exitstatus": int(exitstatus), "failures": _failures}, f, indent=1)
+            json.dump({"exitstatus": int(exitstatus), "failures": _failures,
+                       "durations": _durations}, f, indent=1)
 
 
 def _order(item: pytest.Item) -> int:
@@ -72,6 +78,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    _durations[report.nodeid] = _durations.get(report.nodeid, 0.0) + report.duration
     if report.failed:
         _failures.append({"test": report.nodeid, "when": report.when,
                           "message": _first_line(report)})
@@ -86,6 +93,13 @@ def pytest_collectreport(report: pytest.CollectReport) -> None:
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
     limit = float(item.config.getoption("--mutation-test-timeout") or 0.0)
+    limits_path = item.config.getoption("--mutation-limits")
+    if limits_path:
+        global _limits
+        if _limits is None:
+            with open(limits_path, encoding="utf-8") as f:
+                _limits = json.load(f)
+        limit = max(limit, float(_limits.get(item.nodeid, 0.0)))
     if limit <= 0:
         yield
         return
