@@ -3,7 +3,7 @@
 Never use these classes: each one is a plausible change that breaks a property of the protocol.
 They exist to show what goes wrong (`taskcustody verify --variant NAME` prints the counterexample)
 and to prove the checker's power: the conformance machine must fail on every one of them, with a
-short counterexample (`tests/stateful/test_finds_the_bugs.py`).
+short counterexample (`tests/stateful/test_finds_broken_designs.py`).
 
 The names are the model's variant names (`taskcustody_model.variants`).
 """

@@ -42,7 +42,7 @@ import redis
 from taskcustody_model import protocol as _model_protocol
 from taskcustody_model import state as _model_state
 from taskcustody_model.invariants import check_invariants, check_transition, is_done
-from taskcustody_model.protocol import Action, Config, apply, enabled_actions, is_dead
+from taskcustody_model.protocol import Action, Config, apply, enabled_actions
 from taskcustody_model.state import (
     CLAIMED,
     CRASHED,
@@ -50,13 +50,11 @@ from taskcustody_model.state import (
     IDLE,
     RECORDED,
     RUNNING,
-    STARTING,
     STOPPED,
     SUPERSEDED,
     TAKEN,
     TTL,
     Bounds,
-    Drain,
     ListKey,
     Process,
     Registration,
@@ -94,15 +92,6 @@ VERIFY_SETTINGS = Settings(
     server_ttl=TICK * TTL, sweep_interval=TICK, max_attempts=3, drain_chunk=1,
     track_commits=True,
 )
-
-
-#: See `Harness._own_id_disagreement`. Resolved: the implementation's sweeps now skip only the own
-#: incarnation, as the model does.
-AVOID_OWN_ID_DISAGREEMENT = False
-
-#: See `Harness._widen_startup_drain`. Resolved: the implementation's startup drain now selects only
-#: the own id's lists, as the model does.
-STARTUP_DRAIN_TAKES_DEAD_LISTS = False
 
 
 def _with_proc(state: State, s: int, i: int, proc: Process) -> State:
@@ -172,6 +161,9 @@ class StepRecord:
     action: Action
     text: str
     fault: bool
+    #: who acted, for sequence diagrams: "s0#1 w0" (server 0, model incarnation 1, worker 0),
+    #: "s0#1" (that server process), "s0" (a claim of id s0) or "" (the clock)
+    actor: str = ""
 
 
 def _text(v: bytes | str) -> str:
@@ -292,22 +284,7 @@ class Harness:
         """The model's enabled actions, minus the mid-pass ones (`drain_step`: passes run whole
         inside one step; its dropped reply is chosen with the pass, see `step`)."""
         return [a for a in enabled_actions(self.state, self.config)
-                if a.name != "drain_step" and a.command != "drain_step"
-                and not (AVOID_OWN_ID_DISAGREEMENT and self._own_id_disagreement(a))]
-
-    def _own_id_disagreement(self, action: Action) -> bool:
-        """Disagreements 2 and 3 (reported; regression tests in tests/regressions/): the
-        implementation's periodic sweep and processing sweep skip every list and record of the
-        own server *id*; the model skips only the own *incarnation's*. They differ when an
-        earlier incarnation of our id left a list or a record behind (a stalled process replaced
-        by a new claim). Until one side changes, such passes are not driven."""
-        command = action.command if action.name == "dropped_reply" else action.name
-        if command not in ("sweep", "requeue_stuck_processing_tasks"):
-            return False
-        s, i = action.server, action.proc
-        inc = self.state.processes[s][i].inc
-        mentioned = [k for k, _ in self.state.lists] + [k for k in self.state.records if k]
-        return any(k[0] == s and k[1] != inc for k in mentioned)
+                if a.name != "drain_step" and a.command != "drain_step"]
 
     def _model(self, action: Action) -> None:
         before = self.state
@@ -329,7 +306,7 @@ class Harness:
         equivalent ways to inject a fault (which command of a release loses its reply)."""
         started = time.perf_counter()
         self.steps.append(StepRecord(len(self.steps) + 1, action, self.describe(action),
-                                     action.is_fault))
+                                     action.is_fault, actor_of(action, self.state)))
         try:
             self._step(action, drop_at, variant)
         finally:
@@ -578,8 +555,6 @@ class Harness:
         # The model first: it says how many moves the pass makes, so we know where to drop.
         queue_before = self.state.queue
         self._model(action)
-        if command == "startup_drain" and not lost and STARTUP_DRAIN_TAKES_DEAD_LISTS:
-            self._widen_startup_drain(s, i)
         self._order_drains(s, i)
         moves = 0
         abandoned = lost
@@ -627,23 +602,6 @@ class Harness:
             # The implementation's sweep ends with the processing sweep; so does the model's walk.
             self._model(Action("requeue_stuck_processing_tasks", s, i))
         self._adopt_recovery_order(queue_before)
-
-    def _widen_startup_drain(self, s: int, i: int) -> None:
-        """Disagreement 1 (reported): `Server.startup_drain` is `recover_inflight(include_self=
-        True)`, which drains the own id's earlier lists *and* every dead list of other servers;
-        the model's `startup_drain` selects only the former. Until the model selects both, the
-        harness adds the dead lists of other servers to the model's pass (chosen from the
-        model's state by the model's own `is_dead`; the model's `drain_step` moves them)."""
-        state = self.state
-        proc = state.processes[s][i]
-        selected = {d.key for d in proc.drains}
-        extra = tuple(
-            Drain(key, len(tasks), 0) for key, tasks in state.lists
-            if key[0] != s and key not in selected and is_dead(state.registry, key)
-        )
-        if extra:
-            proc = proc._replace(drains=proc.drains + extra, phase=STARTING)
-            self.state = _with_proc(state, s, i, proc)
 
     def _real_key(self, key: ListKey) -> str:
         s, model_inc, w = key
@@ -846,6 +804,19 @@ class Harness:
             "double-assigned": _double_assigned(state),
             "recovered": self.recovered,
         }
+
+
+def actor_of(action: Action, state: State) -> str:
+    """The lifeline an action belongs to (see `StepRecord.actor`), named from the state before
+    it."""
+    if action.server < 0:
+        return ""
+    who = f"s{action.server}"
+    if action.proc >= 0:
+        who += f"#{state.processes[action.server][action.proc].inc}"
+    if action.worker >= 0:
+        who += f" w{action.worker}"
+    return who
 
 
 def _double_assigned(state: State) -> int:
