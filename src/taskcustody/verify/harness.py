@@ -227,7 +227,7 @@ class Harness:
     def setup(self) -> None:
         """The model's initial state, made real: every task enqueued (t0 first, so it is taken
         first), every server claimed, startup-drained, its workers registered and reconciled."""
-        self.admin.flushall()
+        self.wipe()
         # Workers release with EVALSHA and fall back to EVAL on NOSCRIPT. Load the script up
         # front, so that a dropped release reply is always the reply of a release that ran.
         self.admin.script_load(scripts.RELEASE)
@@ -240,6 +240,13 @@ class Harness:
             slot.server.startup_drain()
             self._start_workers(slot)
         self.check()
+
+    def wipe(self) -> None:
+        """Delete this run's keys, nothing else (with `--redis-url` the server is the user's)."""
+        pattern = self.keys.base.replace("[", "\\[").replace("]", "\\]") + ":*"
+        found = list(self.admin.scan_iter(match=pattern, count=1000))
+        if found:
+            self.admin.delete(*found)
 
     def _new_client(self, label: str) -> redis.Redis:
         client = self.make_client()
@@ -799,8 +806,13 @@ class Harness:
             "enqueued": self.enqueued,
             "committed": sum(1 for v in commits.values() if v >= 1),
             "lost": lost,
-            "duplicated": sum(1 for v in places.values() if v > 1)
-            + sum(1 for v in commits.values() if v > 1),
+            # twice in Redis, committed twice, or committed and still queued or in custody
+            # (it would run again)
+            "duplicated": sum(
+                1 for t in range(self.bounds.tasks)
+                if places[t] > 1 or commits.get(self.task_id(t), 0) > 1
+                or (commits.get(self.task_id(t), 0) >= 1 and places[t] >= 1)
+            ),
             "double-assigned": _double_assigned(state),
             "recovered": self.recovered,
         }

@@ -22,6 +22,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 from taskcustody_model.protocol import Action
 from taskcustody_model.state import Bounds
 
+from ..keys import QueueKeys
 from .broken import server_factory
 from .harness import Harness, StepRecord
 
@@ -40,6 +41,8 @@ class RunStats:
     tallies: Counter[str] = field(default_factory=Counter)
     last_steps: list[StepRecord] = field(default_factory=list)
     last_error: str = ""
+    #: the tallies of the last example as it stood when it ended (a failing example included)
+    last_tallies: dict[str, int] = field(default_factory=dict)
 
     def add(self, h: Harness) -> None:
         self.examples += 1
@@ -56,6 +59,7 @@ def build_machine(
     implementation: str = "correct",
     real_redis: bool = False,
     stats: RunStats | None = None,
+    keys: QueueKeys | None = None,
 ) -> type[RuleBasedStateMachine]:
     run_stats = stats if stats is not None else RunStats()
     factory = server_factory(implementation)
@@ -69,7 +73,7 @@ def build_machine(
         def __init__(self) -> None:
             super().__init__()
             self.h = Harness(make_client, the_bounds, server_factory=factory,
-                             real_redis=real_redis)
+                             real_redis=real_redis, keys=keys)
             self.failed = False
 
         @initialize()
@@ -202,7 +206,13 @@ def build_machine(
             try:
                 if not self.failed:  # a failed step is the finding; recovery would mask it
                     run_stats.recovery_steps += self.h.recover()
-                    run_stats.tallies.update(self.h.tallies())
+                    run_stats.last_tallies = self.h.tallies()
+                    run_stats.tallies.update(run_stats.last_tallies)
+                else:
+                    try:
+                        run_stats.last_tallies = self.h.tallies()
+                    except Exception:  # the state may not even map to the model's terms
+                        run_stats.last_tallies = {}
             finally:
                 run_stats.add(self.h)
                 self.h.close()

@@ -1,0 +1,277 @@
+"""One verification run, reusable by `taskcustody verify` and by tests: the bounded model check
+(`taskcustody_model.check`), then the stateful run (the model drives the real implementation,
+`machine.build_machine`) on fakeredis or a real Redis, with every count the report needs.
+
+Determinism: without a seed the stateful run is derandomized (the same command explores the same
+examples every time); `seed=N` explores other examples, reproducibly. Either way a failing run's
+counterexample is shrunk (for at most `shrink_seconds`) and replayed once more at the end, so the
+steps recorded last are the shrunk counterexample's.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import platform
+import shlex
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from importlib import metadata
+from typing import Any
+
+import redis
+from hypothesis import HealthCheck, Phase, settings
+from hypothesis import seed as hypothesis_seed
+from hypothesis.reporting import with_reporter
+from hypothesis.stateful import get_state_machine_test
+from taskcustody_model import Bounds, CheckResult, Progress, check
+from taskcustody_model.variants import VARIANTS
+
+from ..connection import connect, connect_fake
+from ..keys import QueueKeys
+from .harness import VERIFY_SETTINGS, Mismatch, StepRecord
+from .machine import RunStats, build_machine
+
+#: The model check's default bounds: every broken design is found within them (depth <= 8), and
+#: the correct design's 14,180 distinct states take about 6 s on one core.
+MODEL_BOUNDS = Bounds(tasks=2, servers=2, workers=2, faults=2, processes_per_server=1)
+#: The stateful run's bounds (the conformance test's).
+STATEFUL_BOUNDS = Bounds(tasks=3, servers=2, workers=2, faults=3)
+#: Hypothesis shrinks for at most 300 s by default; a report does not need the last few steps.
+SHRINK_SECONDS = 60.0
+
+
+@dataclass
+class Options:
+    examples: int = 200
+    steps: int = 40
+    seed: int | None = None
+    variant: str = "correct"
+    redis_url: str | None = None
+    model_check: bool = True
+    stateful: bool = True
+    model_bounds: Bounds = MODEL_BOUNDS
+    bounds: Bounds = STATEFUL_BOUNDS
+    shrink_seconds: float = SHRINK_SECONDS
+    shrink: bool = True
+
+    def command(self) -> str:
+        """The command line that repeats this run."""
+        args = ["taskcustody", "verify", "--examples", str(self.examples), "--steps",
+                str(self.steps)]
+        if self.seed is not None:
+            args += ["--seed", str(self.seed)]
+        if self.variant != "correct":
+            args += ["--variant", self.variant]
+        if self.redis_url:
+            args += ["--redis-url", self.redis_url]
+        if not self.model_check:
+            args.append("--no-model-check")
+        if not self.stateful:
+            args.append("--no-stateful")
+        return shlex.join(args)
+
+
+@dataclass
+class Failure:
+    """The stateful run's counterexample: what failed, and the shrunk steps that led there."""
+
+    kind: str
+    message: str
+    steps: list[StepRecord]
+    program: str  # Hypothesis's runnable program of the same steps
+    tallies: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass
+class Result:
+    options: Options
+    backend: str
+    model: CheckResult | None = None
+    stats: RunStats = field(default_factory=RunStats)
+    failure: Failure | None = None
+    model_seconds: float = 0.0
+    stateful_seconds: float = 0.0
+    seconds: float = 0.0
+    versions: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def model_ok(self) -> bool:
+        return self.model is None or self.model.ok
+
+    @property
+    def ok(self) -> bool:
+        """Every property held in every part that ran."""
+        return self.model_ok and self.failure is None
+
+    @property
+    def steps_per_second(self) -> float:
+        s = self.stats
+        return s.steps / s.seconds_in_steps if s.seconds_in_steps > 0 else 0.0
+
+    @property
+    def counts(self) -> dict[str, int]:
+        """Jepsen-style counts, summed over the examples that recovered (a failing run: the
+        failing example's own)."""
+        keys = ("enqueued", "committed", "lost", "duplicated", "double-assigned", "recovered")
+        src: dict[str, int] = dict(self.stats.tallies)
+        if self.failure is not None:
+            src = self.failure.tallies
+        return {k: int(src.get(k, 0)) for k in keys}
+
+
+class _ProgressStats(RunStats):
+    """RunStats that reports after every example."""
+
+    def __init__(self, report: Callable[[RunStats], None] | None) -> None:
+        super().__init__()
+        self._report = report
+
+    def add(self, h: Any) -> None:
+        super().add(h)
+        if self._report is not None:
+            self._report(self)
+
+
+@contextlib.contextmanager
+def shrink_budget(seconds: float) -> Iterator[None]:
+    """Cap Hypothesis's shrinking time (a module constant of its engine, 300 s by default)."""
+    from hypothesis.internal.conjecture import engine
+
+    old = engine.MAX_SHRINKING_SECONDS
+    engine.MAX_SHRINKING_SECONDS = int(max(1, seconds))
+    try:
+        yield
+    finally:
+        engine.MAX_SHRINKING_SECONDS = old
+
+
+def versions(client: redis.Redis | None, fake: bool) -> dict[str, str]:
+    out = {"python": platform.python_version()}
+    for dist in ("taskcustody", "redis", "fakeredis", "hypothesis", "lupa", "click"):
+        try:
+            out[dist] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            out[dist] = "-"
+    if fake:
+        out["server"] = f"fakeredis {out['fakeredis']} (in-process)"
+    elif client is not None:
+        try:
+            info = client.info("server")
+            out["server"] = f"redis-server {info.get('redis_version', '?')}"
+        except redis.RedisError as exc:
+            out["server"] = f"unknown ({exc})"
+    return out
+
+
+def verify(
+    options: Options,
+    *,
+    on_model: Callable[[Progress], None] | None = None,
+    on_example: Callable[[RunStats], None] | None = None,
+    on_phase: Callable[[str], None] | None = None,
+) -> Result:
+    """Run the model check and then the stateful run; never raises on a property violation (it is
+    in the result)."""
+    started = time.perf_counter()
+    if options.variant not in VARIANTS:
+        raise ValueError(f"unknown variant {options.variant!r}; known: {', '.join(VARIANTS)}")
+    fake = options.redis_url is None
+    result = Result(options, "fakeredis" if fake else "redis")
+
+    if options.model_check:
+        if on_phase:
+            on_phase("model check")
+        t = time.perf_counter()
+        result.model = check(options.model_bounds, options.variant, progress=on_model)
+        result.model_seconds = time.perf_counter() - t
+
+    if fake:
+        import fakeredis
+
+        fake_server = fakeredis.FakeServer()
+
+        def make_client() -> redis.Redis:
+            return connect_fake(fake_server)
+
+        keys = QueueKeys("verify", prefix="tcv")
+    else:
+        assert options.redis_url is not None
+        url = options.redis_url
+
+        def make_client() -> redis.Redis:
+            return connect(url, VERIFY_SETTINGS)
+
+        # A queue of its own, so that the run touches nothing else on the user's server.
+        keys = QueueKeys(f"verify-{os.getpid()}", prefix="taskcustody-verify")
+
+    probe = make_client()
+    try:
+        probe.ping()
+        result.versions = versions(probe, fake)
+    finally:
+        probe.close()
+
+    if options.stateful:
+        if on_phase:
+            on_phase("stateful run")
+        t = time.perf_counter()
+        stats = _ProgressStats(on_example)
+        result.stats = stats
+        try:
+            result.failure = _stateful(options, make_client, keys, stats, real=not fake)
+        finally:
+            result.stateful_seconds = time.perf_counter() - t
+            if not fake:
+                _cleanup(make_client, keys)
+    result.seconds = time.perf_counter() - started
+    return result
+
+
+def _stateful(options: Options, make_client: Callable[[], redis.Redis], keys: QueueKeys,
+              stats: RunStats, *, real: bool) -> Failure | None:
+    machine = build_machine(make_client, bounds=options.bounds, implementation=options.variant,
+                            real_redis=real, stats=stats, keys=keys)
+    phases = [Phase.explicit, Phase.generate] + ([Phase.shrink] if options.shrink else [])
+    the_settings = settings(
+        max_examples=options.examples,
+        stateful_step_count=options.steps,
+        derandomize=options.seed is None,
+        database=None,
+        deadline=None,
+        phases=phases,
+        report_multiple_bugs=False,
+        print_blob=False,
+        suppress_health_check=list(HealthCheck),
+    )
+    make_test: Any = get_state_machine_test  # (untyped in Hypothesis)
+    test = make_test(machine, settings=the_settings)
+    if options.seed is not None:
+        test = hypothesis_seed(options.seed)(test)
+    printed: list[str] = []
+
+    def reporter(value: object) -> None:
+        printed.append(str(value))
+
+    try:
+        with shrink_budget(options.shrink_seconds), with_reporter(reporter):
+            test()
+    except Exception as exc:  # the finding: a property or conformance failure, or a crash
+        kind = exc.kind if isinstance(exc, Mismatch) else type(exc).__name__
+        message = exc.message if isinstance(exc, Mismatch) else str(exc)
+        notes = [str(n) for n in getattr(exc, "__notes__", [])]
+        return Failure(kind, message, list(stats.last_steps), "\n".join(printed + notes),
+                       dict(stats.last_tallies))
+    return None
+
+
+def _cleanup(make_client: Callable[[], redis.Redis], keys: QueueKeys) -> None:
+    client = make_client()
+    try:
+        pattern = keys.base + ":*"
+        found = list(client.scan_iter(match=pattern, count=1000))
+        if found:
+            client.delete(*found)
+    finally:
+        client.close()
