@@ -213,6 +213,11 @@ def _mount_optional() -> None:
     except ImportError:  # pragma: no cover - the model ships with the package
         return
     main.add_command(model_check, name="model-check")
+    try:
+        from .verify.cli import verify_command
+    except ImportError:  # pragma: no cover - hypothesis and fakeredis are optional extras
+        return
+    main.add_command(verify_command, name="verify")
 
 
 _mount_optional()
