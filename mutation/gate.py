@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -231,9 +232,19 @@ def run_named(snapshot: Path, workdir: Path, mutant: NamedMutant, test_timeout: 
     return NamedResult(mutant, verdict, ok, killers, run.seconds, detail)
 
 
+_IMPORTS_CORE = re.compile(r"^\s*(from|import)\s+taskcustody(\.|\s|$)", re.MULTILINE)
+
+
+def independent_of_core(snapshot: Path, folders: Sequence[str]) -> bool:
+    """True when no Python file under `folders` imports the `taskcustody` package: then no named
+    mutant (they all edit src/taskcustody) can change what those tests see."""
+    return not any(_IMPORTS_CORE.search(path.read_text(encoding="utf-8"))
+                   for folder in folders for path in (snapshot / folder).rglob("*.py"))
+
+
 def named_gate(snapshot: Path, workdir: Path, jobs: int, test_timeout: float,
                suite_timeout: float, pytest_args: Sequence[str], verbose: bool,
-               all_killers: bool = False) -> bool:
+               all_killers: bool = False, with_model_tests: bool = False) -> bool:
     """`snapshot`: one copy of the tree taken at the start, so that every run (the unmutated one
     and each mutant's) sees the same code and tests while people keep editing the tree."""
     print("== named mutants: checking anchors", flush=True)
@@ -250,6 +261,12 @@ def named_gate(snapshot: Path, workdir: Path, jobs: int, test_timeout: float,
         return False
 
     workdir.mkdir(parents=True, exist_ok=True)
+    pytest_args = list(pytest_args)
+    if not with_model_tests and independent_of_core(snapshot, ["model", "tests/model"]):
+        # The model's own tests import only the model, which no named mutant touches; they run
+        # in the README's test command. Leaving them out here saves their deep searches.
+        print("   tests/model left out: they import only the model (checked)", flush=True)
+        pytest_args.append("--ignore=tests/model")
     base = clone(snapshot, workdir / "unmutated")
     check_imports_from(base)
     print("== named mutants: the suite on the unmutated copy", flush=True)
@@ -340,6 +357,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="where the copies go (default: a temp dir, removed afterwards)")
     parser.add_argument("--keep", action="store_true", help="keep the copies")
     parser.add_argument("--verbose", "-v", action="store_true", help="list every failing test")
+    parser.add_argument("--with-model-tests", action="store_true",
+                        help="run tests/model under the named mutants too (left out by default "
+                        "when they do not import taskcustody)")
     parser.add_argument("--all-killers", action="store_true",
                         help="run the whole suite under each named mutant and list every test "
                         "that catches it (default: stop at the first, fast tests first)")
@@ -360,7 +380,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not args.mutmut_only:
             ok = named_gate(snapshot, workdir / "named", args.jobs, args.test_timeout,
                             args.suite_timeout, args.pytest_arg, args.verbose,
-                            args.all_killers) and ok
+                            args.all_killers, args.with_model_tests) and ok
         if not args.named_only:
             from mutation.mutmut_gate import mutmut_gate
 
