@@ -47,9 +47,11 @@ def main(src: str, dst: str) -> None:
             ax.axvline(2 * max(peers), color=COLORS["peer"], linestyle="--", linewidth=1)
             ax.text(2 * max(peers), len(rows) - 0.4, " 2x fastest peer", color=COLORS["peer"],
                     fontsize=8, va="top")
-        handles = [plt.Rectangle((0, 0), 1, 1, color=c) for c in COLORS.values()]
-        ax.legend(handles, ["taskcustody (full cycle)", "taskcustody, diagnostic variant",
-                            "raw redis-py floor", "peer"],
+        names = {"ours": "taskcustody (full cycle)", "diag": "taskcustody, diagnostic variant",
+                 "floor": "raw redis-py floor", "peer": "peer"}
+        present = [g for g in names if any(r["group"] == g for r in rows)]
+        handles = [plt.Rectangle((0, 0), 1, 1, color=COLORS[g]) for g in present]
+        ax.legend(handles, [names[g] for g in present],
                   loc="lower right", fontsize=8)
     ax = axes[1]
     if recovery:

@@ -125,12 +125,13 @@ def run_throughput(args: argparse.Namespace) -> list[dict[str, Any]]:
                     continue
                 row = results.setdefault(cfg["key"], {
                     k: v for k, v in cfg.items() if k not in ("argv", "peer", "python")
-                } | {"rates": [], "counts": None})
+                } | {"rates": [], "by_round": {}, "counts": None})
                 if res.extra.get("committed") not in (None, cfg["tasks"]):
                     log(f"  round {rnd + 1}: {cfg['key']}: committed {res.extra['committed']} "
                         f"of {cfg['tasks']} tasks: not counted")
                     continue
                 row["rates"].append(res.rate)
+                row["by_round"][str(rnd)] = res.rate
                 if row["counts"] is None and res.counts is not None:
                     row["counts"] = res.counts.to_json()
                 for k in ("version", "config"):
@@ -156,6 +157,22 @@ def chart_python() -> str:
     return str(ensure_venv("chart", BENCH_DIR / "requirements.txt", log))
 
 
+def write_outputs(data: dict[str, Any], out: Path, target: Path, partial: bool,
+                  json_path: Path) -> str:
+    md = report.markdown(data)
+    target.with_suffix(".md").write_text(md + "\n")
+    if not partial:
+        (out / "summary.md").write_text(report.summary(data) + "\n")
+    png = target.with_suffix(".png")
+    try:
+        subprocess.run([chart_python(), str(BENCH_DIR / "chart.py"), str(json_path), str(png)],
+                       check=True)
+        log(f"wrote {target.with_suffix('.md')} and {png}")
+    except (subprocess.CalledProcessError, OSError) as exc:
+        log(f"wrote {target.with_suffix('.md')}; chart failed: {exc}")
+    return md
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -172,7 +189,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, default=RESULTS, help="where latest.* go")
     ap.add_argument("--loaded", action="store_true",
                     help="say in the results that the machine was shared with other work")
+    ap.add_argument("--render", type=Path, metavar="JSON",
+                    help="only re-write latest.md, summary.md and latest.png from a results JSON")
     args = ap.parse_args(argv)
+    if args.render:
+        data = json.loads(args.render.read_text())
+        report.add_ratios(data.get("throughput", []))
+        write_outputs(data, args.out, args.out / "latest", partial=False,
+                      json_path=args.render)
+        return 0
     args.tasks = args.tasks or (2_000 if args.quick else 20_000)
     args.rounds = args.rounds or (1 if args.quick else 3)
     parts = set(args.only or ["throughput", "recovery", "checker", "profile"])
@@ -250,17 +275,7 @@ def main(argv: list[str] | None = None) -> int:
     (raw_dir / f"{name}.json").write_text(payload)
     json_path = target.with_suffix(".json")
     json_path.write_text(payload)
-    md = report.markdown(data)
-    target.with_suffix(".md").write_text(md + "\n")
-    if not partial:
-        (args.out / "summary.md").write_text(report.summary(data) + "\n")
-    png = target.with_suffix(".png")
-    try:
-        subprocess.run([chart_python(), str(BENCH_DIR / "chart.py"), str(json_path), str(png)],
-                       check=True)
-        log(f"wrote {target.with_suffix('.md')} and {png}")
-    except (subprocess.CalledProcessError, OSError) as exc:
-        log(f"wrote {target.with_suffix('.md')}; chart failed: {exc}")
+    md = write_outputs(data, args.out, target, partial, json_path)
     print(md)
     return 0
 
