@@ -10,6 +10,7 @@ fails until someone reviews it afresh (the entry that matched nothing is reporte
 from __future__ import annotations
 
 _TAKE = 'return ("BLMOVE", self.keys.queue, self.list_key, "RIGHT", "LEFT", block)'
+_RECORD = 'self._deferred = ("EVAL", scripts.RECORD, 2, self.list_key, self.keys.processing,'
 _DRAIN_MODE = 'owner.incarnation, "force" if force else "dead-only",'
 _CASE = ("Redis command names and keywords are case-insensitive (real Redis and fakeredis "
          "alike); the command sent is the same command.")
@@ -53,6 +54,11 @@ EQUIVALENTS: list[dict[str, str]] = [
      "mutated": 'outcome = Outcome(None, error="worker interrupted")',
      "reason": "Outcome.ok is only ever tested for truth (`if outcome.ok:`); None and False "
                "take the same path."},
+    {"function": "taskcustody.worker.Worker.record", "original": _RECORD,
+     "mutated": _RECORD.replace('"EVAL"', '"eval"'), "reason": _CASE},
+    {"function": "taskcustody.worker.Worker.record",
+     "original": 'self._send("EVALSHA", _RECORD_SHA, *self._deferred[2:])',
+     "mutated": 'self._send("evalsha", _RECORD_SHA, *self._deferred[2:])', "reason": _CASE},
     # -- recovery.py ---------------------------------------------------------------------------
     {"function": "taskcustody.recovery.drain_inflight", "original": _DRAIN_MODE,
      "mutated": _DRAIN_MODE.replace('"dead-only"', '"XXdead-onlyXX"'), "reason": _NOT_FORCE},

@@ -548,3 +548,99 @@ def test_start_refuses_a_held_id_at_once_by_default(backend: Backend, keys: Queu
     with pytest.raises(ServerIdHeld):
         intruder.start()
     assert waits == []  # no patience unless asked for
+
+
+# -- found by the mutation gate after recovery moved to registration liveness -------------------
+
+
+def test_startup_drain_touches_only_our_own_id(backend: Backend, keys: QueueKeys) -> None:
+    """Other servers' dead lists are the periodic sweep's, not the startup drain's."""
+    client = backend.client()
+    clock = ManualClock()
+    Producer(client, keys, clock).enqueue_many(["mine", "theirs"])
+    (old,) = make_server(client, keys, "s1", clock).start()
+    (other,) = make_server(client, keys, "other", clock).start()
+    mine, theirs = old.take(timeout=1), other.take(timeout=1)
+    assert mine and theirs
+    clock.advance(TEST_SETTINGS.server_ttl + 1)
+    prune_inactive_servers(client, keys, clock.now())  # both dead and deregistered
+    again = make_server(client, keys, "s1", clock)
+    again.claim()
+    assert again.startup_drain() == {old.list_key: 1}
+    assert ids_in(client, other.list_key) == [theirs.id]
+
+
+def test_a_pruned_server_sweeping_never_drains_its_own_lists(
+    backend: Backend, keys: QueueKeys
+) -> None:
+    """A stalled server resumes and sweeps before its next heartbeat: its own prune deregisters
+    it, but its own incarnation's lists and records are its running workers' -- never drained."""
+    client = backend.client()
+    clock = ManualClock()
+    Producer(client, keys, clock).enqueue("x")
+    stalled = make_server(client, keys, "s1", clock)
+    (worker,) = stalled.start()
+    task = worker.take(timeout=1)
+    assert task
+    worker.record(task)
+    worker.flush()
+    clock.advance(TEST_SETTINGS.server_ttl + 1)
+    report = stalled.sweep()
+    assert report.pruned == ["s1"]
+    assert report.drained_lists == {} and report.requeued_stuck == 0
+    assert stalled.requeue_stuck_processing_tasks() == (0, 0)
+    assert ids_in(client, worker.list_key) == [task.id]
+    assert client.hexists(keys.processing, task.id)
+
+
+def test_no_drain_round_trip_for_any_of_many_live_servers(
+    backend: Backend, keys: QueueKeys
+) -> None:
+    client = backend.client()
+    clock = ManualClock()
+    Producer(client, keys, clock).enqueue_many(list(range(4)))
+    servers = [make_server(client, keys, f"s{i}", clock) for i in range(4)]
+    for server in servers:
+        (w,) = server.start()
+        assert w.take(timeout=1)
+    assert len(live_owners(client, keys)) == 4
+    counter = EvalCounter(client, scripts.DRAIN_CHUNK)
+    assert servers[0].sweep().drained_lists == {}
+    assert counter.calls == 0
+
+
+def test_record_and_release_survive_a_flushed_script_cache(
+    backend: Backend, keys: QueueKeys
+) -> None:
+    """NOSCRIPT means the script did not run, so falling back to EVAL is safe and must work."""
+    client = backend.client()
+    clock = ManualClock()
+    task_id = Producer(client, keys, clock).enqueue("x")
+    (worker,) = make_server(client, keys, "s1", clock).start()
+    task = worker.take(timeout=1)
+    assert task
+    client.script_flush()
+    worker.record(task)
+    worker.flush()
+    assert client.hexists(keys.processing, task_id)
+    client.script_flush()
+    release = worker.release(task, Outcome(True))
+    assert (release.held, release.remaining, release.action) == (True, 0, "committed")
+    assert commits(client, keys) == {task_id: 1}
+    assert not client.hexists(keys.processing, task_id)
+
+
+def test_startup_recovery_is_forced_even_for_our_live_incarnation(
+    backend: Backend, keys: QueueKeys
+) -> None:
+    """include_self=True drains every list of our id without the liveness re-check (forced): at
+    startup our id's lists cannot belong to anyone else live."""
+    client = backend.client()
+    clock = ManualClock()
+    Producer(client, keys, clock).enqueue("x")
+    server = make_server(client, keys, "s1", clock)
+    (worker,) = server.start()
+    assert worker.take(timeout=1)  # debris in our live incarnation's list
+    assert recover_inflight(client, keys, server.identity, include_self=True) == {
+        worker.list_key: 1
+    }
