@@ -66,6 +66,7 @@ def test_the_state_machine_finds_the_broken_design(design: str) -> None:
     assert len(steps) <= e.max_steps, f"{len(steps)} steps:\n{shown}"
 
 
+@pytest.mark.slow
 def test_the_correct_design_passes_the_same_search() -> None:
     """The control: the same derandomized search on the real implementation finds nothing."""
     result = verify(Options(examples=300, model_check=False))
