@@ -62,3 +62,22 @@ def test_worker_that_dies_of_an_unexpected_error_is_restarted(
     assert crashes
     assert commits(client, keys) == dict.fromkeys(ids, 1)
     assert client.llen(worker.list_key) == 0 and client.llen(keys.queue) == 0
+
+
+def test_workers_own_connections_do_not_exhaust_the_clients_pool(
+    backend: Backend, keys: QueueKeys
+) -> None:
+    """Each worker holds a connection of its own for life; taking them from the client's pool
+    used to hit redis-py's pool limit once a process had made enough workers."""
+    client = backend.client()
+    clock = ManualClock()
+    server = make_server(client, keys, "s1", clock)
+    server.claim()
+    workers = [server.make_worker(i) for i in range(120)]
+    try:
+        for worker in workers:
+            assert worker.take(timeout=0.01) is None
+        assert client.ping()  # the pool itself still has room
+    finally:
+        for worker in workers:
+            worker.close()
