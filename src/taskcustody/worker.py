@@ -91,7 +91,9 @@ class Worker:
         # A connection of our own, outside the pool: it is held for the worker's whole life and
         # would otherwise count against the pool's limit forever.
         pool = client.connection_pool
-        self._conn = pool.connection_class(**pool.connection_kwargs)
+        self._conn: redis.connection.ConnectionInterface = pool.connection_class(
+            **pool.connection_kwargs
+        )
         self._unread_replies = 0
         self._deferred: tuple[Any, ...] = ()
         # fakeredis's BLMOVE does not block and can write None into the destination list (pinned
