@@ -107,8 +107,9 @@ class Result:
 
     @property
     def steps_per_second(self) -> float:
+        """End to end: every step, its check against the model, Hypothesis and shrinking."""
         s = self.stats
-        return s.steps / s.seconds_in_steps if s.seconds_in_steps > 0 else 0.0
+        return s.steps / self.stateful_seconds if self.stateful_seconds > 0 else 0.0
 
     @property
     def counts(self) -> dict[str, int]:
