@@ -170,10 +170,31 @@ def build_machine(
 
         # -- faults ---------------------------------------------------------------------------
 
-        @precondition(lambda self: self._has("dropped_reply"))
+        # One rule per command whose reply can be lost, so that each kind is drawn as often as
+        # any other rule (one rule for all would rarely hit the short window of a release).
+        @precondition(lambda self: self._has("dropped_reply", "take"))
         @rule(data=st.data())
-        def dropped_reply(self, data: st.DataObject) -> None:
-            self._do(data, "dropped_reply")
+        def dropped_reply_on_take(self, data: st.DataObject) -> None:
+            self._do(data, "dropped_reply", "take")
+
+        @precondition(lambda self: self._has("dropped_reply", "release"))
+        @rule(data=st.data())
+        def dropped_reply_on_release(self, data: st.DataObject) -> None:
+            self._do(data, "dropped_reply", "release")
+
+        @precondition(lambda self: self._has("dropped_reply", "reconcile"))
+        @rule(data=st.data())
+        def dropped_reply_on_reconcile(self, data: st.DataObject) -> None:
+            self._do(data, "dropped_reply", "reconcile")
+
+        @precondition(lambda self: any(a.command not in ("take", "release", "reconcile")
+                                       for a in self._of("dropped_reply")))
+        @rule(data=st.data())
+        def dropped_reply_on_server_command(self, data: st.DataObject) -> None:
+            options = [a for a in self._of("dropped_reply")
+                       if a.command not in ("take", "release", "reconcile")]
+            action = options[data.draw(st.integers(0, len(options) - 1), label="which")]
+            self._do(data, "dropped_reply", action.command)
 
         @precondition(lambda self: self._has("crash_worker"))
         @rule(data=st.data())
