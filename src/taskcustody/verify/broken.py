@@ -10,7 +10,8 @@ The names are the model's variant names (`taskcustody_model.variants`).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import redis
@@ -122,12 +123,8 @@ class ProcessingSweepNoCustodyServer(Server):
     the task is queued and in custody at once, and a drain queues it a second time."""
 
     def requeue_stuck_processing_tasks(self) -> tuple[int, int]:
-        original = scripts.REQUEUE_STUCK
-        scripts.REQUEUE_STUCK = _REQUEUE_KEEPING_CUSTODY
-        try:
+        with _swapped(scripts, "REQUEUE_STUCK", _REQUEUE_KEEPING_CUSTODY):
             return super().requeue_stuck_processing_tasks()
-        finally:
-            scripts.REQUEUE_STUCK = original
 
 
 def _unbounded_drain(client: redis.Redis, keys: QueueKeys, list_key: str, *,
@@ -147,24 +144,27 @@ def _unbounded_drain(client: redis.Redis, keys: QueueKeys, list_key: str, *,
     return moved
 
 
+@contextlib.contextmanager
+def _swapped(module: Any, name: str, replacement: Any) -> Iterator[None]:
+    """Run the real code path with one piece of it swapped (demonstrations only; not thread-safe)."""
+    original = getattr(module, name)
+    setattr(module, name, replacement)
+    try:
+        yield
+    finally:
+        setattr(module, name, original)
+
+
 class UnboundedDrainServer(Server):
     """6. A drain that loops until the list is empty (see `_unbounded_drain`)."""
 
     def sweep(self) -> RecoveryReport:
-        original = recovery.drain_inflight
-        recovery.drain_inflight = _unbounded_drain
-        try:
+        with _swapped(recovery, "drain_inflight", _unbounded_drain):
             return super().sweep()
-        finally:
-            recovery.drain_inflight = original
 
     def startup_drain(self) -> dict[str, int]:
-        original = recovery.drain_inflight
-        recovery.drain_inflight = _unbounded_drain
-        try:
+        with _swapped(recovery, "drain_inflight", _unbounded_drain):
             return super().startup_drain()
-        finally:
-            recovery.drain_inflight = original
 
 
 class DrainBeforePruneServer(Server):
