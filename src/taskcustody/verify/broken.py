@@ -146,7 +146,7 @@ def _unbounded_drain(client: redis.Redis, keys: QueueKeys, list_key: str, *,
 
 @contextlib.contextmanager
 def _swapped(module: Any, name: str, replacement: Any) -> Iterator[None]:
-    """Run the real code path with one piece of it swapped (demonstrations only; not thread-safe)."""
+    """Run the real code with one piece swapped (demonstrations only; not thread-safe)."""
     original = getattr(module, name)
     setattr(module, name, replacement)
     try:
