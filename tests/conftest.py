@@ -16,7 +16,11 @@ import redis
 from hypothesis import HealthCheck, settings
 
 from taskcustody import QueueKeys, Settings, connect, connect_fake
-from tests.support.redis_server import RedisServerProcess, redis_server_binary
+from tests.support.redis_server import (
+    RedisServerProcess,
+    redis_server_binary,
+    throwaway_redis_server,
+)
 
 # Profiles: "dev" (default), "ci" (Hypothesis loads it itself when CI is set), "mutation" (mutmut
 # runs: deterministic, no shrinking), "deep" (long runs).
@@ -58,11 +62,8 @@ class Backend:
 def real_redis() -> Iterator[RedisServerProcess]:
     if redis_server_binary() is None:
         pytest.skip("no redis-server binary")
-    server = RedisServerProcess().start()
-    try:
+    with throwaway_redis_server() as server:
         yield server
-    finally:
-        server.stop()
 
 
 @pytest.fixture(params=["fakeredis", "real"])

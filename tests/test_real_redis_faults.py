@@ -3,7 +3,6 @@ whose reply is lost leaves nothing behind once the worker reconciles."""
 
 from __future__ import annotations
 
-import contextlib
 import signal
 import threading
 from collections.abc import Iterator
@@ -13,7 +12,11 @@ import redis
 
 from taskcustody import ManualClock, Producer, QueueKeys, Settings, connect
 from tests.helpers import all_custody, make_server
-from tests.support.redis_server import RedisServerProcess, redis_server_binary
+from tests.support.redis_server import (
+    RedisServerProcess,
+    redis_server_binary,
+    throwaway_redis_server,
+)
 
 pytestmark = pytest.mark.real_redis
 
@@ -25,13 +28,8 @@ def own_server() -> Iterator[RedisServerProcess]:
     """A server of this test's own: it gets paused, stopped and killed."""
     if redis_server_binary() is None:
         pytest.skip("no redis-server binary")
-    server = RedisServerProcess().start()
-    try:
+    with throwaway_redis_server() as server:
         yield server
-    finally:
-        with contextlib.suppress(OSError, AssertionError):
-            server.signal(signal.SIGCONT)
-        server.stop()
 
 
 def _take_in_thread(worker: object) -> tuple[threading.Thread, list[BaseException | object]]:

@@ -9,7 +9,7 @@ import click
 from .checker import Progress, check
 from .state import Bounds
 from .trace import render_stats, render_trace
-from .variants import VARIANTS
+from .variants import VARIANTS, variant_listing
 
 
 def _progress(p: Progress) -> None:
@@ -42,8 +42,7 @@ def model_check(
     """Exhaustively check the custody protocol model (exit 0: all properties hold within the
     bounds; 1: a counterexample is printed; 2: bad arguments)."""
     if variant == "list":
-        for v in VARIANTS.values():
-            click.echo(f"{v.name:30} {v.description}")
+        click.echo(variant_listing())
         return
     if variant not in VARIANTS:
         raise click.BadParameter(

@@ -78,3 +78,8 @@ def variant(name: str) -> Variant:
         raise ValueError(
             f"unknown variant {name!r}; known: {', '.join(VARIANTS)}"
         ) from None
+
+
+def variant_listing() -> str:
+    """One line per variant, name and description (the CLIs' `--variant list`)."""
+    return "\n".join(f"{v.name:30} {v.description}" for v in VARIANTS.values())

@@ -15,6 +15,7 @@ import signal
 import socket
 import subprocess
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import redis
@@ -108,3 +109,16 @@ class RedisServerProcess:
         """Kill and start again on the same port (an empty server: nothing is persisted)."""
         self.stop()
         self.start()
+
+
+@contextlib.contextmanager
+def throwaway_redis_server() -> Iterator[RedisServerProcess]:
+    """A started server, stopped by pid afterwards (resumed first, in case a test SIGSTOPped it)."""
+    server = RedisServerProcess().start()
+    try:
+        yield server
+    finally:
+        if server.proc is not None:
+            with contextlib.suppress(OSError):
+                server.signal(signal.SIGCONT)
+        server.stop()

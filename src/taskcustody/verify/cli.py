@@ -14,7 +14,7 @@ from pathlib import Path
 import click
 import redis
 from taskcustody_model import Progress
-from taskcustody_model.variants import VARIANTS
+from taskcustody_model.variants import VARIANTS, variant_listing
 
 from .machine import RunStats
 from .report import html_report, text_report
@@ -117,8 +117,7 @@ def verify_command(examples: int, steps: int, seed: int | None, variant: str,
     or an unreachable Redis.
     """
     if variant == "list":
-        for v in VARIANTS.values():
-            click.echo(f"{v.name:30} {v.description}")
+        click.echo(variant_listing())
         return
     if variant not in VARIANTS:
         raise click.BadParameter(
