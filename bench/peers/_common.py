@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import threading
 import time
@@ -77,3 +78,14 @@ class Finish:
     def report(self, **extra: Any) -> None:
         emit({"event": "done", "tasks": self.count, "seconds": self.end - self.start,
               "info": self.info, **extra})
+
+    def exit_when_done(self) -> None:
+        """In the background: once the last task completes, report and end the process at once
+        (the peers' workers have no clean "stop after N tasks")."""
+
+        def watch() -> None:
+            self.done.wait()
+            self.report()
+            os._exit(0)
+
+        threading.Thread(target=watch, daemon=True).start()

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import threading
 from importlib.metadata import version
 from typing import Any
 
@@ -22,12 +21,6 @@ async def noop(ctx: Any, i: int) -> None:
     finish.tick()
 
 
-def watch() -> None:
-    finish.done.wait()
-    finish.report()
-    os._exit(0)
-
-
 async def main() -> None:
     settings = RedisSettings.from_dsn(args.url)
     pool = await create_pool(settings)
@@ -40,7 +33,7 @@ async def main() -> None:
     await loop.run_in_executor(None, lambda: wait_for_go(
         config=f"burst, poll_delay={POLL_DELAY * 1000:g} ms, max_jobs={args.concurrency}",
         version=version("arq")))
-    threading.Thread(target=watch, daemon=True).start()
+    finish.exit_when_done()
     worker = Worker(
         functions=[noop], redis_settings=settings, burst=True, poll_delay=POLL_DELAY,
         keep_result=0, max_jobs=args.concurrency, handle_signals=False,

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import logging
-import os
-import threading
 
 import celery
 from _common import Finish, parse_args, wait_for_go
@@ -28,19 +26,13 @@ def noop(i: int) -> None:
     finish.tick()
 
 
-def watch() -> None:
-    finish.done.wait()
-    finish.report()
-    os._exit(0)
-
-
 def main() -> None:
     logging.disable(logging.WARNING)
     with app.producer_or_acquire() as producer:
         for i in range(args.tasks):
             noop.apply_async((i,), producer=producer)
     wait_for_go(config="Redis transport, solo pool, ignore_result", version=celery.__version__)
-    threading.Thread(target=watch, daemon=True).start()
+    finish.exit_when_done()
     worker = app.Worker(
         pool="solo", concurrency=1, without_heartbeat=True, without_mingle=True,
         without_gossip=True, loglevel="ERROR", quiet=True, queues=["bench"],

@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import threading
-
 import redis
 import rq
 from _common import Finish, parse_args, wait_for_go
@@ -18,12 +15,6 @@ def noop(i: int) -> None:
     finish.tick()
 
 
-def watch() -> None:
-    finish.done.wait()
-    finish.report()
-    os._exit(0)
-
-
 def main() -> None:
     conn = redis.Redis.from_url(args.url)
     queue = Queue("bench", connection=conn)
@@ -34,7 +25,7 @@ def main() -> None:
             for i in range(start, min(args.tasks, start + batch))
         ])
     wait_for_go(config="SimpleWorker, burst, result_ttl=0", version=rq.__version__)
-    threading.Thread(target=watch, daemon=True).start()
+    finish.exit_when_done()
     worker = SimpleWorker([queue], connection=conn)
     finish.begin()
     worker.work(burst=True, logging_level="ERROR")

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
-import threading
 from importlib.metadata import version
 from typing import Any
 
@@ -20,12 +18,6 @@ async def noop(ctx: Any, *, i: int) -> None:
     finish.tick()
 
 
-def watch() -> None:
-    finish.done.wait()
-    finish.report()
-    os._exit(0)
-
-
 async def main() -> None:
     logging.disable(logging.WARNING)
     queue = Queue.from_url(args.url, name="bench")
@@ -38,7 +30,7 @@ async def main() -> None:
     loop = asyncio.get_running_loop()
     await loop.run_in_executor(None, lambda: wait_for_go(
         config=f"Worker concurrency={args.concurrency}", version=version("saq")))
-    threading.Thread(target=watch, daemon=True).start()
+    finish.exit_when_done()
     worker = Worker(queue, functions=[("noop", noop)], concurrency=args.concurrency)
     finish.begin()
     await worker.start()
