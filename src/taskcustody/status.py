@@ -8,7 +8,7 @@ from typing import Any
 import redis
 
 from .keys import QueueKeys
-from .recovery import _text, live_owners, parse_record, registered_lists
+from .recovery import ServerIdentity, _text, parse_record, registered_lists
 
 
 @dataclass
@@ -34,7 +34,13 @@ def queue_status(client: redis.Redis, keys: QueueKeys, now: float) -> QueueStatu
     pipe.llen(keys.dead_letters)
     pipe.get(keys.committed)
     depth, servers, incarnations, processing, dead, committed = pipe.execute()
-    live = live_owners(client, keys)
+    # Live = registered with that incarnation (what live_owners reads; derived from the same
+    # replies here rather than read twice).
+    live = {
+        ServerIdentity(_text(server), int(incarnations[server]))
+        for server, _ in servers
+        if server in incarnations
+    }
     status = QueueStatus(keys.queue_name, int(depth), processing=int(processing),
                          dead_letters=int(dead), committed=int(committed or 0))
     for server, deadline in servers:
@@ -44,13 +50,15 @@ def queue_status(client: redis.Redis, keys: QueueKeys, now: float) -> QueueStatu
             "incarnation": int(incarnations.get(server, -1)),
             "registered": float(deadline) > now,
         }
-    for list_key in registered_lists(client, keys):
+    lists = registered_lists(client, keys)
+    pipe = client.pipeline(transaction=False)
+    for list_key in lists:
+        pipe.llen(list_key)
+    for list_key, length in zip(lists, pipe.execute(), strict=True):
         owner = keys.owner_of(list_key)
-        length = int(client.llen(list_key))
-        label = f"{owner.server_id}#{owner.incarnation}"
-        if length or any(i.server_id == owner.server_id and i.incarnation == owner.incarnation
-                         for i in live):
-            status.inflight.setdefault(label, {})[owner.worker_id] = length
+        if length or ServerIdentity(owner.server_id, owner.incarnation) in live:
+            label = f"{owner.server_id}#{owner.incarnation}"
+            status.inflight.setdefault(label, {})[owner.worker_id] = int(length)
     return status
 
 
