@@ -34,6 +34,8 @@ import redis
 from bench.harness import normalise_info
 
 QUEUE = "benchq"
+#: Tasks a worker thread takes per round trip in the prefetch rows (Settings.prefetch).
+PREFETCH = 8
 FLOOR_QUEUE = "floor:queue"
 
 
@@ -127,10 +129,11 @@ def run_floor(kind: str, url: str, threads: int, finish: Finish, tag: str) -> No
     client.close()
 
 
-def run_ours(url: str, threads: int, finish: Finish, tag: str, wallclock: bool = False) -> None:
+def run_ours(url: str, threads: int, finish: Finish, tag: str, wallclock: bool = False,
+             prefetch: int = 1) -> None:
     from taskcustody import QueueKeys, Server, Settings, WallClock, connect
 
-    settings = Settings(block_timeout=0.5, socket_timeout_margin=2.0)
+    settings = Settings(block_timeout=0.5, socket_timeout_margin=2.0, prefetch=prefetch)
     client = connect(url, settings)
 
     def handler(payload: Any) -> None:
@@ -145,7 +148,8 @@ def run_ours(url: str, threads: int, finish: Finish, tag: str, wallclock: bool =
 
 def run_workload(kind: str, url: str, threads: int, finish: Finish, tag: str) -> None:
     if kind.startswith("ours"):
-        run_ours(url, threads, finish, tag, wallclock=kind == "ours-wallclock")
+        run_ours(url, threads, finish, tag, wallclock=kind == "ours-wallclock",
+                 prefetch=PREFETCH if kind == "ours-prefetch" else 1)
     else:
         run_floor(kind, url, threads, finish, tag)
 
@@ -177,7 +181,7 @@ def committed(kind: str, url: str) -> int | None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--kind", required=True,
-                    choices=["ours", "ours-wallclock", "blpop", "blmove-lrem"])
+                    choices=["ours", "ours-prefetch", "ours-wallclock", "blpop", "blmove-lrem"])
     ap.add_argument("--mode", choices=["threads", "processes"], default="threads")
     ap.add_argument("--concurrency", type=int, default=1)
     ap.add_argument("--url", required=True)

@@ -58,6 +58,7 @@ def goal(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
             "paired_peer": paired(r, best),
             "paired_floor": paired(r, floor_rows.get(r["concurrency"])),
             "concurrency": r["concurrency"],
+            "label": r["label"],
             "median": r["median"],
             "vs_peer": r["median"] / best["median"] if best else None,
             "vs_floor": r["median"] / floor if floor else None,
@@ -118,11 +119,12 @@ def markdown(data: dict[str, Any]) -> str:
             w("Ratios of medians decide; the paired ratios (the median over rounds of the ratio "
               "within one round, where both ran minutes apart) show how much the load drifted.")
             w("")
-            w("| our concurrency | median tasks/s | x fastest peer | paired | >= 2x? "
+            w("| ours | concurrency | median tasks/s | x fastest peer | paired | >= 2x? "
               "| x floor | paired | >= 0.9x? |")
-            w("|---|---:|---:|---:|:---:|---:|---:|:---:|")
+            w("|---|---|---:|---:|---:|:---:|---:|---:|:---:|")
             for x in g:
-                w(f"| {x['concurrency']} | {_f(x['median'])} | {_ratio(x['vs_peer'])} | "
+                w(f"| {x['label']} | {x['concurrency']} | {_f(x['median'])} | "
+                  f"{_ratio(x['vs_peer'])} | "
                   f"{_ratio(x['paired_peer'])} | {'yes' if x['peer_ok'] else '**no**'} | "
                   f"{_ratio(x['vs_floor'])} | {_ratio(x['paired_floor'])} | "
                   f"{'yes' if x['floor_ok'] else '**no**'} |")

@@ -27,6 +27,7 @@ if __package__ in (None, ""):  # `python bench/run.py`: make the `bench` package
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench import checker, profile_cycle, recovery, report
+from bench.drivers import PREFETCH
 from bench.harness import BENCH_DIR, REPO_DIR, DriverError, RedisServer, run_driver
 from bench.peerenv import PEERS, Peer, driver_argv, ensure_venv, peer_python
 
@@ -34,6 +35,7 @@ RESULTS = BENCH_DIR / "results"
 
 LOCAL_KINDS = [
     ("ours", "taskcustody full cycle", "ours"),
+    ("ours-prefetch", f"taskcustody full cycle, prefetch {PREFETCH}", "ours"),
     ("ours-wallclock", "taskcustody, WallClock (diagnostic)", "diag"),
     ("blpop", "raw BLPOP loop", "floor"),
     ("blmove-lrem", "raw BLMOVE + LREM loop", "floor"),

@@ -44,6 +44,10 @@ CRITICAL: dict[str, tuple[str, ...]] = {
         "prune_inactive_servers", "drain_inflight", "live_owners", "registered_lists",
         "recover_inflight", "sweep", "parse_record", "requeue_stuck_processing_tasks",
     ),
+    "taskcustody.prefetch": (
+        "PrefetchingWorker.take_all", "PrefetchingWorker.handle", "PrefetchingWorker.release_all",
+        "PrefetchingWorker.run_once",
+    ),
     "taskcustody.server": (
         "Server.claim", "Server.startup_drain", "Server.sweep",
         "Server.requeue_stuck_processing_tasks", "Server.start",

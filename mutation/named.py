@@ -23,6 +23,7 @@ WORKER = "src/taskcustody/worker.py"
 RECOVERY = "src/taskcustody/recovery.py"
 SCRIPTS = "src/taskcustody/scripts.py"
 SERVER = "src/taskcustody/server.py"
+PREFETCH = "src/taskcustody/prefetch.py"
 SETTINGS = "src/taskcustody/settings.py"
 
 
@@ -173,6 +174,33 @@ MUTANTS: tuple[NamedMutant, ...] = (
                 "    report.drained_lists = recover_inflight(client, keys, me, include_self=False, "
                 "chunk=chunk)\n"
                 "    report.pruned = prune_inactive_servers(client, keys, now)\n",
+            ),
+        ),
+    ),
+    NamedMutant(
+        "prefetch-take-without-custody",
+        "no loss: the prefetching take pops the task (RPOP) instead of moving it into the slot's "
+        "in-flight list -- BLPOP's flaw again, in the batched path; a lost reply loses the task",
+        (
+            Edit(
+                SCRIPTS,
+                "local raw = redis.call('LMOVE', KEYS[1], KEYS[2], 'RIGHT', 'LEFT')\n",
+                "local raw = redis.call('RPOP', KEYS[1])\n",
+            ),
+        ),
+    ),
+    NamedMutant(
+        "prefetch-release-outside-finally",
+        "eventually empty: an interrupted prefetching worker never releases its batch; the tasks "
+        "it ran and those it had not reached are parked in a live worker's lists",
+        (
+            Edit(
+                PREFETCH,
+                "        finally:\n"
+                "            releases = self.release_all(batch)\n",
+                "        except BaseException:\n"
+                "            raise\n"
+                "        releases = self.release_all(batch)\n",
             ),
         ),
     ),

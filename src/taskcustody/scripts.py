@@ -68,6 +68,26 @@ end
 return 0
 """
 
+# KEYS: queue, own list, processing
+# ARGV: record value
+# A take that never blocks: the task moves from the queue's take end into our list and its
+# processing record is written, in one atomic step (so no stall can come between them, and no
+# guard is needed: the task is surely ours). Returns {task, id recorded ('' if none)}, or false
+# when the queue is empty. A prefetching worker sends several of these in one round trip while the
+# queue is busy. An envelope with no usable id is moved without a record; the worker dead-letters
+# it, and the id returned here (not the worker's own parse) tells its release which record to
+# delete.
+TAKE_AND_RECORD = """
+local raw = redis.call('LMOVE', KEYS[1], KEYS[2], 'RIGHT', 'LEFT')
+if not raw then return false end
+local ok, task = pcall(cjson.decode, raw)
+if ok and type(task) == 'table' and type(task['id']) == 'string' and task['id'] ~= '' then
+  redis.call('HSET', KEYS[3], task['id'], ARGV[1])
+  return {raw, task['id']}
+end
+return {raw, ''}
+"""
+
 # KEYS: in-flight list, queue, processing, servers, incarnations
 # ARGV: max moves, server id, incarnation, mode (force | dead-only)
 # Moves at most ARGV[1] tasks back to the queue's take end, each with its processing record, and

@@ -14,6 +14,7 @@ from .clock import Clock, RedisClock
 from .connection import check_server
 from .errors import ServerIdHeld, Superseded
 from .keys import ListOwner, QueueKeys, check_name
+from .prefetch import PrefetchingWorker
 from .recovery import RecoveryReport, ServerIdentity
 from .settings import Settings
 from .worker import Handler, Worker
@@ -111,8 +112,20 @@ class Server:
     # -- workers -----------------------------------------------------------------------------
 
     def make_worker(self, index: int) -> Worker:
-        owner = ListOwner(self.server_id, self.identity.incarnation, f"w{index}")
+        return self._worker_named(f"w{index}")
+
+    def _worker_named(self, worker_id: str) -> Worker:
+        owner = ListOwner(self.server_id, self.identity.incarnation, worker_id)
         return Worker(self.client, self.keys, owner, self.handler, self.clock, self.settings)
+
+    def make_runner(self, index: int) -> Worker | PrefetchingWorker:
+        """What one worker thread runs: a worker, or with `prefetch` > 1 a prefetching worker of
+        that many slots (each its own in-flight list)."""
+        if self.settings.prefetch == 1:
+            return self.make_worker(index)
+        return PrefetchingWorker(
+            [self._worker_named(f"w{index}p{slot}") for slot in range(self.settings.prefetch)]
+        )
 
     def claim_when_free(self, patience: float) -> int:
         """Claim the id, waiting up to `patience` seconds for a previous holder's lease to lapse
@@ -128,7 +141,7 @@ class Server:
             self.stop_event.wait(step)
             waited += step
 
-    def start(self, wait_for_id: float = 0.0) -> list[Worker]:
+    def start(self, wait_for_id: float = 0.0) -> list[Worker | PrefetchingWorker]:
         """Check the server, claim the id, drain our debris, register our lists."""
         check_server(self.client, self.keys)
         self.claim_when_free(wait_for_id)
@@ -136,7 +149,7 @@ class Server:
         if drained:
             log.info("startup drain requeued %d task(s) from %s", sum(drained.values()),
                      ", ".join(drained))
-        workers = [self.make_worker(i) for i in range(self.worker_count)]
+        workers = [self.make_runner(i) for i in range(self.worker_count)]
         for worker in workers:
             worker.register()
         return workers
@@ -180,7 +193,7 @@ class Server:
         signal.signal(signal.SIGTERM, handle)
         signal.signal(signal.SIGINT, handle)
 
-    def _supervise(self, worker: Worker, until_idle: bool) -> None:
+    def _supervise(self, worker: Worker | PrefetchingWorker, until_idle: bool) -> None:
         """Run a worker; if it dies of an unexpected error, start it again (it reconciles its own
         list first, being dirty)."""
         while not self.stop_event.is_set():
@@ -212,7 +225,9 @@ class Server:
             self.stop_event.wait(self.settings.heartbeat_interval)
             waited += self.settings.heartbeat_interval
 
-    def _shutdown(self, threads: list[threading.Thread], workers: list[Worker]) -> None:
+    def _shutdown(
+        self, threads: list[threading.Thread], workers: list[Worker | PrefetchingWorker]
+    ) -> None:
         per_thread = self.settings.shutdown_grace / max(1, len(threads))
         for t in threads:
             t.join(timeout=per_thread)
@@ -225,8 +240,9 @@ class Server:
                 self.deregister()
             for worker, thread in zip(workers, threads, strict=True):
                 if not thread.is_alive():
-                    self.client.eval(scripts.FORGET_EMPTY_LIST, 2, worker.list_key,
-                                     self.keys.inflight_registry)
+                    for list_key in worker.list_keys:
+                        self.client.eval(scripts.FORGET_EMPTY_LIST, 2, list_key,
+                                         self.keys.inflight_registry)
                     worker.close()
         except (redis.ConnectionError, redis.TimeoutError) as exc:
             log.warning("could not deregister cleanly: %s", exc)

@@ -20,6 +20,9 @@ class Settings:
     drain_chunk: int = 100
     result_ttl: int = 86_400
     shutdown_grace: float = 30.0
+    # Tasks a worker thread takes in one round trip while the queue is busy (each into an
+    # in-flight list of its own, see prefetch.py); 1 = one task per take, as in the design note.
+    prefetch: int = 1
     # Keep a per-task commit count (for verification; costs one hash field per task).
     track_commits: bool = False
 
@@ -32,6 +35,8 @@ class Settings:
             raise ValueError("server_ttl must exceed heartbeat_interval")
         if self.max_attempts < 1:
             raise ValueError("max_attempts must be >= 1")
+        if self.prefetch < 1:
+            raise ValueError("prefetch must be >= 1")
         if self.drain_chunk < 1:
             raise ValueError("drain_chunk must be >= 1")
 

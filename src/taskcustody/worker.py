@@ -15,7 +15,7 @@ import threading
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import redis
 
@@ -152,9 +152,8 @@ class Worker:
 
         Sent now; its reply is read with the next command's (the release), so the record costs no
         round trip of its own. `flush()` reads it at once."""
-        value = f"{self.list_key} {self.clock.now()!r}"
         self._deferred = ("EVAL", scripts.RECORD, 2, self.list_key, self.keys.processing,
-                          task.raw, task.id, value)
+                          task.raw, task.id, self.record_value())
         self._send("EVALSHA", _RECORD_SHA, *self._deferred[2:])
 
     def flush(self) -> None:
@@ -172,13 +171,19 @@ class Worker:
 
     def release(self, task: Task, outcome: Outcome) -> Release:
         """Give up custody, and commit, retry or dead-letter -- only if we still held it."""
+        return self._release_raw(task.raw, task.id, *self.verdict(task, outcome))
+
+    def verdict(self, task: Task, outcome: Outcome) -> tuple[str, str]:
+        """What the release does with a task the handler ran: (action, data) for RELEASE."""
         if outcome.ok:
-            return self._release_raw(task.raw, task.id, "ok", _result_json(outcome.result))
+            return "ok", _result_json(outcome.result)
         if task.attempts + 1 < self.settings.max_attempts:
-            return self._release_raw(task.raw, task.id, "retry", task.retried().raw.decode())
-        return self._release_raw(
-            task.raw, task.id, "dead", self._dead_letter(task.raw, outcome.error, task.id)
-        )
+            return "retry", task.retried().raw.decode()
+        return "dead", self._dead_letter(task.raw, outcome.error, task.id)
+
+    def record_value(self) -> str:
+        """A processing record: whose list holds the task, and since when."""
+        return f"{self.list_key} {self.clock.now()!r}"
 
     # -- the production loop -----------------------------------------------------------------
 
@@ -202,46 +207,52 @@ class Worker:
 
     def run(self, stop: threading.Event, until_idle: bool = False) -> None:
         self.register()
-        while not stop.is_set():
-            try:
-                handled = self.run_once()
-            except (redis.ConnectionError, redis.TimeoutError) as exc:
-                log.warning("worker %s: Redis unreachable (%s); will reconcile", self.list_key, exc)
-                self.dirty = True
-                stop.wait(min(1.0, self.settings.block_timeout))
-                continue
-            if until_idle and not handled:
-                return
+        run_until_stopped(self, stop, until_idle)
+
+    @property
+    def list_keys(self) -> tuple[str, ...]:
+        return (self.list_key,)
 
     def close(self) -> None:
         self._conn.disconnect()  # type: ignore[no-untyped-call]
 
     # -- plumbing ----------------------------------------------------------------------------
 
-    def _release_raw(self, raw: bytes, task_id: str, action: str, data: str) -> Release:
+    def release_args(
+        self, raw: bytes, task_id: str, action: str, data: str | bytes
+    ) -> tuple[Any, ...]:
+        """RELEASE's arguments after the script (numkeys, keys, argv)."""
         keys = self.keys
-        args = (
+        return (
             7, self.list_key, keys.processing, keys.queue, keys.dead_letters, keys.committed,
             keys.commit_log, keys.result(task_id or "-"),
             raw, task_id, action, data, self.settings.result_ttl,
             1 if self.settings.track_commits else 0,
         )
-        try:
-            try:
-                held, remaining = self._call("EVALSHA", _RELEASE_SHA, *args)
-            except redis.exceptions.NoScriptError:
-                # The script cache was flushed; NOSCRIPT means it did not run, so EVAL is safe.
-                held, remaining = self._call("EVAL", scripts.RELEASE, *args)
-        except (redis.ConnectionError, redis.TimeoutError):
-            # The release may have run: we cannot know whether we committed. Reconcile later;
-            # the release is idempotent (a second one finds nothing to remove and commits nothing).
-            self.dirty = True
-            raise
+
+    def released(self, reply: Any, action: str) -> Release:
+        """Read RELEASE's reply: {held, what remains in our list}."""
+        held, remaining = reply
         self.dirty = self.dirty or int(remaining) > 0
         if not held:
             return Release(False, int(remaining), "lost-custody")
         names = {"ok": "committed", "retry": "retried", "dead": "dead-lettered"}
         return Release(True, int(remaining), names[action])
+
+    def _release_raw(self, raw: bytes, task_id: str, action: str, data: str) -> Release:
+        args = self.release_args(raw, task_id, action, data)
+        try:
+            try:
+                reply = self._call("EVALSHA", _RELEASE_SHA, *args)
+            except redis.exceptions.NoScriptError:
+                # The script cache was flushed; NOSCRIPT means it did not run, so EVAL is safe.
+                reply = self._call("EVAL", scripts.RELEASE, *args)
+        except (redis.ConnectionError, redis.TimeoutError):
+            # The release may have run: we cannot know whether we committed. Reconcile later;
+            # the release is idempotent (a second one finds nothing to remove and commits nothing).
+            self.dirty = True
+            raise
+        return self.released(reply, action)
 
     def _dead_letter(self, raw: bytes, error: str, task_id: str | None) -> str:
         return json.dumps({
@@ -296,3 +307,28 @@ class Worker:
             raise WrongKeyType(
                 f"one of {', '.join(keys)} holds the wrong Redis type ({exc})"
             ) from exc
+
+
+class Runnable(Protocol):
+    """What `run_until_stopped` drives: a `Worker`, or a `PrefetchingWorker`."""
+
+    list_key: str
+    dirty: bool
+    settings: Settings
+
+    def run_once(self, timeout: float | None = None) -> bool: ...
+
+
+def run_until_stopped(unit: Runnable, stop: threading.Event, until_idle: bool) -> None:
+    """The production loop: cycles until `stop` is set (or, with `until_idle`, until a cycle
+    finds the queue empty). Losing Redis is not a crash: the unit reconciles when it is back."""
+    while not stop.is_set():
+        try:
+            handled = unit.run_once()
+        except (redis.ConnectionError, redis.TimeoutError) as exc:
+            log.warning("worker %s: Redis unreachable (%s); will reconcile", unit.list_key, exc)
+            unit.dirty = True
+            stop.wait(min(1.0, unit.settings.block_timeout))
+            continue
+        if until_idle and not handled:
+            return

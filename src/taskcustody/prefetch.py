@@ -1,0 +1,215 @@
+"""A prefetching worker: several workers' takes in one round trip, and their releases in another.
+
+Why this is still the protocol the model checks: a prefetching worker is `prefetch` ordinary
+workers, each with its own in-flight list, whose commands share one connection. Each take is one
+atomic script (`TAKE_AND_RECORD`: the model's take, then its record, with nothing in between), each
+release is the usual `RELEASE` script. Sending them in one pipeline only fixes an order in which
+the workers' steps reach Redis, one of the interleavings the model already explores; a lost reply
+loses the replies after it too, which is a dropped reply for each of those workers. So every run
+of a prefetching worker is a run of `prefetch` model workers.
+
+While the queue is busy a thread then pays two round trips per `prefetch` tasks instead of two
+per task. When the first pipelined take finds the queue empty, the lead worker falls back to the
+ordinary blocking cycle (BLMOVE), so an idle worker still waits on the server, not in a poll loop.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+from typing import Any
+
+import redis
+
+from . import envelope, scripts
+from .errors import MalformedTask
+from .worker import Outcome, Release, Worker, run_until_stopped
+
+_TAKE_SHA = hashlib.sha1(scripts.TAKE_AND_RECORD.encode()).hexdigest()
+_RELEASE_SHA = hashlib.sha1(scripts.RELEASE.encode()).hexdigest()
+
+_NOT_RUN = Outcome(False, error="worker interrupted")
+
+
+class Batch:
+    """The tasks one pipelined take brought in, slot by slot, and what became of each."""
+
+    def __init__(self) -> None:
+        self.raws: list[tuple[Worker, bytes, str]] = []  # (slot, raw task, id recorded)
+        self.verdicts: list[tuple[str, str | bytes]] = []  # per handled task: (action, data)
+
+
+class PrefetchingWorker:
+    """`slots` workers driven by one thread: the first one (the lead) also does the blocking
+    takes when the queue is empty."""
+
+    def __init__(self, slots: list[Worker]) -> None:
+        if not slots:
+            raise ValueError("a prefetching worker needs at least one slot")
+        self.slots = slots
+        self.lead = slots[0]
+        self.owner = self.lead.owner
+        self.list_key = self.lead.list_key
+        self.settings = self.lead.settings
+        pool = self.lead.client.connection_pool
+        self._conn: redis.connection.ConnectionInterface = pool.connection_class(
+            **pool.connection_kwargs
+        )
+
+    @property
+    def list_keys(self) -> tuple[str, ...]:
+        return tuple(slot.list_key for slot in self.slots)
+
+    @property
+    def dirty(self) -> bool:
+        return any(slot.dirty for slot in self.slots)
+
+    @dirty.setter
+    def dirty(self, value: bool) -> None:
+        for slot in self.slots:
+            slot.dirty = value
+
+    # -- the steps ---------------------------------------------------------------------------
+
+    def register(self) -> None:
+        for slot in self.slots:
+            slot.register()
+        self.lead.client.script_load(scripts.TAKE_AND_RECORD)
+
+    def take_all(self) -> tuple[Batch, Exception | None]:
+        """One take per slot, in one round trip. A slot whose reply was lost (and every slot
+        after it) is dirty: its task, if the take ran, is debris its reconcile requeues."""
+        batch = Batch()
+        keys = self.lead.keys
+        commands = [
+            ("EVALSHA", _TAKE_SHA, 3, keys.queue, slot.list_key, keys.processing,
+             slot.record_value())
+            for slot in self.slots
+        ]
+        replies, error = self._pipeline(commands, scripts.TAKE_AND_RECORD)
+        for slot, reply in zip(self.slots, replies, strict=False):
+            if isinstance(reply, redis.ResponseError):
+                # e.g. WRONGTYPE: the script stopped before it moved anything.
+                error = error or reply
+            elif reply:
+                raw, task_id = reply
+                batch.raws.append((slot, raw, task_id.decode()))
+        for slot in self.slots[len(replies):]:
+            slot.dirty = True
+        return batch, error
+
+    def handle(self, batch: Batch) -> list[Release]:
+        """Execute the batch's tasks in order, then release them all; the releases are sent in
+        a `finally`, so an interrupted handler still gives up custody of every task: the one it
+        was running (as a failed attempt) and those it had not reached (requeued unchanged)."""
+        try:
+            for slot, raw, _ in batch.raws:
+                try:
+                    task = envelope.decode(raw)
+                except MalformedTask as exc:
+                    batch.verdicts.append(("dead", slot._dead_letter(raw, exc.reason, None)))
+                    continue
+                try:
+                    outcome = slot.execute(task)
+                except BaseException:
+                    batch.verdicts.append(slot.verdict(task, _NOT_RUN))
+                    raise
+                batch.verdicts.append(slot.verdict(task, outcome))
+        finally:
+            releases = self.release_all(batch)
+        return releases
+
+    def release_all(self, batch: Batch) -> list[Release]:
+        """One release per task of the batch, in one round trip."""
+        plans = []
+        for i, (slot, raw, recorded_id) in enumerate(batch.raws):
+            action, data = batch.verdicts[i] if i < len(batch.verdicts) else ("retry", raw)
+            plans.append((slot, action, slot.release_args(raw, recorded_id, action, data)))
+        replies, error = self._pipeline(
+            [("EVALSHA", _RELEASE_SHA, *args) for _, _, args in plans], scripts.RELEASE
+        )
+        releases = []
+        for (slot, action, _), reply in zip(plans, replies, strict=False):
+            if isinstance(reply, redis.ResponseError):
+                slot.dirty = True
+                error = error or reply
+            else:
+                releases.append(slot.released(reply, action))
+        for slot, _, _ in plans[len(replies):]:
+            # The release may have run: we cannot know whether we committed. It is idempotent,
+            # so the slot reconciles later.
+            slot.dirty = True
+        if error is not None:
+            raise error
+        return releases
+
+    # -- the production loop -----------------------------------------------------------------
+
+    def run_once(self, timeout: float | None = None) -> bool:
+        """One cycle. Returns True when a task was handled."""
+        for slot in self.slots:
+            if slot.dirty:
+                slot.reconcile()
+        batch, error = self.take_all()
+        if not batch.raws:
+            if error is not None:
+                self._raise(error)
+            # The queue is empty: block on the server like a single worker.
+            return self.lead.run_once(timeout)
+        self.handle(batch)
+        if error is not None:
+            self._raise(error)
+        return True
+
+    def run(self, stop: threading.Event, until_idle: bool = False) -> None:
+        self.register()
+        run_until_stopped(self, stop, until_idle)
+
+    def close(self) -> None:
+        self._conn.disconnect()  # type: ignore[no-untyped-call]
+        for slot in self.slots:
+            slot.close()
+
+    # -- plumbing ----------------------------------------------------------------------------
+
+    def _raise(self, error: Exception) -> None:
+        if isinstance(error, redis.ResponseError):
+            self.lead._raise_wrong_type(error, self.lead.keys.queue, *self.list_keys)
+        raise error
+
+    def _pipeline(
+        self, commands: list[tuple[Any, ...]], script: str
+    ) -> tuple[list[Any], Exception | None]:
+        """Send `commands` (EVALSHA of `script`) in one write; read the replies in order until
+        one is lost. Returns the replies read (a ResponseError in place of a failed command's
+        reply) and the connection error that ended the reading, if any. A command answered
+        NOSCRIPT did not run (the script cache was flushed), so it is sent again as EVAL."""
+        replies, error = self._send_and_read(commands)
+        retry = [i for i, r in enumerate(replies) if isinstance(r, redis.exceptions.NoScriptError)]
+        if retry and error is None:
+            again, error = self._send_and_read(
+                [("EVAL", script, *commands[i][2:]) for i in retry]
+            )
+            for i, reply in zip(retry, again, strict=False):
+                replies[i] = reply
+            if len(again) < len(retry):
+                # Lost with the connection: treat those and everything after as unread.
+                replies = replies[: retry[len(again)]]
+        return replies, error
+
+    def _send_and_read(
+        self, commands: list[tuple[Any, ...]]
+    ) -> tuple[list[Any], Exception | None]:
+        conn = self._conn
+        replies: list[Any] = []
+        try:
+            conn.send_packed_command(conn.pack_commands(commands))  # type: ignore[no-untyped-call]
+            for _ in commands:
+                try:
+                    replies.append(conn.read_response())
+                except redis.ResponseError as exc:
+                    replies.append(exc)
+        except (redis.ConnectionError, redis.TimeoutError) as exc:
+            conn.disconnect()  # type: ignore[no-untyped-call]
+            return replies, exc
+        return replies, None
