@@ -91,6 +91,10 @@ def main() -> None:
 @url_option
 @click.option("--workers", "-w", default=1, show_default=True, type=click.IntRange(min=1),
               help="Worker threads.")
+@click.option("--prefetch", default=1, show_default=True, type=click.IntRange(min=1),
+              help="Tasks a worker thread takes in one round trip while the queue is busy "
+                   "(each held in an in-flight list of its own). Raise it for short tasks; keep "
+                   "1 for long ones, or the prefetched tasks wait behind a slow one.")
 @click.option("--server-id", default=None,
               help="Exclusive server id (default: the host name). Restart with the same id to "
                    "recover this server's in-flight tasks at once.")
@@ -108,7 +112,7 @@ def main() -> None:
 @click.option("--track-commits", is_flag=True,
               help="Keep a per-task commit count (for verification runs).")
 @click.option("--verbose", "-v", is_flag=True, help="Log every recovery action.")
-def worker(handler: str, queue: str, prefix: str, redis_url: str, workers: int,
+def worker(handler: str, queue: str, prefix: str, redis_url: str, workers: int, prefetch: int,
            server_id: str | None, max_attempts: int, block_timeout: float,
            heartbeat_interval: float, server_ttl: float, sweep_interval: float,
            wait_for_id: float, track_commits: bool, verbose: bool) -> None:
@@ -122,7 +126,8 @@ def worker(handler: str, queue: str, prefix: str, redis_url: str, workers: int,
     try:
         settings = Settings(max_attempts=max_attempts, block_timeout=block_timeout,
                             heartbeat_interval=heartbeat_interval, server_ttl=server_ttl,
-                            sweep_interval=sweep_interval, track_commits=track_commits)
+                            sweep_interval=sweep_interval, track_commits=track_commits,
+                            prefetch=prefetch)
     except ValueError as exc:
         raise click.UsageError(str(exc)) from exc
     client = _client(redis_url, settings)
