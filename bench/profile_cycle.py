@@ -16,20 +16,22 @@ from typing import Any
 
 import redis
 
+from bench.drivers import PREFETCH
 from bench.harness import RedisServer
 
 QUEUE = "profq"
 
 
-def _worker(url: str, tasks: int) -> tuple[Any, Any]:
+def _worker(url: str, tasks: int, prefetch: int = 1,
+            handler: Any = lambda payload: None) -> tuple[Any, Any]:
     from taskcustody import Producer, QueueKeys, Server, Settings, connect
 
-    settings = Settings(block_timeout=0.5, socket_timeout_margin=2.0)
+    settings = Settings(block_timeout=0.5, socket_timeout_margin=2.0, prefetch=prefetch)
     client = connect(url, settings)
     keys = QueueKeys(QUEUE)
     redis.Redis.from_url(url).flushall()
     Producer(client, keys).enqueue_many(range(tasks))
-    server = Server(client, keys, "prof", lambda payload: None, workers=1, settings=settings)
+    server = Server(client, keys, "prof", handler, workers=1, settings=settings)
     (worker,) = server.start()
     return server, worker
 
@@ -69,13 +71,17 @@ KINDS = [
 ]
 
 
-def cprofile(url: str, tasks: int, top: int = 12) -> dict[str, Any]:
-    _, worker = _worker(url, tasks)
+def cprofile(url: str, tasks: int, top: int = 12, prefetch: int = 1) -> dict[str, Any]:
+    handled = [0]
+
+    def count(payload: Any) -> None:
+        handled[0] += 1
+
+    _, worker = _worker(url, tasks, prefetch, count)
     prof = cProfile.Profile()
-    done = 0
     prof.enable()
-    while done < tasks:
-        done += bool(worker.run_once(timeout=0.5))
+    while handled[0] < tasks:
+        worker.run_once(timeout=0.5)
     prof.disable()
     worker.close()
     stats = pstats.Stats(prof)
@@ -95,6 +101,7 @@ def cprofile(url: str, tasks: int, top: int = 12) -> dict[str, Any]:
     rows.sort(key=lambda r: -r["own_us"])
     return {
         "tasks": tasks,
+        "prefetch": prefetch,
         "profiled_us_per_task": total / tasks * 1e6,
         "by_kind_pct": {k: v / total * 100 for k, v in sorted(by_kind.items(),
                                                                key=lambda kv: -kv[1])},
@@ -106,6 +113,7 @@ def profile(tasks: int) -> dict[str, Any]:
     with RedisServer() as srv:
         result = step_timings(srv.url, tasks)
         result["cprofile"] = cprofile(srv.url, tasks)
+        result["cprofile_prefetch"] = cprofile(srv.url, tasks, prefetch=PREFETCH)
         return result
 
 

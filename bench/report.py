@@ -217,9 +217,11 @@ def markdown(data: dict[str, Any]) -> str:
         for k, v in prof["steps_us"].items():
             w(f"| {k} | {v:.1f} | {v / prof['us_per_task'] * 100:.0f}% |")
         w("")
-        cp = prof.get("cprofile")
-        if cp:
-            w(f"cProfile (own time, {cp['profiled_us_per_task']:.0f} us/task under the profiler):")
+        for cp in (prof.get("cprofile"), prof.get("cprofile_prefetch")):
+            if not cp:
+                continue
+            w(f"cProfile, prefetch {cp.get('prefetch', 1)} (own time, "
+              f"{cp['profiled_us_per_task']:.0f} us/task under the profiler):")
             w("")
             w("| kind | share of own time |")
             w("|---|---:|")
