@@ -19,6 +19,18 @@ _NOT_FORCE = ("DRAIN_CHUNK treats every mode other than 'force' as dead-only "
 _INCARNATION = ("the incarnation comes from INCR on a counter that is never written otherwise, "
                 "so it is >= 1; CLAIM returns -1 exactly when it refuses.")
 
+_PROBE = 'client.lmove(probe, probe, "RIGHT", "LEFT")'
+_ROTATE = ("the probe only asks whether LMOVE exists: redis-py fills in a missing direction "
+           "(LEFT, then RIGHT), and a rotation of the probe key onto itself in any valid "
+           "direction moves nothing (the key does not exist) and touches no other key.")
+_TYPES_ZIP = "for (key, want), got in zip(expected.items(), pipe.execute(), strict=True):"
+_ONE_REPLY_EACH = ("a pipeline returns exactly one reply per queued command (or raises), and "
+                   "one TYPE is queued per expected key: the lengths always match.")
+_DECODE = "redis-py tests decode_responses for truth only: None is False; replies stay bytes."
+_FAKE_CLIENT = "client: redis.Redis = fakeredis.FakeRedis(server=fake_server, retry=no_retry())"
+_FAKE_RETRY = ("fakeredis (2.41) ignores the retry argument: get_retry() is None with or without "
+               "it, and an in-process fake connection has no transport error to retry.")
+
 EQUIVALENTS: list[dict[str, str]] = [
     # -- worker.py: the take and the release -------------------------------------------------
     {"function": "taskcustody.worker.Worker._take_args", "original": _TAKE,
@@ -81,6 +93,40 @@ EQUIVALENTS: list[dict[str, str]] = [
                 "chunk=chunk)",
      "reason": "include_self is only tested for truth (`if include_self:` and `force=` which the "
                "drain tests for truth): None is False."},
+    # -- connection.py -------------------------------------------------------------------------
+    {"function": "taskcustody.connection.server_version",
+     "original": 'info = client.info("server")', "mutated": 'info = client.info("SERVER")',
+     "reason": "INFO section names are case-insensitive (real Redis; fakeredis has no INFO)."},
+    {"function": "taskcustody.connection.server_version", "original": _PROBE,
+     "mutated": _PROBE.replace('"RIGHT"', '"right"'), "reason": _CASE},
+    {"function": "taskcustody.connection.server_version", "original": _PROBE,
+     "mutated": _PROBE.replace('"LEFT"', '"left"'), "reason": _CASE},
+    {"function": "taskcustody.connection.server_version", "original": _PROBE,
+     "mutated": 'client.lmove(probe, probe, "LEFT")', "reason": _ROTATE},
+    {"function": "taskcustody.connection.server_version", "original": _PROBE,
+     "mutated": 'client.lmove(probe, probe, "RIGHT", )', "reason": _ROTATE},
+    {"function": "taskcustody.connection.check_key_types",
+     "original": "pipe = client.pipeline(transaction=False)",
+     "mutated": "pipe = client.pipeline(transaction=None)",
+     "reason": "redis-py tests `transaction` for truth only: None is False."},
+    {"function": "taskcustody.connection.check_key_types", "original": _TYPES_ZIP,
+     "mutated": _TYPES_ZIP.replace("strict=True", "strict=False"), "reason": _ONE_REPLY_EACH},
+    {"function": "taskcustody.connection.check_key_types", "original": _TYPES_ZIP,
+     "mutated": _TYPES_ZIP.replace("strict=True", ""), "reason": _ONE_REPLY_EACH},
+    {"function": "taskcustody.connection.connect", "original": "decode_responses=False,",
+     "mutated": "decode_responses=None,", "reason": _DECODE},
+    {"function": "taskcustody.connection.connect", "original": "decode_responses=False,\n    )",
+     "mutated": ")", "reason": _DECODE + " (False is also redis-py's default)"},
+    {"function": "taskcustody.connection.connect_fake",
+     "original": "fake_server = server if server is not None else fakeredis.FakeServer()",
+     "mutated": "fake_server = server if (server is not None) or True else fakeredis.FakeServer()",
+     "reason": "fakeredis (2.41) gives a client made with server=None a FakeServer of its own "
+               "(checked: two such clients share no keys), which is what passing a new "
+               "FakeServer() does."},
+    {"function": "taskcustody.connection.connect_fake", "original": _FAKE_CLIENT,
+     "mutated": _FAKE_CLIENT.replace("retry=no_retry()", "retry=None"), "reason": _FAKE_RETRY},
+    {"function": "taskcustody.connection.connect_fake", "original": _FAKE_CLIENT,
+     "mutated": _FAKE_CLIENT.replace("retry=no_retry()", ""), "reason": _FAKE_RETRY},
     # -- server.py -----------------------------------------------------------------------------
     {"function": "taskcustody.server.Server.claim", "original": "if int(incarnation) < 0:",
      "mutated": "if int(incarnation) <= 0:", "reason": _INCARNATION},
@@ -89,4 +135,12 @@ EQUIVALENTS: list[dict[str, str]] = [
     {"function": "taskcustody.server.Server.claim", "original": "self.superseded = False",
      "mutated": "self.superseded = None",
      "reason": "superseded is only tested for truth (`if not self.superseded:`)."},
+    {"function": "taskcustody.server.Server._background", "original": "waited = 0.0",
+     "mutated": "waited = 1.0",
+     "reason": "`waited` is only ever compared with `next_sweep`, which starts at 0 and is then "
+               "always `waited + sweep_interval`: the first pass sweeps either way (0 >= 0, "
+               "1 >= 0) and every later comparison carries the same offset on both sides, so "
+               "the sweeps fall on the same passes (the schedule is pinned by tests/"
+               "test_server_run_lifecycle.py::test_background_heartbeats_every_interval_and_"
+               "sweeps_on_its_own_period)."},
 ]
