@@ -229,3 +229,122 @@ def test_a_server_with_prefetch_runs_until_idle_and_forgets_its_empty_lists(
     assert_all_committed_once(client, keys, ids)
     # 2 threads x 4 slots registered, and all forgotten at a clean shutdown.
     assert client.scard(keys.inflight_registry) == 0
+
+
+def test_a_wrong_type_in_one_slots_list_is_refused_after_the_others_are_handled(
+    backend: Backend, keys: QueueKeys
+) -> None:
+    client = backend.client()
+    ids = Producer(client, keys, ManualClock()).enqueue_many(list(range(PREFETCH)))
+    (worker,) = start(client, keys)
+    for slot in worker.slots:
+        slot.reconcile()  # (a new slot reconciles before its first take)
+    bad = worker.slots[1].list_key
+    client.delete(bad)
+    client.set(bad, "not a list")
+    with pytest.raises(WrongKeyType) as raised:
+        worker.run_once(timeout=0.05)
+    assert bad in str(raised.value) and keys.queue in str(raised.value)
+    # Slot 1's take failed before it moved anything; the other three slots took the next three
+    # tasks and ran them; the fourth is still queued.
+    assert sorted(commits(client, keys)) == sorted(ids[:3])
+    assert ids_in(client, keys.queue) == [ids[3]]
+
+
+def test_a_failing_handler_in_a_batch_is_retried_and_the_rest_commit(
+    backend: Backend, keys: QueueKeys
+) -> None:
+    client = backend.client()
+    ids = Producer(client, keys, ManualClock()).enqueue_many(list(range(3)))
+
+    def handler(payload: Any) -> None:
+        if payload == 1:
+            raise ValueError("no")
+
+    (worker,) = start(client, keys, handler)
+    batch, error = worker.take_all()
+    assert error is None
+    releases = worker.handle(batch)
+    assert [r.action for r in releases] == ["committed", "retried", "committed"]
+    assert all(r.held for r in releases)
+    assert commits(client, keys) == {ids[0]: 1, ids[2]: 1}
+    (requeued,) = client.lrange(keys.queue, 0, -1)
+    assert json.loads(requeued)["id"] == ids[1]
+    assert json.loads(requeued)["attempts"] == 1
+
+
+def test_a_release_that_fails_in_redis_marks_its_slot_dirty_and_raises(
+    backend: Backend, keys: QueueKeys
+) -> None:
+    """(A keyspace like this is refused by `check_server` at start; here it changes later.)"""
+    client = backend.client()
+    Producer(client, keys, ManualClock()).enqueue_many(list(range(2)))
+    (worker,) = start(client, keys)
+    for slot in worker.slots:
+        slot.reconcile()
+    batch, _ = worker.take_all()
+    client.rpush(keys.committed, "a list where a counter belongs")
+    with pytest.raises(redis.ResponseError):
+        worker.handle(batch)
+    assert [s.dirty for s in worker.slots] == [True, True, False, False]
+
+
+def test_the_fallback_take_waits_as_long_as_the_caller_asked(
+    backend: Backend, keys: QueueKeys, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    client = backend.client()
+    (worker,) = start(client, keys)
+    asked: list[float | None] = []
+    monkeypatch.setattr(worker.lead, "run_once", lambda timeout=None: asked.append(timeout))
+    worker.run_once(timeout=0.25)
+    assert asked == [0.25]
+
+
+def test_run_keeps_cycling_through_idle_cycles_until_stopped(
+    backend: Backend, keys: QueueKeys, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    client = backend.client()
+    (worker,) = start(client, keys)
+    stop = threading.Event()
+    cycles: list[int] = []
+
+    def idle_cycle(timeout: float | None = None) -> bool:
+        cycles.append(1)
+        if len(cycles) == 3:
+            stop.set()
+        return False
+
+    monkeypatch.setattr(worker, "run_once", idle_cycle)
+    worker.run(stop)
+    assert len(cycles) == 3  # an idle cycle does not end `run` unless asked to
+    worker.run(threading.Event(), until_idle=True)
+    assert len(cycles) == 4
+
+
+def test_the_lead_is_the_first_slot_and_an_empty_worker_is_refused(
+    backend: Backend, keys: QueueKeys
+) -> None:
+    client = backend.client()
+    (worker,) = start(client, keys)
+    assert worker.lead is worker.slots[0]
+    assert worker.list_key == worker.slots[0].list_key
+    assert worker.settings is worker.slots[0].settings
+    assert worker.owner == worker.slots[0].owner
+    with pytest.raises(ValueError, match="at least one slot"):
+        PrefetchingWorker([])
+
+
+def test_a_lost_reply_to_a_resent_take_is_survived(backend: Backend, keys: QueueKeys) -> None:
+    client = backend.client()
+    injector = FaultInjector()
+    install(client, injector)
+    ids = Producer(client, keys, ManualClock()).enqueue_many(list(range(PREFETCH)))
+    (worker,) = start(client, keys)
+    client.script_flush()  # every take answers NOSCRIPT and is sent again with EVAL ...
+    injector.arm("EVAL", connection=worker._conn, skip=1)  # ... whose second reply is lost
+    with pytest.raises(InjectedDrop):
+        worker.run_once(timeout=0.05)
+    assert commits(client, keys) == {ids[0]: 1}
+    assert [s.dirty for s in worker.slots] == [False, True, True, True]
+    drain(worker)
+    assert_all_committed_once(client, keys, ids)

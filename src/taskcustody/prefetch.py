@@ -25,9 +25,10 @@ from . import envelope, scripts
 from .errors import MalformedTask
 from .worker import Outcome, Release, Worker, run_until_stopped
 
-_TAKE_SHA = hashlib.sha1(scripts.TAKE_AND_RECORD.encode()).hexdigest()
-_RELEASE_SHA = hashlib.sha1(scripts.RELEASE.encode()).hexdigest()
+_TAKE = ("EVALSHA", hashlib.sha1(scripts.TAKE_AND_RECORD.encode()).hexdigest(), 3)
+_RELEASE = ("EVALSHA", hashlib.sha1(scripts.RELEASE.encode()).hexdigest())
 
+_EVAL = "EVAL"
 _NOT_RUN = Outcome(False, error="worker interrupted")
 
 
@@ -82,12 +83,12 @@ class PrefetchingWorker:
         batch = Batch()
         keys = self.lead.keys
         commands = [
-            ("EVALSHA", _TAKE_SHA, 3, keys.queue, slot.list_key, keys.processing,
-             slot.record_value())
+            (*_TAKE, keys.queue, slot.list_key, keys.processing, slot.record_value())
             for slot in self.slots
         ]
         replies, error = self._pipeline(commands, scripts.TAKE_AND_RECORD)
-        for slot, reply in zip(self.slots, replies, strict=False):
+        for k, reply in enumerate(replies):
+            slot = self.slots[k]
             if isinstance(reply, redis.ResponseError):
                 # e.g. WRONGTYPE: the script stopped before it moved anything.
                 error = error or reply
@@ -126,10 +127,11 @@ class PrefetchingWorker:
             action, data = batch.verdicts[i] if i < len(batch.verdicts) else ("retry", raw)
             plans.append((slot, action, slot.release_args(raw, recorded_id, action, data)))
         replies, error = self._pipeline(
-            [("EVALSHA", _RELEASE_SHA, *args) for _, _, args in plans], scripts.RELEASE
+            [(*_RELEASE, *args) for _, _, args in plans], scripts.RELEASE
         )
         releases = []
-        for (slot, action, _), reply in zip(plans, replies, strict=False):
+        for k, reply in enumerate(replies):
+            slot, action, _ = plans[k]
             if isinstance(reply, redis.ResponseError):
                 slot.dirty = True
                 error = error or reply
@@ -185,16 +187,16 @@ class PrefetchingWorker:
         reply) and the connection error that ended the reading, if any. A command answered
         NOSCRIPT did not run (the script cache was flushed), so it is sent again as EVAL."""
         replies, error = self._send_and_read(commands)
+        if error is not None:
+            return replies, error
         retry = [i for i, r in enumerate(replies) if isinstance(r, redis.exceptions.NoScriptError)]
-        if retry and error is None:
-            again, error = self._send_and_read(
-                [("EVAL", script, *commands[i][2:]) for i in retry]
-            )
-            for i, reply in zip(retry, again, strict=False):
-                replies[i] = reply
-            if len(again) < len(retry):
-                # Lost with the connection: treat those and everything after as unread.
-                replies = replies[: retry[len(again)]]
+        if retry:
+            again, error = self._send_and_read([(_EVAL, script, *commands[i][2:]) for i in retry])
+            for n, reply in enumerate(again):
+                replies[retry[n]] = reply
+            if error is not None:
+                # Lost with the connection: that resend and every reply after it are unread.
+                del replies[retry[len(again)]:]
         return replies, error
 
     def _send_and_read(
