@@ -56,7 +56,8 @@ def parse_version(text: str) -> tuple[int, ...]:
     for piece in text.split(".")[:3]:
         digits = "".join(ch for ch in piece if ch.isdigit())
         parts.append(int(digits or 0))
-    return tuple(parts)
+    # "6.2" is 6.2.0: compared with MIN_VERSION, a shorter tuple would rank below it.
+    return tuple(parts + [0] * (3 - len(parts)))
 
 
 def server_version(client: redis.Redis) -> str:
