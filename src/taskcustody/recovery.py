@@ -6,6 +6,7 @@ In-flight lists are enumerated from the registry set, never by SCAN. Time enters
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import redis
@@ -45,6 +46,14 @@ def prune_inactive_servers(client: redis.Redis, keys: QueueKeys, now: float) -> 
     return [_text(s) for s in expired]
 
 
+#: Verification only (`taskcustody.verify.harness`); None in production, where it costs one
+#: global lookup per chunk. Called with the list's key after every chunk a drain moves, so that
+#: the stateful machine can let a stalled worker append to the list *while* it is drained: the
+#: interleaving that tells a drain bounded by the LLEN read up front from one that loops until
+#: the list is empty (design 6 of protocol.md). Nothing else may set it.
+between_drain_chunks: Callable[[str], None] | None = None
+
+
 def drain_inflight(
     client: redis.Redis,
     keys: QueueKeys,
@@ -73,6 +82,8 @@ def drain_inflight(
         if step <= 0:
             break
         moved += step
+        if between_drain_chunks is not None:
+            between_drain_chunks(list_key)
     return moved
 
 

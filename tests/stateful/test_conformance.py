@@ -16,6 +16,7 @@ from hypothesis import settings
 from hypothesis.stateful import run_state_machine_as_test
 
 from taskcustody.verify.machine import RunStats, build_machine
+from taskcustody.verify.run import no_local_constants
 from tests.conftest import Backend
 
 STEPS = int(os.environ.get("VERIFY_STEPS", "40"))
@@ -27,13 +28,17 @@ def test_the_implementation_conforms_to_the_model(backend: Backend) -> None:
     # Derandomized unless asked otherwise: the fault-coverage assertions below must not depend on
     # the luck of one random run (the deep profile explores at random, with many more examples).
     random = os.environ.get("HYPOTHESIS_PROFILE") == "deep" or bool(os.environ.get("VERIFY_RANDOM"))
-    run_state_machine_as_test(
-        machine, settings=settings(stateful_step_count=STEPS, derandomize=not random)
-    )
+    # (no_local_constants: the same run however pytest collected it)
+    with no_local_constants():
+        run_state_machine_as_test(
+            machine, settings=settings(stateful_step_count=STEPS, derandomize=not random)
+        )
     # The run did what it claims: examples ran, faults of every kind fired, tasks committed.
     assert stats.examples > 0 and stats.steps > 0
     for kind in ("dropped-reply:take", "dropped-reply:release", "crash_worker", "crash_server",
                  "stall_server"):
         assert stats.faults[kind] > 0, f"no {kind} fault in {stats.examples} examples"
+    # ... and stalled workers stepped in the middle of drains of their lists
+    assert stats.steps_during_drains > 0
     assert stats.tallies["committed"] > 0
     assert stats.tallies["lost"] == 0 and stats.tallies["duplicated"] == 0

@@ -141,6 +141,9 @@ def _unbounded_drain(client: redis.Redis, keys: QueueKeys, list_key: str, *,
         if step <= 0:
             break
         moved += step
+        # The same verification hook as the real drain's: a stalled worker may append here.
+        if recovery.between_drain_chunks is not None:
+            recovery.between_drain_chunks(list_key)
     return moved
 
 

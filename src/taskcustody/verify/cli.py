@@ -18,7 +18,7 @@ from taskcustody_model.variants import VARIANTS, variant_listing
 
 from .machine import RunStats
 from .report import html_report, text_report
-from .run import Options, verify
+from .run import Options, default_examples, verify
 
 
 class _Progress:
@@ -83,7 +83,8 @@ def _check_reachable(url: str) -> None:
 
 
 @click.command(name="verify")
-@click.option("--examples", type=click.IntRange(1, 1_000_000), default=200, show_default=True,
+@click.option("--examples", type=click.IntRange(1, 1_000_000), default=None,
+              show_default="200; 300-600 for a --variant whose derandomized search needs more",
               help="Stateful examples (runs from a fresh deployment) to generate.")
 @click.option("--steps", type=click.IntRange(1, 10_000), default=40, show_default=True,
               help="Maximum steps per stateful example.")
@@ -105,7 +106,7 @@ def _check_reachable(url: str) -> None:
 @click.option("--shrink-seconds", type=click.FloatRange(1, 3600), default=60.0,
               show_default=True, help="Time budget for shrinking a counterexample.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress on stderr.")
-def verify_command(examples: int, steps: int, seed: int | None, variant: str,
+def verify_command(examples: int | None, steps: int, seed: int | None, variant: str,
                    redis_url: str | None, report_file: Path | None, model_check: bool,
                    stateful: bool, shrink_seconds: float, quiet: bool) -> None:
     """Verify the custody protocol: the bounded model check, then the model drives the real
@@ -125,6 +126,8 @@ def verify_command(examples: int, steps: int, seed: int | None, variant: str,
             param_hint="--variant")
     if not model_check and not stateful:
         raise click.UsageError("--no-model-check and --no-stateful: nothing to run")
+    if examples is None:
+        examples = default_examples(variant)
     options = Options(examples=examples, steps=steps, seed=seed, variant=variant,
                       redis_url=redis_url, model_check=model_check, stateful=stateful,
                       shrink_seconds=shrink_seconds)

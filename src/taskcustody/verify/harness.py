@@ -13,7 +13,16 @@ commands (`sweep` = prune, then drains, then the processing sweep; `startup_drai
 `reconcile` = drains). Such a step runs to completion inside one harness step, and the model
 takes the same walk (`sweep` and then every `drain_step` of the pass, then the processing sweep).
 A dropped reply can hit any command of such a step: the model is told which one (the k-th move of
-a drain). Interleavings inside a pass are the model checker's job (it explores all of them).
+a drain).
+
+Inside a pass, one interleaving is the harness's too: between two moves of a drain, the owner of
+the list being drained (a worker of a stalled process, still running though judged dead) may take,
+record or release (`step(..., interleave=...)`; at most `MAX_STEPS_DURING_A_PASS`). A take then
+appends to the list while it is drained: a drain bounded by the length read up front ends, one that
+loops until the list is empty (design 6) does not. The model walks the same interleaving (its
+`drain_step`s with the worker's actions between them) and predicts the outcome; the implementation
+gets the worker's steps from `recovery.between_drain_chunks`, which its drain calls after every
+chunk. Every other interleaving inside a pass is the model checker's job (it explores all of them).
 
 Faults. A dropped reply is armed in `faults.FaultInjector` for the command the model names, on
 the connection that sends it; Redis really executes it. A worker crash drops the `Worker` object
@@ -66,7 +75,7 @@ from taskcustody_model.state import (
 )
 from taskcustody_model.variants import variant as model_variant
 
-from .. import scripts
+from .. import recovery, scripts
 from ..clock import ManualClock
 from ..envelope import Task
 from ..errors import ServerIdHeld, Superseded
@@ -92,6 +101,19 @@ VERIFY_SETTINGS = Settings(
     server_ttl=TICK * TTL, sweep_interval=TICK, max_attempts=3, drain_chunk=1,
     track_commits=True,
 )
+
+
+#: The worker steps that may run between two moves of a drain (by the owner of the list being
+#: drained), and how many of them one pass may contain. The bound is what makes a broken drain
+#: that loops until the list is empty end in the harness: once the planned steps are spent nothing
+#: appends any more, the real drain empties the list, and the model (whose drain stops at the
+#: length it read up front) disagrees.
+STEPS_DURING_A_DRAIN = ("take", "record", "release")
+MAX_STEPS_DURING_A_PASS = 3
+
+#: Chooses one of the worker steps the model enables between two moves of a drain, or None to let
+#: the drain go on (the stateful machine draws it, so that it shrinks).
+Interleave = Callable[[list[Action]], Action | None]
 
 
 def _with_proc(state: State, s: int, i: int, proc: Process) -> State:
@@ -182,7 +204,10 @@ class Harness:
         real_redis: bool = False,
     ) -> None:
         self.bounds = bounds or Bounds(tasks=3, servers=2, workers=2, faults=3)
-        self.config = Config(self.bounds, model_variant("correct"))
+        # The model drains per move (`drain_step`), whatever its default: `_pass` walks a pass
+        # move by move, to drop the k-th move's reply and to interleave worker steps between
+        # moves. Between two harness steps no pass is in progress, so nothing else changes.
+        self.config = Config(self.bounds._replace(drain_steps=True), model_variant("correct"))
         self.make_client = make_client
         self.server_factory = server_factory
         self.settings = settings
@@ -199,6 +224,7 @@ class Harness:
         self.counts: Counter[str] = Counter()  # faults by kind, and other events
         self.enqueued = 0
         self.recovered = 0  # tasks moved back to the queue by recovery (model-counted)
+        self.steps_during_drains = 0  # worker steps interleaved between the moves of a drain
         self.seconds = 0.0
 
     # -- naming --------------------------------------------------------------------------------
@@ -307,15 +333,18 @@ class Harness:
             raise Mismatch(f"model:{bad[0]}", bad[1])
         self.state = after
 
-    def step(self, action: Action, *, drop_at: int = 0, variant: int = 0) -> None:
+    def step(self, action: Action, *, drop_at: int = 0, variant: int = 0,
+             interleave: Interleave | None = None) -> None:
         """Perform `action` on both sides. `drop_at` k > 0 with `sweep`/`startup_drain`: the reply
         of the pass's k-th move is lost (if the pass makes that many). `variant` picks among
-        equivalent ways to inject a fault (which command of a release loses its reply)."""
+        equivalent ways to inject a fault (which command of a release loses its reply).
+        `interleave`, with `sweep`/`startup_drain`: after each move of a drain, offered the worker
+        steps the list's owner may take then (see the module doc); None lets the drain go on."""
         started = time.perf_counter()
         self.steps.append(StepRecord(len(self.steps) + 1, action, self.describe(action),
                                      action.is_fault, actor_of(action, self.state)))
         try:
-            self._step(action, drop_at, variant)
+            self._step(action, drop_at, variant, interleave)
         finally:
             self.seconds += time.perf_counter() - started
 
@@ -324,7 +353,8 @@ class Harness:
 
         return describe_action(action, self.state)
 
-    def _step(self, action: Action, drop_at: int, variant: int) -> None:
+    def _step(self, action: Action, drop_at: int, variant: int,
+              interleave: Interleave | None = None) -> None:
         name = action.name
         s, i, w = action.server, action.proc, action.worker
         if action.is_fault:
@@ -364,10 +394,12 @@ class Harness:
         elif command == "claim":
             self._claim_step(action, lost)
         elif command in ("startup_drain", "sweep"):
-            self._pass(action, command, lost, drop_at)
+            self._pass(action, command, lost, drop_at, interleave)
         elif command == "requeue_stuck_processing_tasks":
+            queue_before = self.state.queue
             self.procs[s][i].server.requeue_stuck_processing_tasks()
             self._model(action)
+            self._adopt_recovery_order(queue_before)  # the order is not the protocol's to fix
         else:
             raise ValueError(f"the harness cannot perform {action!r}")
         self._settle()
@@ -415,6 +447,14 @@ class Harness:
     # -- worker steps: one step of `Worker.run_once`, in its order ----------------------------
 
     def _worker_step(self, action: Action, command: str, lost: bool, variant: int) -> None:
+        try:
+            self._real_worker_step(action, command, lost, variant)
+        finally:
+            self.injector.disarm_all()
+        self._model(action)
+
+    def _real_worker_step(self, action: Action, command: str, lost: bool, variant: int) -> None:
+        """The implementation's side of a worker step (the caller steps the model)."""
         s, i, w = action.server, action.proc, action.worker
         slot = self.procs[s][i]
         ws = slot.workers[w]
@@ -482,8 +522,6 @@ class Harness:
                 worker.dirty = True  # `Worker.run` marks the worker dirty on any Redis error
                 if not lost:
                     raise
-        self.injector.disarm_all()
-        self._model(action)
 
     def _model_list(self, s: int, inc: int, w: int) -> tuple[int, ...]:
         for k, tasks in self.state.lists:
@@ -552,19 +590,29 @@ class Harness:
             raise Mismatch("claim", f"the model lets server {s} claim its id; Redis refused: "
                                     f"{exc}") from exc
 
-    def _pass(self, action: Action, command: str, lost: bool, drop_at: int) -> None:
+    def _pass(self, action: Action, command: str, lost: bool, drop_at: int,
+              interleave: Interleave | None = None) -> None:
         """A whole sweep pass or startup drain: the implementation runs it in one call; the
         model walks it (`sweep`/`startup_drain`, every `drain_step`, then for a sweep the
-        processing sweep). With `drop_at` = k, the k-th move's reply is lost."""
+        processing sweep). With `drop_at` = k, the k-th move's reply is lost. With `interleave`,
+        the owner of a list being drained may step between two of its moves (module doc)."""
         s, i = action.server, action.proc
         slot = self.procs[s][i]
         server = slot.server
-        # The model first: it says how many moves the pass makes, so we know where to drop.
+        # The model first: it says how many moves the pass makes, so we know where to drop, and
+        # which worker steps run after which move: {(real list key, n-th move of it): steps}.
         queue_before = self.state.queue
         self._model(action)
         self._order_drains(s, i)
+        procs = self.state.processes[s]
+        # The length each drain of the pass reads up front: its bound (bounded work).
+        bounds = {self._real_key(d.key): (d.key, d.length)
+                  for d in (procs[i].drains if i < len(procs) else ())}
         moves = 0
         abandoned = lost
+        plan: dict[tuple[str, int], list[Action]] = {}
+        moves_of: Counter[ListKey] = Counter()
+        budget = MAX_STEPS_DURING_A_PASS if interleave is not None else 0
         while not abandoned:
             procs = self.state.processes[s]
             proc = procs[i] if i < len(procs) else None
@@ -576,7 +624,16 @@ class Harness:
                 self._model(Action("dropped_reply", s, i, -1, "drain_step"))
                 abandoned = True
             else:
+                key = proc.drains[0].key
+                queued = len(self.state.queue)
                 self._model(Action("drain_step", s, i))
+                if len(self.state.queue) > queued:  # it moved a task: the hook runs on both sides
+                    moves_of[key] += 1
+                    if budget > 0 and interleave is not None:
+                        between = self._steps_during_drain(key, interleave, budget)
+                        budget -= len(between)
+                        if between:
+                            plan[(self._real_key(key), moves_of[key])] = between
         # Now the implementation.
         evals_before = 1 if command == "sweep" else 0  # the prune is the sweep's first EVAL
         if lost:
@@ -584,6 +641,9 @@ class Harness:
         elif abandoned:
             self.injector.arm("EVAL", label=slot.label, skip=evals_before + moves - 1)
         failed = False
+        hook_before = recovery.between_drain_chunks
+        real_moves: Counter[str] = Counter()  # per list; one move per chunk (`drain_chunk=1`)
+        recovery.between_drain_chunks = self._drain_hook(plan, real_moves)
         try:
             if command == "sweep":
                 report = server.sweep()
@@ -594,12 +654,19 @@ class Harness:
         except redis.ConnectionError:
             failed = True
         finally:
+            recovery.between_drain_chunks = hook_before
             self.injector.disarm_all()
         if failed and not (lost or abandoned):
             raise Mismatch("fault", f"{command} failed with no fault injected")
         if (lost or abandoned) and not failed:
             raise Mismatch("fault", f"{command}: the dropped reply did not surface (the pass made "
                                     "fewer moves than the model predicts)")
+        for real_key, n in real_moves.items():
+            if real_key in bounds and n > bounds[real_key][1]:
+                key, length = bounds[real_key]
+                raise Mismatch("real:bounded-work",
+                               f"a drain of inflight:{key[0]}:{key[1]}:{key[2]} made {n} moves; "
+                               f"the list held {length} when it started")
         if command == "startup_drain":
             if failed:
                 slot.phase = CLAIMED
@@ -609,6 +676,49 @@ class Harness:
             # The implementation's sweep ends with the processing sweep; so does the model's walk.
             self._model(Action("requeue_stuck_processing_tasks", s, i))
         self._adopt_recovery_order(queue_before)
+
+    def _steps_during_drain(self, key: ListKey, interleave: Interleave,
+                            budget: int) -> list[Action]:
+        """The model's side of the hook, right after a move out of `key`: the worker steps of the
+        list's owner that `interleave` picks (at most `budget`), applied to the model."""
+        done: list[Action] = []
+        while len(done) < budget:
+            options = [
+                a for a in enabled_actions(self.state, self.config)
+                if a.name in STEPS_DURING_A_DRAIN and (a.server, a.worker) == (key[0], key[2])
+                and self.state.processes[a.server][a.proc].inc == key[1]
+                # Not a superseded process: its release could make it exit, and renumber the
+                # processes in the middle of the pass.
+                and self.state.processes[a.server][a.proc].phase == RUNNING
+            ]
+            if not options:
+                break
+            chosen = interleave(options)
+            if chosen is None:
+                break
+            self.steps.append(StepRecord(
+                len(self.steps) + 1, chosen,
+                f"{self.describe(chosen)} (between two moves of the drain of "
+                f"inflight:{key[0]}:{key[1]}:{key[2]})",
+                False, actor_of(chosen, self.state)))
+            self._model(chosen)
+            done.append(chosen)
+        self.steps_during_drains += len(done)
+        return done
+
+    def _drain_hook(self, plan: dict[tuple[str, int], list[Action]],
+                    moved: Counter[str]) -> Callable[[str], None]:
+        """The implementation's side: `recovery.between_drain_chunks` for one pass, counting the
+        moves per list in `moved` and performing the planned worker steps after the n-th move out
+        of a list. Steps are planned only for the moves the model makes, so a drain that moves
+        more finds nothing more to run there, and ends."""
+
+        def between_drain_chunks(list_key: str) -> None:
+            moved[list_key] += 1
+            for a in plan.pop((list_key, moved[list_key]), ()):
+                self._real_worker_step(a, a.name, False, 0)
+
+        return between_drain_chunks
 
     def _real_key(self, key: ListKey) -> str:
         s, model_inc, w = key

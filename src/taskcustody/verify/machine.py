@@ -5,6 +5,11 @@ performs it through `Harness.step`; after every step `Harness.check` compares th
 state with the model's and checks every property on both. At teardown faults stop, recovery and
 workers run until quiescent, and the eventual properties are checked.
 
+A recovery pass runs whole inside one rule, but not without company: after every move of a drain
+the rule draws whether the list's owner (a stalled worker, judged dead and still running) takes,
+records or releases right then (`Harness.step(interleave=...)`), so that a worker appends to a
+list while it is drained. That is what catches a drain that loops until the list is empty.
+
 `build_machine` returns a fresh `RuleBasedStateMachine` subclass bound to a backend (a client
 factory), bounds and an implementation (the real one or a broken demonstration); pytest and
 `taskcustody verify` both use it.
@@ -39,6 +44,8 @@ class RunStats:
     seconds_in_steps: float = 0.0
     faults: Counter[str] = field(default_factory=Counter)
     tallies: Counter[str] = field(default_factory=Counter)
+    #: worker steps run between two moves of a drain (see the module doc)
+    steps_during_drains: int = 0
     last_steps: list[StepRecord] = field(default_factory=list)
     last_error: str = ""
     #: the tallies of the last example as it stood when it ended (a failing example included)
@@ -48,6 +55,7 @@ class RunStats:
         self.examples += 1
         self.steps += len(h.steps)
         self.seconds_in_steps += h.seconds
+        self.steps_during_drains += h.steps_during_drains
         self.faults.update(h.counts)
         self.last_steps = list(h.steps)
 
@@ -92,8 +100,10 @@ def build_machine(
             action = options[data.draw(st.integers(0, len(options) - 1), label="which")]
             variant = data.draw(st.integers(0, 5), label="variant") if action.is_fault or \
                 name == "heartbeat" else 0
+            interleave = _drawn_interleaving(data) if name in ("sweep", "startup_drain") \
+                else None
             self.failed = True  # until the step and its check succeed
-            self.h.step(action, drop_at=drop_at, variant=variant)
+            self.h.step(action, drop_at=drop_at, variant=variant, interleave=interleave)
             self.failed = False
 
         def _has(self, name: str, command: str = "") -> bool:
@@ -239,6 +249,18 @@ def build_machine(
                 self.h.close()
 
     return CustodyMachine
+
+
+def _drawn_interleaving(data: st.DataObject) -> Callable[[list[Action]], Action | None]:
+    """What a drain's owner does between two moves, drawn. 0 is "nothing" (what it shrinks to);
+    anything else picks a step, so that the owner steps more often than not: catching an unbounded
+    drain takes two or three steps in a row (record, release, take the task back)."""
+
+    def choose(options: list[Action]) -> Action | None:
+        k = data.draw(st.integers(0, 3 * len(options)), label="worker step during the drain")
+        return options[(k - 1) % len(options)] if k else None
+
+    return choose
 
 
 def describe_steps(steps: list[StepRecord]) -> list[str]:
