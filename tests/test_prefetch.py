@@ -330,7 +330,7 @@ def test_the_lead_is_the_first_slot_and_an_empty_worker_is_refused(
     assert worker.list_key == worker.slots[0].list_key
     assert worker.settings is worker.slots[0].settings
     assert worker.owner == worker.slots[0].owner
-    with pytest.raises(ValueError, match="^a prefetching worker needs at least one slot$"):
+    with pytest.raises(ValueError, match=r"^a prefetching worker needs at least one slot$"):
         PrefetchingWorker([])
 
 

@@ -42,3 +42,22 @@ def test_the_implementation_conforms_to_the_model(backend: Backend) -> None:
     assert stats.steps_during_drains > 0
     assert stats.tallies["committed"] > 0
     assert stats.tallies["lost"] == 0 and stats.tallies["duplicated"] == 0
+
+
+def test_the_prefetching_worker_conforms_to_the_model(backend: Backend) -> None:
+    """The same machine, with pipelined takes and releases by a process's workers (the
+    prefetching worker) among its rules, and replies lost at any slot of a pipeline."""
+    stats = RunStats()
+    machine = build_machine(backend.client, real_redis=backend.real, stats=stats,
+                            prefetching=True)
+    random = os.environ.get("HYPOTHESIS_PROFILE") == "deep" or bool(os.environ.get("VERIFY_RANDOM"))
+    with no_local_constants():
+        run_state_machine_as_test(
+            machine, settings=settings(stateful_step_count=STEPS, derandomize=not random)
+        )
+    assert stats.examples > 0 and stats.steps > 0
+    for kind in ("dropped-reply:prefetching-take", "dropped-reply:prefetching-release",
+                 "crash_worker", "stall_server"):
+        assert stats.faults[kind] > 0, f"no {kind} fault in {stats.examples} examples"
+    assert stats.tallies["committed"] > 0
+    assert stats.tallies["lost"] == 0 and stats.tallies["duplicated"] == 0

@@ -28,6 +28,7 @@ from taskcustody_model.protocol import Action
 from taskcustody_model.state import Bounds
 
 from ..keys import QueueKeys
+from . import prefetching as pipelines
 from .broken import server_factory
 from .harness import Harness, StepRecord
 
@@ -68,7 +69,11 @@ def build_machine(
     real_redis: bool = False,
     stats: RunStats | None = None,
     keys: QueueKeys | None = None,
+    prefetching: bool = False,
 ) -> type[RuleBasedStateMachine]:
+    """The machine; with `prefetching`, a subclass that also drives the prefetching worker's
+    pipelines (a separate class, so that the plain machine's derandomized runs, which the
+    finds-the-bug tests pin, draw exactly as before)."""
     run_stats = stats if stats is not None else RunStats()
     factory = server_factory(implementation)
     the_bounds = bounds or Bounds(tasks=3, servers=2, workers=2, faults=3)
@@ -248,7 +253,47 @@ def build_machine(
                 run_stats.add(self.h)
                 self.h.close()
 
-    return CustodyMachine
+    if not prefetching:
+        return CustodyMachine
+
+    class PrefetchingCustodyMachine(CustodyMachine):
+        """... and a process's workers also take, or release, in one pipeline
+        (`taskcustody.prefetch`), with a reply lost at any slot."""
+
+        def _pipelines(self, who: Callable[[Harness, int, int], list[int]]) -> list[
+                tuple[int, int]]:
+            """Processes where at least two workers would join the pipeline."""
+            return [(s, i) for s, procs in enumerate(self.h.procs) for i in range(len(procs))
+                    if len(who(self.h, s, i)) >= 2]
+
+        def _pipelined(self, data: st.DataObject, who: Callable[[Harness, int, int], list[int]],
+                       step: Callable[[Harness, int, int, int | None], None],
+                       needs_tasks: bool) -> None:
+            options = self._pipelines(who)
+            s, i = options[data.draw(st.integers(0, len(options) - 1), label="which process")]
+            slots = len(who(self.h, s, i))
+            positions = pipelines.lost_positions(self.h, slots)
+            if needs_tasks and len(self.h.state.queue) < slots:
+                positions = []  # see `prefetching_take`
+            lost: int | None = None
+            if positions:
+                lose = data.draw(st.booleans(), label="a reply is lost")
+                lost = data.draw(st.sampled_from(positions), label="at slot") if lose else None
+            self.failed = True
+            step(self.h, s, i, lost)
+            self.failed = False
+
+        @precondition(lambda self: self._pipelines(pipelines.takers))
+        @rule(data=st.data())
+        def prefetching_take(self, data: st.DataObject) -> None:
+            self._pipelined(data, pipelines.takers, pipelines.prefetching_take, True)
+
+        @precondition(lambda self: self._pipelines(pipelines.holders))
+        @rule(data=st.data())
+        def prefetching_release(self, data: st.DataObject) -> None:
+            self._pipelined(data, pipelines.holders, pipelines.prefetching_release, False)
+
+    return PrefetchingCustodyMachine
 
 
 def _drawn_interleaving(data: st.DataObject) -> Callable[[list[Action]], Action | None]:
