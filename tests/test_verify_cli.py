@@ -39,6 +39,15 @@ def test_correct_implementation_verifies() -> None:
     assert "fakeredis" in out and "hypothesis" in out
 
 
+def test_the_prefetching_worker_verifies_with_its_pipelines_faulted() -> None:
+    code, out = run("--examples", "40", "--steps", "20", "--quiet", "--no-model-check",
+                    "--prefetch")
+    assert code == 0, out
+    assert "with the prefetching worker" in out
+    assert re.search(r"dropped-reply:prefetching-take\s+[1-9]", out), out
+    assert re.search(r"lost\s+0\b", out) and re.search(r"duplicated\s+0\b", out)
+
+
 def test_the_model_check_part_runs_and_counts_states() -> None:
     result = verify(Options(examples=3, steps=10,
                             model_bounds=Bounds(2, 2, 1, 1, processes_per_server=1)))

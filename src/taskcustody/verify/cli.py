@@ -105,10 +105,13 @@ def _check_reachable(url: str) -> None:
               help="Run the model-driven stateful run on the implementation.")
 @click.option("--shrink-seconds", type=click.FloatRange(1, 3600), default=60.0,
               show_default=True, help="Time budget for shrinking a counterexample.")
+@click.option("--prefetch", is_flag=True,
+              help="Also drive the prefetching worker (Settings.prefetch > 1): a process's "
+                   "workers take, and release, in one pipeline, with a reply lost at any slot.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress on stderr.")
 def verify_command(examples: int | None, steps: int, seed: int | None, variant: str,
                    redis_url: str | None, report_file: Path | None, model_check: bool,
-                   stateful: bool, shrink_seconds: float, quiet: bool) -> None:
+                   stateful: bool, shrink_seconds: float, prefetch: bool, quiet: bool) -> None:
     """Verify the custody protocol: the bounded model check, then the model drives the real
     implementation step by step with faults injected (dropped replies, worker and server
     crashes, stalls, clock moves), comparing Redis with the model after every step.
@@ -130,7 +133,7 @@ def verify_command(examples: int | None, steps: int, seed: int | None, variant: 
         examples = default_examples(variant)
     options = Options(examples=examples, steps=steps, seed=seed, variant=variant,
                       redis_url=redis_url, model_check=model_check, stateful=stateful,
-                      shrink_seconds=shrink_seconds)
+                      shrink_seconds=shrink_seconds, prefetch=prefetch)
     if redis_url is not None:
         _check_reachable(redis_url)
     progress = _Progress(quiet, examples)

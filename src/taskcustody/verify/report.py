@@ -83,7 +83,8 @@ def text_report(result: Result) -> str:
     lines = [f"taskcustody verify -- {verdict(result)}", ""]
     server = result.versions.get("server", result.backend)
     where = f" at {o.redis_url}" if o.redis_url else ""
-    lines.append(f"design:        {o.variant}")
+    lines.append(f"design:        {o.variant}" + (" (with the prefetching worker)"
+                                                     if o.prefetch else ""))
     lines.append(f"backend:       {server}{where}")
     m = result.model
     if m is not None:

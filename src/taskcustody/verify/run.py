@@ -64,6 +64,8 @@ class Options:
     bounds: Bounds = STATEFUL_BOUNDS
     shrink_seconds: float = SHRINK_SECONDS
     shrink: bool = True
+    #: also drive the prefetching worker's pipelined takes and releases
+    prefetch: bool = False
 
     def command(self) -> str:
         """The command line that repeats this run."""
@@ -73,6 +75,8 @@ class Options:
             args += ["--seed", str(self.seed)]
         if self.variant != "correct":
             args += ["--variant", self.variant]
+        if self.prefetch:
+            args.append("--prefetch")
         if self.redis_url:
             args += ["--redis-url", self.redis_url]
         if not self.model_check:
@@ -269,7 +273,8 @@ def verify(
 def _stateful(options: Options, make_client: Callable[[], redis.Redis], keys: QueueKeys,
               stats: RunStats, *, real: bool) -> Failure | None:
     machine = build_machine(make_client, bounds=options.bounds, implementation=options.variant,
-                            real_redis=real, stats=stats, keys=keys)
+                            real_redis=real, stats=stats, keys=keys,
+                            prefetching=options.prefetch)
     phases = [Phase.explicit, Phase.generate] + ([Phase.shrink] if options.shrink else [])
     the_settings = settings(
         max_examples=options.examples,
