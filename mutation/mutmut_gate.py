@@ -33,6 +33,9 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 SCORE_FLOOR = 90.0
+# Wall-clock seconds one test may run under a mutant (tests/conftest.py fails it after that):
+# mutmut's own limit is CPU time, which a test blocked on a reply never uses.
+TEST_TIMEOUT = 60.0
 
 # The protocol's critical functions: take, record, release, reconcile, drain, the sweeps, startup.
 CRITICAL: dict[str, tuple[str, ...]] = {
@@ -208,7 +211,8 @@ def skipped_shapes(src: Path) -> list[str]:
 
 def run_mutmut(copy: Path, jobs: int) -> float:
     shutil.rmtree(copy / "mutants", ignore_errors=True)
-    env = dict(os.environ, HYPOTHESIS_PROFILE="mutation", PYTHONDONTWRITEBYTECODE="1")
+    env = dict(os.environ, HYPOTHESIS_PROFILE="mutation", PYTHONDONTWRITEBYTECODE="1",
+               TASKCUSTODY_TEST_TIMEOUT=str(TEST_TIMEOUT))
     env.pop("PYTHONPATH", None)
     started = time.monotonic()
     with open(copy / "mutmut-run.log", "w", encoding="utf-8") as log:

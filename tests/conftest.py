@@ -7,8 +7,11 @@ free port and stops by pid; each test gets it flushed.
 from __future__ import annotations
 
 import os
+import signal
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
+from types import FrameType
 
 import fakeredis
 import pytest
@@ -40,6 +43,35 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci" if os.environ.ge
 TEST_SETTINGS = Settings(block_timeout=0.05, socket_timeout_margin=2.0, heartbeat_interval=5,
                          server_ttl=15, sweep_interval=10, max_attempts=3, drain_chunk=3,
                          track_commits=True)
+
+
+# A mutant can make a test block forever on a reply that never comes (a miscounted pipeline on
+# fakeredis, which has no socket timeout). mutmut's own limit is CPU time, which a blocked test
+# never uses, so the gate sets this wall-clock limit for its runs: the test fails instead of
+# hanging the sweep (mutation/mutmut_gate.py).
+TEST_TIMEOUT = float(os.environ.get("TASKCUSTODY_TEST_TIMEOUT", "0"))
+
+
+class TestTimedOut(BaseException):
+    """A BaseException, so that code under test catching Exception cannot swallow it."""
+
+
+@pytest.fixture(autouse=True)
+def _wall_clock_limit() -> Iterator[None]:
+    if not TEST_TIMEOUT or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def expire(signum: int, frame: FrameType | None) -> None:
+        raise TestTimedOut(f"test ran past TASKCUSTODY_TEST_TIMEOUT={TEST_TIMEOUT:g} s")
+
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.setitimer(signal.ITIMER_REAL, TEST_TIMEOUT)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
 
 
 @dataclass
