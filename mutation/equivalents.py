@@ -16,8 +16,6 @@ _CASE = ("Redis command names and keywords are case-insensitive (real Redis and 
          "alike); the command sent is the same command.")
 _NOT_FORCE = ("DRAIN_CHUNK treats every mode other than 'force' as dead-only "
               "(`ARGV[4] ~= 'force'`), so any other spelling is the same mode.")
-_INCARNATION = ("the incarnation comes from INCR on a counter that is never written otherwise, "
-                "so it is >= 1; CLAIM returns -1 exactly when it refuses.")
 
 _PROBE = 'client.lmove(probe, probe, "RIGHT", "LEFT")'
 _ROTATE = ("the probe only asks whether LMOVE exists: redis-py fills in a missing direction "
@@ -43,17 +41,18 @@ EQUIVALENTS: list[dict[str, str]] = [
      "original": 'return ("BRPOPLPUSH", self.keys.queue, self.list_key, block)',
      "mutated": 'return ("brpoplpush", self.keys.queue, self.list_key, block)', "reason": _CASE},
     {"function": "taskcustody.worker.Worker._release_raw",
-     "original": 'held, remaining = self._call("EVALSHA", _RELEASE_SHA, *args)',
-     "mutated": 'held, remaining = self._call("evalsha", _RELEASE_SHA, *args)', "reason": _CASE},
+     "original": 'reply = self._call("EVALSHA", _RELEASE_SHA, *args)',
+     "mutated": 'reply = self._call("evalsha", _RELEASE_SHA, *args)', "reason": _CASE},
     {"function": "taskcustody.worker.Worker._release_raw",
-     "original": 'held, remaining = self._call("EVAL", scripts.RELEASE, *args)',
-     "mutated": 'held, remaining = self._call("eval", scripts.RELEASE, *args)', "reason": _CASE},
-    {"function": "taskcustody.worker.Worker._release_raw",
+     "original": 'reply = self._call("EVAL", scripts.RELEASE, *args)',
+     "mutated": 'reply = self._call("eval", scripts.RELEASE, *args)', "reason": _CASE},
+    {"function": "taskcustody.worker.Worker.release_args",
      "original": 'keys.commit_log, keys.result(task_id or "-"),',
      "mutated": 'keys.commit_log, keys.result(task_id or "XX-XX"),',
      "reason": "the placeholder result key is used only for a task without an id, and such a "
-               "task is malformed: it is only ever dead-lettered, and the RELEASE script writes "
-               "the result key only on 'ok'."},
+               "task is malformed: it is only ever dead-lettered (by the worker's take, or by "
+               "the prefetching worker's batch), and the RELEASE script writes the result key "
+               "only on 'ok'."},
     {"function": "taskcustody.worker.Worker.take",
      "original": 'self._release_raw(raw, "", "dead", self._dead_letter(raw, exc.reason, None))',
      "mutated": 'self._release_raw(raw, "XXXX", "dead", self._dead_letter(raw, exc.reason, None))',
@@ -128,13 +127,6 @@ EQUIVALENTS: list[dict[str, str]] = [
     {"function": "taskcustody.connection.connect_fake", "original": _FAKE_CLIENT,
      "mutated": _FAKE_CLIENT.replace("retry=no_retry()", ""), "reason": _FAKE_RETRY},
     # -- server.py -----------------------------------------------------------------------------
-    {"function": "taskcustody.server.Server.claim", "original": "if int(incarnation) < 0:",
-     "mutated": "if int(incarnation) <= 0:", "reason": _INCARNATION},
-    {"function": "taskcustody.server.Server.claim", "original": "if int(incarnation) < 0:",
-     "mutated": "if int(incarnation) < 1:", "reason": _INCARNATION},
-    {"function": "taskcustody.server.Server.claim", "original": "self.superseded = False",
-     "mutated": "self.superseded = None",
-     "reason": "superseded is only tested for truth (`if not self.superseded:`)."},
     {"function": "taskcustody.server.Server._background", "original": "waited = 0.0",
      "mutated": "waited = 1.0",
      "reason": "`waited` is only ever compared with `next_sweep`, which starts at 0 and is then "

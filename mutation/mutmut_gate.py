@@ -42,7 +42,7 @@ CRITICAL: dict[str, tuple[str, ...]] = {
     "taskcustody.worker": (
         "Worker.register", "Worker.reconcile", "Worker.take", "Worker._take_args",
         "Worker.record", "Worker.release", "Worker.run_once", "Worker._release_raw",
-        "Worker.verdict", "Worker.record_value", "Worker.release_args", "Worker.released",
+        "Worker.verdict", "Worker.release_args", "Worker.released",
     ),
     "taskcustody.recovery": (
         "prune_inactive_servers", "drain_inflight", "live_owners", "registered_lists",
