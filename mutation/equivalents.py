@@ -29,7 +29,22 @@ _FAKE_CLIENT = "client: redis.Redis = fakeredis.FakeRedis(server=fake_server, re
 _FAKE_RETRY = ("fakeredis (2.41) ignores the retry argument: get_retry() is None with or without "
                "it, and an in-process fake connection has no transport error to retry.")
 
+_FALSY = "only ever tested for truth: None and False take the same path."
+_ALLOW_NAN = ("json tests allow_nan for truth only: None and False take the same path (NaN still "
+              "raises ValueError with None: checked).")
+
 EQUIVALENTS: list[dict[str, str]] = [
+    # -- flags tested for truth only ------------------------------------------------------------
+    {"function": "taskcustody.worker._result_json",
+     "original": "return json.dumps(result, allow_nan=False)",
+     "mutated": "return json.dumps(result, allow_nan=None)",
+     "reason": _ALLOW_NAN},
+    {"function": "taskcustody.envelope.encode",
+     "original": 'return json.dumps(body, separators=(",", ":"), allow_nan=False).encode()',
+     "mutated": 'return json.dumps(body, separators=(",", ":"), allow_nan=None).encode()',
+     "reason": _ALLOW_NAN},
+    {"function": "taskcustody.worker.Worker._call", "original": "resend_record = False",
+     "mutated": "resend_record = None", "reason": "resend_record is " + _FALSY},
     # -- worker.py: the take and the release -------------------------------------------------
     {"function": "taskcustody.worker.Worker._take_args", "original": _TAKE,
      "mutated": _TAKE.replace('"BLMOVE"', '"blmove"'), "reason": _CASE},
@@ -46,25 +61,6 @@ EQUIVALENTS: list[dict[str, str]] = [
     {"function": "taskcustody.worker.Worker._release_raw",
      "original": 'reply = self._call("EVAL", scripts.RELEASE, *args)',
      "mutated": 'reply = self._call("eval", scripts.RELEASE, *args)', "reason": _CASE},
-    {"function": "taskcustody.worker.Worker.release_args",
-     "original": 'keys.commit_log, keys.result(task_id or "-"),',
-     "mutated": 'keys.commit_log, keys.result(task_id or "XX-XX"),',
-     "reason": "the placeholder result key is used only for a task without an id, and such a "
-               "task is malformed: it is only ever dead-lettered (by the worker's take, or by "
-               "the prefetching worker's batch), and the RELEASE script writes the result key "
-               "only on 'ok'."},
-    {"function": "taskcustody.worker.Worker.take",
-     "original": 'self._release_raw(raw, "", "dead", self._dead_letter(raw, exc.reason, None))',
-     "mutated": 'self._release_raw(raw, "XXXX", "dead", self._dead_letter(raw, exc.reason, None))',
-     "reason": "the task id of a malformed envelope only names the processing record to delete; "
-               "none exists for it (nothing could decode its id to write one), and a record "
-               "named 'XXXX' owned by this worker's list cannot exist either: the worker holds "
-               "only this envelope at this point."},
-    {"function": "taskcustody.worker.Worker.run_once",
-     "original": 'outcome = Outcome(False, error="worker interrupted")',
-     "mutated": 'outcome = Outcome(None, error="worker interrupted")',
-     "reason": "Outcome.ok is only ever tested for truth (`if outcome.ok:`); None and False "
-               "take the same path."},
     {"function": "taskcustody.worker.Worker.record", "original": _RECORD,
      "mutated": _RECORD.replace('"EVAL"', '"eval"'), "reason": _CASE},
     {"function": "taskcustody.worker.Worker.record",

@@ -34,7 +34,7 @@ class RedisClock:
         self._client = client
         self._resync = resync
         self._lock = threading.Lock()
-        self._offset = 0.0
+        self._offset: float  # set by the first now(): _synced_at starts as None
         self._synced_at: float | None = None
 
     def _redis_time(self) -> float:

@@ -20,8 +20,8 @@ class Task:
     raw: bytes = b""
 
     def retried(self) -> Task:
-        bumped = replace(self, attempts=self.attempts + 1, raw=b"")
-        return replace(bumped, raw=encode(bumped))
+        bumped = replace(self, attempts=self.attempts + 1)
+        return replace(bumped, raw=encode(bumped))  # (encode reads every field but raw)
 
 
 def new_task(payload: Any, enqueued_at: float, task_id: str | None = None) -> Task:

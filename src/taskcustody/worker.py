@@ -166,7 +166,7 @@ class Worker:
         try:
             return Outcome(True, self.handler(task.payload))
         except Exception as exc:  # the handler's failure is data, not our crash
-            text = "".join(traceback.format_exception_only(type(exc), exc)).strip()
+            text = "".join(traceback.format_exception_only(exc)).strip()
             return Outcome(False, error=text)
 
     def release(self, task: Task, outcome: Outcome) -> Release:
