@@ -25,48 +25,39 @@ STEPS = int(os.environ.get("VERIFY_STEPS", "40"))
 MIN_EXAMPLES = 50
 
 
-def _examples() -> int:
-    return max(MIN_EXAMPLES, settings.default.max_examples)
-
-
-def test_the_implementation_conforms_to_the_model(backend: Backend) -> None:
+def _run(backend: Backend, faults: tuple[str, ...], *, prefetching: bool = False) -> RunStats:
+    """One run of the machine; then the checks that it did what it claims: examples ran, faults
+    of every kind in `faults` fired, tasks committed, none was lost or duplicated."""
     stats = RunStats()
-    machine = build_machine(backend.client, real_redis=backend.real, stats=stats)
+    machine = build_machine(backend.client, real_redis=backend.real, stats=stats,
+                            prefetching=prefetching)
     # Derandomized unless asked otherwise: the fault-coverage assertions below must not depend on
     # the luck of one random run (the deep profile explores at random, with many more examples).
     random = os.environ.get("HYPOTHESIS_PROFILE") == "deep" or bool(os.environ.get("VERIFY_RANDOM"))
+    examples = max(MIN_EXAMPLES, settings.default.max_examples)
     # (no_local_constants: the same run however pytest collected it)
     with no_local_constants():
         run_state_machine_as_test(
             machine, settings=settings(stateful_step_count=STEPS, derandomize=not random,
-                                      max_examples=_examples())
+                                      max_examples=examples)
         )
-    # The run did what it claims: examples ran, faults of every kind fired, tasks committed.
     assert stats.examples > 0 and stats.steps > 0
-    for kind in ("dropped-reply:take", "dropped-reply:release", "crash_worker", "crash_server",
-                 "stall_server"):
+    for kind in faults:
         assert stats.faults[kind] > 0, f"no {kind} fault in {stats.examples} examples"
-    # ... and stalled workers stepped in the middle of drains of their lists
-    assert stats.steps_during_drains > 0
     assert stats.tallies["committed"] > 0
     assert stats.tallies["lost"] == 0 and stats.tallies["duplicated"] == 0
+    return stats
+
+
+def test_the_implementation_conforms_to_the_model(backend: Backend) -> None:
+    stats = _run(backend, ("dropped-reply:take", "dropped-reply:release", "crash_worker",
+                           "crash_server", "stall_server"))
+    # ... and stalled workers stepped in the middle of drains of their lists
+    assert stats.steps_during_drains > 0
 
 
 def test_the_prefetching_worker_conforms_to_the_model(backend: Backend) -> None:
     """The same machine, with pipelined takes and releases by a process's workers (the
     prefetching worker) among its rules, and replies lost at any slot of a pipeline."""
-    stats = RunStats()
-    machine = build_machine(backend.client, real_redis=backend.real, stats=stats,
-                            prefetching=True)
-    random = os.environ.get("HYPOTHESIS_PROFILE") == "deep" or bool(os.environ.get("VERIFY_RANDOM"))
-    with no_local_constants():
-        run_state_machine_as_test(
-            machine, settings=settings(stateful_step_count=STEPS, derandomize=not random,
-                                      max_examples=_examples())
-        )
-    assert stats.examples > 0 and stats.steps > 0
-    for kind in ("dropped-reply:prefetching-take", "dropped-reply:prefetching-release",
-                 "crash_worker", "stall_server"):
-        assert stats.faults[kind] > 0, f"no {kind} fault in {stats.examples} examples"
-    assert stats.tallies["committed"] > 0
-    assert stats.tallies["lost"] == 0 and stats.tallies["duplicated"] == 0
+    _run(backend, ("dropped-reply:prefetching-take", "dropped-reply:prefetching-release",
+                   "crash_worker", "stall_server"), prefetching=True)

@@ -26,20 +26,19 @@ from .harness import Harness, Mismatch, StepRecord, actor_of
 
 def takers(h: Harness, s: int, i: int) -> list[int]:
     """The workers of process (s, i) that may take now: idle, and the model enables their take."""
-    enabled = set(h.enabled())
-    slot = h.procs[s][i]
-    return [w for w, ws in enumerate(slot.workers)
-            if ws.worker is not None and ws.phase() == IDLE
-            and Action("take", s, i, w) in enabled]
+    return _workers_in(h, s, i, IDLE, "take")
 
 
 def holders(h: Harness, s: int, i: int) -> list[int]:
     """The workers of process (s, i) holding a recorded task the model lets them release."""
+    return _workers_in(h, s, i, RECORDED, "release")
+
+
+def _workers_in(h: Harness, s: int, i: int, phase: int, step: str) -> list[int]:
     enabled = set(h.enabled())
-    slot = h.procs[s][i]
-    return [w for w, ws in enumerate(slot.workers)
-            if ws.worker is not None and ws.phase() == RECORDED
-            and Action("release", s, i, w) in enabled]
+    return [w for w, ws in enumerate(h.procs[s][i].workers)
+            if ws.worker is not None and ws.phase() == phase
+            and Action(step, s, i, w) in enabled]
 
 
 def lost_positions(h: Harness, slots: int) -> list[int]:
