@@ -17,6 +17,9 @@ _CASE = ("Redis command names and keywords are case-insensitive (real Redis and 
 _NOT_FORCE = ("DRAIN_CHUNK treats every mode other than 'force' as dead-only "
               "(`ARGV[4] ~= 'force'`), so any other spelling is the same mode.")
 
+_INCARNATION = ("the incarnation comes from INCR on a counter that is never written otherwise, "
+                "so it is >= 1; CLAIM returns -1 exactly when it refuses.")
+
 _PROBE = 'client.lmove(probe, probe, "RIGHT", "LEFT")'
 _ROTATE = ("the probe only asks whether LMOVE exists: redis-py fills in a missing direction "
            "(LEFT, then RIGHT), and a rotation of the probe key onto itself in any valid "
@@ -123,6 +126,13 @@ EQUIVALENTS: list[dict[str, str]] = [
     {"function": "taskcustody.connection.connect_fake", "original": _FAKE_CLIENT,
      "mutated": _FAKE_CLIENT.replace("retry=no_retry()", ""), "reason": _FAKE_RETRY},
     # -- server.py -----------------------------------------------------------------------------
+    {"function": "taskcustody.server.Server.claim", "original": "if int(incarnation) < 0:",
+     "mutated": "if int(incarnation) <= 0:", "reason": _INCARNATION},
+    {"function": "taskcustody.server.Server.claim", "original": "if int(incarnation) < 0:",
+     "mutated": "if int(incarnation) < 1:", "reason": _INCARNATION},
+    {"function": "taskcustody.server.Server.claim", "original": "self.superseded = False",
+     "mutated": "self.superseded = None",
+     "reason": "superseded is only tested for truth (`if not self.superseded:`)."},
     {"function": "taskcustody.server.Server._background", "original": "waited = 0.0",
      "mutated": "waited = 1.0",
      "reason": "`waited` is only ever compared with `next_sweep`, which starts at 0 and is then "
