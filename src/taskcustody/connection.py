@@ -46,14 +46,6 @@ def connect_fake(server: Any = None) -> redis.Redis:
     return client
 
 
-def own_connection(client: redis.Redis) -> redis.connection.ConnectionInterface:
-    """A connection configured like `client`'s, outside its pool: a worker holds one for its
-    whole life, which would otherwise count against the pool's limit forever."""
-    pool = client.connection_pool
-    conn: redis.connection.ConnectionInterface = pool.connection_class(**pool.connection_kwargs)
-    return conn
-
-
 def is_fakeredis(client: redis.Redis) -> bool:
     module: str = client.connection_pool.connection_class.__module__
     return module.startswith("fakeredis")

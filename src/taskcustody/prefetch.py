@@ -15,18 +15,18 @@ ordinary blocking cycle (BLMOVE), so an idle worker still waits on the server, n
 
 from __future__ import annotations
 
+import hashlib
 import threading
 from typing import Any
 
 import redis
 
 from . import envelope, scripts
-from .connection import own_connection
 from .errors import MalformedTask
 from .worker import Outcome, Release, Worker, run_until_stopped
 
-_TAKE = ("EVALSHA", scripts.TAKE_AND_RECORD_SHA, 3)
-_RELEASE = ("EVALSHA", scripts.RELEASE_SHA)
+_TAKE = ("EVALSHA", hashlib.sha1(scripts.TAKE_AND_RECORD.encode()).hexdigest(), 3)
+_RELEASE = ("EVALSHA", hashlib.sha1(scripts.RELEASE.encode()).hexdigest())
 
 _EVAL = "EVAL"
 _NOT_RUN = Outcome(False, error="worker interrupted")
@@ -52,7 +52,10 @@ class PrefetchingWorker:
         self.owner = self.lead.owner
         self.list_key = self.lead.list_key
         self.settings = self.lead.settings
-        self._conn = own_connection(self.lead.client)
+        pool = self.lead.client.connection_pool
+        self._conn: redis.connection.ConnectionInterface = pool.connection_class(
+            **pool.connection_kwargs
+        )
 
     @property
     def list_keys(self) -> tuple[str, ...]:

@@ -11,14 +11,6 @@ record it is with one string comparison (list keys never contain spaces).
 
 from __future__ import annotations
 
-import hashlib
-
-
-def sha1(script: str) -> str:
-    """The name EVALSHA calls a script by."""
-    return hashlib.sha1(script.encode()).hexdigest()
-
-
 # A list is live iff its server is registered with the list's incarnation. Registration, not the
 # clock: a server whose deadline has passed stays live until a sweep prunes it -- which is why the
 # sweep prunes before it drains (or recovery would lag a whole period behind).
@@ -206,8 +198,3 @@ if redis.call('LLEN', KEYS[1]) == 0 then
 end
 return 0
 """
-
-
-RELEASE_SHA = sha1(RELEASE)
-RECORD_SHA = sha1(RECORD)
-TAKE_AND_RECORD_SHA = sha1(TAKE_AND_RECORD)

@@ -8,6 +8,7 @@ Redis while the handler runs, and the whole cycle costs two round trips (take, r
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 import logging
 import threading
@@ -20,7 +21,7 @@ import redis
 
 from . import envelope, scripts
 from .clock import Clock
-from .connection import is_fakeredis, own_connection
+from .connection import is_fakeredis
 from .envelope import Task
 from .errors import MalformedTask, WrongKeyType
 from .keys import ListOwner, QueueKeys
@@ -62,8 +63,8 @@ def _result_json(result: Any) -> str:
         return json.dumps({"unserialisable_result": repr(result)})
 
 
-_RELEASE_SHA = scripts.RELEASE_SHA
-_RECORD_SHA = scripts.RECORD_SHA
+_RELEASE_SHA = hashlib.sha1(scripts.RELEASE.encode()).hexdigest()
+_RECORD_SHA = hashlib.sha1(scripts.RECORD.encode()).hexdigest()
 
 
 class Worker:
@@ -87,7 +88,12 @@ class Worker:
         # release): it reconciles before its next take. A new worker starts dirty: a restarted
         # worker drains its own list before taking work.
         self.dirty = True
-        self._conn = own_connection(client)
+        # A connection of our own, outside the pool: it is held for the worker's whole life and
+        # would otherwise count against the pool's limit forever.
+        pool = client.connection_pool
+        self._conn: redis.connection.ConnectionInterface = pool.connection_class(
+            **pool.connection_kwargs
+        )
         self._unread_replies = 0
         self._deferred: tuple[Any, ...] = ()
         # fakeredis's BLMOVE does not block and can write None into the destination list (pinned

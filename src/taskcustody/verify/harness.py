@@ -257,7 +257,6 @@ class Harness:
         # Workers release with EVALSHA and fall back to EVAL on NOSCRIPT. Load the script up
         # front, so that a dropped release reply is always the reply of a release that ran.
         self.admin.script_load(scripts.RELEASE)
-        self.admin.script_load(scripts.TAKE_AND_RECORD)  # (the prefetching take's; same reason)
         producer = Producer(self.admin, self.keys, self.clock)
         for t in range(self.bounds.tasks):
             producer.enqueue({"n": t}, task_id=self.task_id(t))

@@ -18,6 +18,7 @@ import redis
 from taskcustody_model.protocol import Action
 from taskcustody_model.state import IDLE, RECORDED
 
+from .. import scripts
 from ..envelope import decode
 from ..prefetch import Batch, PrefetchingWorker
 from .harness import Harness, Mismatch, StepRecord, actor_of
@@ -77,6 +78,9 @@ def prefetching_take(h: Harness, s: int, i: int, lost_at: int | None) -> None:
     if lost_at is not None and queued < len(workers):
         raise ValueError("a lost reply needs a task for every slot")
     pw = _pipelined(h, s, i, workers)
+    # As `PrefetchingWorker.register` does (here, unfaulted): a lost reply must be the reply of a
+    # take that ran, not of a NOSCRIPT answer.
+    h.admin.script_load(scripts.TAKE_AND_RECORD)
     if lost_at is not None:
         h.injector.arm("EVALSHA", connection=pw._conn, skip=lost_at)
     try:
