@@ -41,7 +41,7 @@ def build_state(url: str, rep: int) -> tuple[Any, Any]:
     client = redis.Redis.from_url(url)
     keys = tc.QueueKeys(QUEUE)
     # Wipe the queue's keys (not the unrelated ones) so every repetition starts alike.
-    stale = [k for k in client.smembers(keys.inflight_registry)]
+    stale = [k for k in client.zrange(keys.inflight_registry, 0, -1)]
     client.delete(*keys.all_fixed_keys(), *stale)
     real_now = tc.RedisClock(client).now()
 

@@ -28,7 +28,7 @@ def ids_in(client: redis.Redis, key: str) -> list[str]:
 def all_custody(client: redis.Redis, keys: QueueKeys) -> Counter[str]:
     """Every task id in the queue and in every registered in-flight list, with multiplicity."""
     seen: Counter[str] = Counter(ids_in(client, keys.queue))
-    for list_key in client.smembers(keys.inflight_registry):
+    for list_key in client.zrange(keys.inflight_registry, 0, -1):
         seen.update(ids_in(client, list_key.decode()))
     return seen
 

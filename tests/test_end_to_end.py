@@ -64,7 +64,7 @@ def test_sigkill_mid_run_and_restart_commits_every_task_exactly_once(
         if first.poll() is None:
             first.kill()
     at_kill = committed()
-    inflight_at_kill = sum(admin.llen(k) for k in admin.smembers(keys.inflight_registry))
+    inflight_at_kill = sum(admin.llen(k) for k in admin.zrange(keys.inflight_registry, 0, -1))
     second = _start_server(url)
     try:
         _wait_for(lambda: committed() >= N, "every task to commit")
@@ -84,7 +84,7 @@ def test_sigkill_mid_run_and_restart_commits_every_task_exactly_once(
     assert committed() == N
     assert executions >= N
     assert admin.llen(keys.queue) == 0
-    assert all(admin.llen(k) == 0 for k in admin.smembers(keys.inflight_registry))
+    assert all(admin.llen(k) == 0 for k in admin.zrange(keys.inflight_registry, 0, -1))
     assert admin.hlen(keys.processing) == 0
     # Graceful shutdown deregistered the server and forgot its (empty) lists.
     assert admin.zcard(keys.servers) == 0

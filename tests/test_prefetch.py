@@ -228,7 +228,7 @@ def test_a_server_with_prefetch_runs_until_idle_and_forgets_its_empty_lists(
     assert not done.is_alive()
     assert_all_committed_once(client, keys, ids)
     # 2 threads x 4 slots registered, and all forgotten at a clean shutdown.
-    assert client.scard(keys.inflight_registry) == 0
+    assert client.zcard(keys.inflight_registry) == 0
 
 
 def test_a_wrong_type_in_one_slots_list_is_refused_after_the_others_are_handled(

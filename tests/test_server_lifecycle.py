@@ -33,7 +33,7 @@ def test_graceful_stop_finishes_the_current_task_then_deregisters(
     # Not taken after the stop: still pending, in no one's custody.
     assert client.llen(keys.queue) == 1
     assert client.zcard(keys.servers) == 0 and client.hlen(keys.incarnations) == 0
-    assert client.scard(keys.inflight_registry) == 0  # its empty lists were forgotten
+    assert client.zcard(keys.inflight_registry) == 0  # its empty lists were forgotten
     assert second not in commits(client, keys)
 
 

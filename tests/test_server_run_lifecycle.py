@@ -151,7 +151,7 @@ def test_claim_when_free_claims_as_soon_as_the_old_lease_lapses(
     waits = drive_waits(server, clock)
     incarnation = server.claim_when_free(60.0)
     assert waits == [1.25] * 12  # 12 * 1.25 = 15: the lease has lapsed
-    assert incarnation == server.incarnation and incarnation > (old.incarnation or 0)
+    assert incarnation == server.incarnation and incarnation != old.incarnation
     assert int(fake.hget(keys.incarnations, "s1")) == incarnation
 
 
@@ -433,7 +433,7 @@ def started(client: redis.Redis, keys: QueueKeys, workers: int,
 
 
 def registry(client: redis.Redis, keys: QueueKeys) -> set[str]:
-    return {k.decode() for k in client.smembers(keys.inflight_registry)}
+    return {k.decode() for k in client.zrange(keys.inflight_registry, 0, -1)}
 
 
 def test_shutdown_splits_the_grace_period_deregisters_and_forgets_empty_lists(
@@ -466,6 +466,13 @@ def test_shutdown_leaves_a_stuck_workers_list_registered(
 ) -> None:
     client = backend.client()
     server, workers, closed = started(client, keys, 2)
+    # Both took a task (a take registers its list); w0 finished its task, w1 is stuck on its own.
+    Producer(client, keys, ManualClock()).enqueue({"n": 1}, task_id="a")
+    Producer(client, keys, ManualClock()).enqueue({"n": 2}, task_id="b")
+    done = workers[0].take(timeout=0.05)
+    assert done is not None
+    workers[0].release(done, workers[0].execute(done))
+    assert workers[1].take(timeout=0.05) is not None
     threads = [FakeThread("taskcustody-w0"), FakeThread("taskcustody-w1", alive=True)]
     with caplog.at_level(logging.INFO, logger=SERVER_LOG):
         server._shutdown(threads, workers)  # type: ignore[arg-type]

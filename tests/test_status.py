@@ -14,8 +14,10 @@ def test_status_shows_live_workers_and_dead_lists_that_still_hold_tasks(
     clock = ManualClock()
     Producer(client, keys, clock).enqueue_many([1, 2, 3])
     live = make_server(client, keys, "a", clock, workers=2)
-    w0, _ = live.start()
+    w0, w1 = live.start()
     assert w0.take(timeout=0.01)
+    w1.take(timeout=0.01)  # registers w1's list: it shows, though its take finds nothing
+    w1.reconcile()
     dead = make_server(client, keys, "b", clock, workers=2)
     d0, _ = dead.start()
     assert d0.take(timeout=0.01)
@@ -24,7 +26,8 @@ def test_status_shows_live_workers_and_dead_lists_that_still_hold_tasks(
     prune_inactive_servers(client, keys, clock.now())
     snap = queue_status(client, keys, clock.now())
     assert snap.depth == 1
-    # Every worker of a live server, idle ones included; of a dead one only lists holding tasks.
+    # Every registered list of a live server, empty ones included (a list is registered by its
+    # worker's first take); of a dead one only lists holding tasks.
     assert snap.inflight == {
         f"a#{live.incarnation}": {"w0": 1, "w1": 0},
         f"b#{dead.incarnation}": {"w0": 1},

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 from .invariants import check_invariants, check_transition, is_done
 from .protocol import Action, Config, apply, enabled_actions
-from .state import Bounds, State, initial_state
+from .state import Bounds, State
 from .symmetry import canonical, exact_canonical
 from .variants import variant as variant_named
 
@@ -85,7 +85,7 @@ def check(
     start = time.monotonic()
     next_report = start + progress_every
 
-    init = canonical(initial_state(bounds), n_workers)
+    init = canonical(config.initial(), n_workers)
     index: dict[State, int] = {init: 0}
     states: list[State] = [init]
     parent = array("l", [-1])
@@ -225,7 +225,7 @@ def _trace(
         path.append(j)
         j = parent[j]
     path.reverse()
-    init = initial_state(config.bounds)
+    init = config.initial()
     cur = init
     steps: list[Step] = []
     for j in path:

@@ -31,13 +31,20 @@ def _progress(p: Progress) -> None:
               help="processes sharing one server id at once (a stalled one and its successor)")
 @click.option("--drain-steps/--atomic-drains", default=None,
               help="drain one task per step (default: only for unbounded-drain)")
+@click.option("--late-tasks", type=click.IntRange(0, 6), default=0, show_default=True,
+              help="of the tasks, how many the producer enqueues during the run (not at start)")
+@click.option("--redis-faults", is_flag=True,
+              help="Redis's own faults too: redis_wipe (Redis restarts empty)")
+@click.option("--takes-outwait-grace", is_flag=True,
+              help="break the registry GC's assumption: a pending take may outlast the grace")
 @click.option("--variant", default="correct", show_default=True,
               help="design to check; 'list' names them")
 @click.option("--full-trace", is_flag=True, help="print the state after every step")
 @click.option("--no-eventual", is_flag=True, help="skip the eventual-recovery check")
 def model_check(
     tasks: int, servers: int, workers: int, faults: int, processes_per_server: int,
-    drain_steps: bool | None, variant: str, full_trace: bool, no_eventual: bool,
+    drain_steps: bool | None, late_tasks: int, redis_faults: bool, takes_outwait_grace: bool,
+    variant: str, full_trace: bool, no_eventual: bool,
 ) -> None:
     """Exhaustively check the custody protocol model (exit 0: all properties hold within the
     bounds; 1: a counterexample is printed; 2: bad arguments)."""
@@ -48,7 +55,13 @@ def model_check(
         raise click.BadParameter(
             f"unknown variant {variant!r} (known: {', '.join(VARIANTS)})", param_hint="--variant"
         )
-    bounds = Bounds(tasks, servers, workers, faults, processes_per_server, drain_steps)
+    if late_tasks > tasks:
+        raise click.BadParameter("cannot exceed --tasks", param_hint="--late-tasks")
+    bounds = Bounds(
+        tasks, servers, workers, faults, processes_per_server, drain_steps,
+        late_tasks=late_tasks, redis_faults=redis_faults,
+        take_wait_bounded=not takes_outwait_grace,
+    )
     result = check(bounds, variant, progress=_progress, eventual=not no_eventual)
     click.echo(render_stats(result))
     if result.violation is not None:

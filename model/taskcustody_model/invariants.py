@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from .protocol import Action, Config, is_dead, pass_selection
-from .state import CLAIMED, HOLDING, State
+from .protocol import Action, Config, is_dead, is_live, pass_selection
+from .state import CLAIMED, ENQUEUED, HOLDING, WAITING, State
 
 Violation = tuple[str, str]  # (property name, message)
 
@@ -41,11 +41,17 @@ def _in_hands(state: State) -> list[int]:
     ]
 
 
+def _ours(state: State, t: int) -> bool:
+    """Whether task ``t`` is the protocol's to keep: enqueued, and not lost by Redis itself
+    (a task enqueued before a wipe that had not committed is Redis's loss, counted apart)."""
+    return not state.status or state.status[t] == ENQUEUED
+
+
 def no_loss(state: State, config: Config) -> str | None:
     """Every enqueued task that has not committed is somewhere recoverable."""
     count = _places(state, config)
     for t, commits in enumerate(state.committed):
-        if commits == 0 and count[t] == 0:
+        if commits == 0 and count[t] == 0 and _ours(state, t):
             if not config.variant.take_into_list and state.records[t] is not None:
                 continue  # BLPOP design: the processing record is its (only) recovery path
             return f"task {t} is lost: not committed, not in the queue, not in any in-flight list"
@@ -82,6 +88,18 @@ def no_double_execution(state: State, config: Config) -> str | None:
     return None
 
 
+def registered_custody(state: State, config: Config) -> str | None:
+    """Every in-flight list that holds a task is in the registry: recovery finds lists only
+    there, so a task in an unregistered list is stranded once its holder dies."""
+    for key, tasks in state.lists:
+        if key not in state.registered:
+            return (
+                f"task {tasks[-1]} is in {_key(key)}, which is not in the registry of in-flight "
+                "lists: no recovery can find it"
+            )
+    return None
+
+
 def bounded_work(state: State, config: Config) -> str | None:
     for procs in state.processes:
         for proc in procs:
@@ -99,6 +117,7 @@ INVARIANTS: dict[str, Callable[[State, Config], str | None]] = {
     "no-duplication": no_duplication,
     "no-double-commit": no_double_commit,
     "no-double-execution": no_double_execution,
+    "registered-custody": registered_custody,
     "bounded-work": bounded_work,
 }
 
@@ -141,11 +160,16 @@ def check_transition(before: State, action: Action, config: Config) -> Violation
 
 
 def is_done(state: State) -> bool:
-    """Recovery has finished: every task committed exactly once; queue, in-flight lists and
-    processing records empty; the server registry lists only live servers."""
-    if state.queue or state.lists or any(c != 1 for c in state.committed):
+    """Recovery has finished: every task enqueued (and not lost by Redis itself) committed
+    exactly once; queue, in-flight lists and processing records empty; the server registry lists
+    only live servers, and the registry of in-flight lists only live servers' lists."""
+    if state.queue or state.lists or WAITING in state.status:
+        return False
+    if any(c != (1 if _ours(state, t) else 0) for t, c in enumerate(state.committed)):
         return False
     if any(r is not None for r in state.records):
+        return False
+    if any(not is_live(state.registry, k) for k in state.registered):
         return False
     for s, reg in enumerate(state.registry):
         if reg is not None and (

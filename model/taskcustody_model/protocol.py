@@ -22,9 +22,11 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from .state import (
+    ARMED,
     CLAIMED,
     CRASHED,
     DIRTY,
+    ENQUEUED,
     HOLDING,
     IDLE,
     NO_TASK,
@@ -35,6 +37,8 @@ from .state import (
     SUPERSEDED,
     TAKEN,
     TTL,
+    WAITING,
+    WIPED,
     Bounds,
     Drain,
     ListKey,
@@ -42,6 +46,7 @@ from .state import (
     Registration,
     State,
     Worker,
+    initial_state,
     list_of,
     with_list,
 )
@@ -65,7 +70,7 @@ class Action(NamedTuple):
 
 
 # The protocol's own steps (worker, then server) ...
-WORKER_STEPS = ("take", "record", "release", "reconcile")
+WORKER_STEPS = ("arm", "take", "record", "release", "reconcile")
 SERVER_STEPS = (
     "claim",
     "startup_drain",
@@ -75,10 +80,10 @@ SERVER_STEPS = (
     "requeue_stuck_processing_tasks",
 )
 # ... what the environment does that is not a fault ...
-RECOVERY_STEPS = ("restart_worker", "resume_server", "advance_clock")
-# ... and the faults.
+RECOVERY_STEPS = ("restart_worker", "resume_server", "advance_clock", "enqueue")
+# ... and the faults.  ``redis_wipe``: Redis restarts empty (only with ``Bounds.redis_faults``).
 FAULTS = frozenset(
-    {"dropped_reply", "crash_worker", "crash_server", "stall_server"}
+    {"dropped_reply", "crash_worker", "crash_server", "stall_server", "redis_wipe"}
 )
 
 
@@ -89,6 +94,10 @@ class Config(NamedTuple):
     @property
     def drain_steps(self) -> bool:
         return drains_in_steps(self.bounds, self.variant)
+
+    def initial(self) -> State:
+        """The initial state within these bounds."""
+        return initial_state(self.bounds)
 
 
 def drains_in_steps(bounds: Bounds, variant: Variant) -> bool:
@@ -147,6 +156,7 @@ def fresh_incarnation(state: State, server: int) -> int:
     used.update(proc.inc for proc in state.processes[server])
     used.update(k[1] for k, _ in state.lists if k[0] == server)
     used.update(k[1] for k in state.records if k is not None and k[0] == server)
+    used.update(k[1] for k in state.registered if k[0] == server)
     inc = 0
     while inc in used:
         inc += 1
@@ -166,6 +176,12 @@ def _with_process(state: State, s: int, i: int, proc: Process | None) -> State:
 def _with_worker(state: State, s: int, i: int, w: int, worker: Worker) -> State:
     proc = state.processes[s][i]
     return _with_process(state, s, i, proc._replace(workers=_set(proc.workers, w, worker)))
+
+
+def registered_with(registered: tuple[ListKey, ...], *keys: ListKey) -> tuple[ListKey, ...]:
+    """The registry after ``ZADD``s of ``keys`` (a sorted tuple, so equal sets compare equal)."""
+    new = [k for k in keys if k not in registered]
+    return tuple(sorted((*registered, *new))) if new else registered
 
 
 def _move_to_queue(state: State, key: ListKey, count: int) -> State:
@@ -224,11 +240,15 @@ def enabled_actions(state: State, config: Config) -> list[Action]:
             if proc.phase >= RUNNING:
                 for w, worker in enumerate(proc.workers):
                     ph = worker.phase
-                    if ph == IDLE:
+                    if ph == IDLE or ph == ARMED:
                         if state.queue and proc.phase == RUNNING:
                             add(Action("take", s, i, w))
                             if faults_left:
                                 add(Action("dropped_reply", s, i, w, "take"))
+                        elif ph == IDLE and proc.phase == RUNNING and v.take_into_list:
+                            # The queue is empty: the take pipeline registers the list and its
+                            # BLMOVE blocks until a task arrives.
+                            add(Action("arm", s, i, w))
                     elif ph == TAKEN:
                         # A dropped reply on record changes nothing: the record is written and
                         # the error is ignored (custody is in the list).  Not a separate action.
@@ -261,7 +281,7 @@ def enabled_actions(state: State, config: Config) -> list[Action]:
                     if faults_left and _drain_would_move(state, proc.drains[0], v):
                         add(Action("dropped_reply", s, i, -1, "drain_step"))
                 if proc.phase == RUNNING:
-                    if not proc.drains and _sweep_has_work(state, s, proc, v):
+                    if not proc.drains and _sweep_has_work(state, s, proc, v, config.bounds):
                         add(Action("sweep", s, i))
                         if faults_left and prune(registry) != registry:
                             add(Action("dropped_reply", s, i, -1, "sweep"))
@@ -278,6 +298,10 @@ def enabled_actions(state: State, config: Config) -> list[Action]:
                 add(Action("dropped_reply", s, -1, -1, "claim"))
     if _clock_may_advance(state):
         add(Action("advance_clock"))
+    if WAITING in state.status:
+        add(Action("enqueue"))
+    if faults_left and config.bounds.redis_faults:
+        add(Action("redis_wipe"))
     return out
 
 
@@ -285,9 +309,50 @@ def _drain_would_move(state: State, d: Drain, v: Variant) -> bool:
     return bool(list_of(state, d.key)) and (not v.drain_bounded or d.moved < d.length)
 
 
-def _sweep_has_work(state: State, s: int, proc: Process, v: Variant) -> bool:
+def _sweep_has_work(state: State, s: int, proc: Process, v: Variant, bounds: Bounds) -> bool:
     registry = state.registry
-    return prune(registry) != registry or bool(_sweep_selection(state, s, proc, v))
+    return (
+        prune(registry) != registry
+        or bool(_sweep_selection(state, s, proc, v))
+        or bool(collectable(state, s, proc, prune(registry), v, bounds))
+    )
+
+
+def collectable(
+    state: State,
+    s: int,
+    proc: Process,
+    registry: tuple[Registration | None, ...],
+    v: Variant,
+    bounds: Bounds,
+) -> tuple[ListKey, ...]:
+    """The registered lists that a sweep of process ``proc`` of server ``s`` forgets (given the
+    pruned registry): empty, not its own, their owner not live, and (the design) no take into
+    them still pending.
+
+    The implementation cannot see a pending take; it sees the registration's age.  A take's
+    pipeline registers the list (ZADD, score = now) and sends its BLMOVE in the same write, and
+    Redis serves or times out a BLMOVE within the block timeout, which the grace exceeds.  So a
+    registration older than the grace has no pending take behind it: that is the assumption
+    ``Bounds.take_wait_bounded`` (the model's clock has no seconds, so it says it directly).
+    Without it, or with a collection that forgets an empty dead list at once (design 9), a pending
+    take can fill a list that recovery no longer knows.
+    """
+    held = {k for k, _ in state.lists}
+    spare_pending = v.gc_waits_for_pending_takes and bounds.take_wait_bounded
+    return tuple(
+        k
+        for k in state.registered
+        if k not in held
+        and k[:2] != (s, proc.inc)
+        and not is_live(registry, k)
+        and not (spare_pending and _take_pending(state, k))
+    )
+
+
+def _take_pending(state: State, key: ListKey) -> bool:
+    s, inc, w = key
+    return any(p.inc == inc and p.workers[w].phase == ARMED for p in state.processes[s])
 
 
 def _sweep_selection(state: State, s: int, proc: Process, v: Variant) -> tuple[Drain, ...]:
@@ -366,13 +431,27 @@ def apply(state: State, action: Action, config: Config) -> State:
     else:
         lost = False
 
+    if name == "arm":
+        # The take pipeline: ZADD registry <now> own-list, then BLMOVE, which blocks (the queue
+        # is empty).  Redis serves it as soon as a task arrives: that is the ``take``.
+        proc = state.processes[s][i]
+        key = (s, proc.inc, w)
+        if v.registry_heals:
+            state = state._replace(registered=registered_with(state.registered, key))
+        return _with_worker(state, s, i, w, Worker(ARMED))
+
     if name == "take":
         proc = state.processes[s][i]
         t = state.queue[-1]
         state = state._replace(queue=state.queue[:-1])
         if v.take_into_list:
-            # BLMOVE queue own-list RIGHT LEFT: taking and recording who took it is one step.
+            # The take pipeline: ZADD registry <now> own-list (so that no task can enter a list
+            # recovery does not know, even after Redis lost the registry), then BLMOVE queue
+            # own-list RIGHT LEFT: taking and recording who took it is one step.  A pending take
+            # (ARMED) registered when it was sent.
             key = (s, proc.inc, w)
+            if v.registry_heals and proc.workers[w].phase != ARMED:
+                state = state._replace(registered=registered_with(state.registered, key))
             state = state._replace(lists=with_list(state.lists, key, (t, *list_of(state, key))))
             # Reply lost: the task is in our list, but we do not know it: reconcile before the
             # next take (a retried BLMOVE would take a second task and strand the first).
@@ -446,25 +525,42 @@ def apply(state: State, action: Action, config: Config) -> State:
         proc = state.processes[s][i]
         reg = state.registry[s]
         if reg is None or reg.inc == proc.inc:
-            # Ours, or nobody's (we were pruned while stalled): (re)register.
+            # Ours, or nobody's (we were pruned while stalled, or Redis lost the registry):
+            # (re)register; a registration found gone also re-registers our lists.
+            if reg is None and v.registry_heals:
+                state = state._replace(
+                    registered=registered_with(
+                        state.registered,
+                        *((s, proc.inc, w) for w in range(len(proc.workers))),
+                    )
+                )
             return state._replace(
                 registry=_set(state.registry, s, Registration(proc.inc, TTL))
             )
         # Superseded by a newer incarnation of our id: stop taking, finish, exit.
         workers = tuple(
-            Worker(STOPPED) if wk.phase in (IDLE, DIRTY) or proc.phase < RUNNING else wk
+            Worker(STOPPED) if wk.phase in (IDLE, DIRTY, ARMED) or proc.phase < RUNNING else wk
             for wk in proc.workers
         )
         proc = proc._replace(phase=SUPERSEDED, drains=(), workers=workers)
         return _settle(_with_process(state, s, i, proc))
 
     if name == "claim":
-        # Refused while the id is registered; else a new incarnation takes the id.
+        # Refused while the id is registered; else a new incarnation takes the id, and (in the
+        # same script) its lists are registered: before any of them can hold a task, and so
+        # that a status shows idle workers too.  (The old design registered only here; the
+        # design registers again with every take.)
         inc = fresh_incarnation(state, s)
-        state = state._replace(registry=_set(state.registry, s, Registration(inc, TTL)))
+        state = state._replace(
+            registry=_set(state.registry, s, Registration(inc, TTL)),
+            registered=registered_with(
+                state.registered, *((s, inc, w) for w in range(config.bounds.workers))
+            ),
+        )
         if lost:
             # The claim ran but its reply was lost: the process gives up; the registration
-            # stays behind with nobody heart-beating it, and expires.
+            # stays behind with nobody heart-beating it, and expires (and its lists, empty, are
+            # collected).
             return state
         workers = tuple(Worker(IDLE) for _ in range(config.bounds.workers))
         proc = Process(inc, False, CLAIMED, (), workers)
@@ -488,6 +584,15 @@ def apply(state: State, action: Action, config: Config) -> State:
         state = state._replace(registry=prune(state.registry))
         if lost:
             drains = ()  # the prune ran; its reply was lost; the pass is abandoned
+        else:
+            # The garbage collection of the registry (one atomic check-and-ZREM per batch of
+            # lists; when in the pass it runs does not matter, since each list is re-checked in
+            # the step that forgets it).
+            garbage = collectable(state, s, proc, state.registry, v, config.bounds)
+            if garbage:
+                state = state._replace(
+                    registered=tuple(k for k in state.registered if k not in garbage)
+                )
         return _finish_pass(_with_process(state, s, i, proc._replace(drains=drains)), s, i, config)
 
     if name == "drain_step":
@@ -537,6 +642,51 @@ def apply(state: State, action: Action, config: Config) -> State:
     if name == "resume_server":
         proc = state.processes[s][i]
         return _with_process(state, s, i, proc._replace(stalled=False))
+
+    if name == "enqueue":
+        # The producer's LPUSH of the next task that was not enqueued yet.
+        t = state.status.index(WAITING)
+        return state._replace(queue=(t, *state.queue), status=_set(state.status, t, ENQUEUED))
+
+    if name == "redis_wipe":
+        # Redis restarts empty: queue, in-flight lists, both registries, processing records,
+        # counters and scripts are gone, and every client connection breaks.  Tasks that were
+        # enqueued and not committed are Redis's loss (``WIPED``), counted apart.  Every running
+        # worker finds its connection broken: its next command fails, so it is dirty and
+        # reconciles before it takes again; a worker that held a task holds one Redis no longer
+        # has, and whatever its release does finds no custody and commits nothing (a superseded
+        # process's workers just stop).  Processes keep running; their next heartbeat registers
+        # them again, with their lists.
+        status = tuple(
+            WIPED if st == ENQUEUED and state.committed[t] == 0 else st
+            for t, st in enumerate(state.status)
+        )
+        processes = tuple(
+            tuple(
+                p._replace(
+                    drains=(),
+                    phase=CLAIMED if p.phase == STARTING else p.phase,
+                    workers=tuple(
+                        wk
+                        if wk.phase in (CRASHED, STOPPED) or p.phase < RUNNING  # not started
+                        else Worker(STOPPED if p.phase == SUPERSEDED else DIRTY)
+                        for wk in p.workers
+                    ),
+                )
+                for p in procs
+            )
+            for procs in state.processes
+        )
+        return _settle(state._replace(
+            queue=(),
+            lists=(),
+            records=(None,) * len(state.records),
+            registry=(None,) * len(state.registry),
+            registered=(),
+            processes=processes,
+            status=status,
+            stalled_ever=True,  # every live server looks dead until its next heartbeat
+        ))
 
     if name == "advance_clock":
         return state._replace(

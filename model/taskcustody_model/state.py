@@ -29,8 +29,11 @@ TAKEN = 2  # knows its task (the take's reply arrived); next: record
 RECORDED = 3  # processing record written; next: execute and release
 CRASHED = 4  # stopped between two commands; no ``finally`` ran; the supervisor may restart it
 STOPPED = 5  # its process was superseded and it finished: it will never run again
+#: its take is pending in Redis: the take pipeline registered the list (ZADD to the registry) and
+#: sent BLMOVE, which blocks on an empty queue; Redis serves it when a task arrives (``take``)
+ARMED = 6
 
-PHASE_NAMES = ("idle", "dirty", "taken", "recorded", "crashed", "stopped")
+PHASE_NAMES = ("idle", "dirty", "taken", "recorded", "crashed", "stopped", "armed")
 HOLDING = (TAKEN, RECORDED)
 
 # --- process phases ------------------------------------------------------------------------------
@@ -42,6 +45,13 @@ SUPERSEDED = 3  # a heartbeat found a newer incarnation: stop taking, finish, ex
 PROCESS_PHASE_NAMES = ("claimed", "starting", "running", "superseded")
 
 NO_TASK = -1
+
+# --- what happened to a task, outside Redis (ghost records: what the producer and the handlers saw)
+ENQUEUED = 0  # the producer's LPUSH succeeded
+WAITING = 1  # not yet enqueued (``Bounds.late_tasks``): the ``enqueue`` action pushes it
+WIPED = 2  # Redis lost it (a ``redis_wipe`` while it was neither committed nor waiting): not ours
+
+TASK_STATUS_NAMES = ("enqueued", "waiting", "wiped")
 
 #: An in-flight list key: (server id, incarnation, worker index), inflight:<server>:<inc>:<worker>
 ListKey = tuple[int, int, int]
@@ -85,9 +95,7 @@ class State(NamedTuple):
     #: the queue; the right end (index -1) is taken next (LPUSH by producers, BLMOVE RIGHT).
     queue: tuple[int, ...]
     #: the non-empty in-flight lists, sorted by key; each list's right end is its oldest task.
-    #: (The registry set of in-flight lists is not stored: every list is registered before its
-    #: first take and sweeps never shrink the registry, so "registered" = "exists"; an empty list
-    #: that nobody can append to any more changes nothing, so it is dropped.)
+    #: (An empty list is not stored: Redis deletes an empty list, and appending to it recreates it.)
     lists: tuple[tuple[ListKey, tuple[int, ...]], ...]
     #: processing records, per task: the in-flight list it names, or None
     records: tuple[ListKey | None, ...]
@@ -99,9 +107,16 @@ class State(NamedTuple):
     processes: tuple[tuple[Process, ...], ...]
     #: faults injected so far (bounded by ``Bounds.faults``)
     faults: int
-    #: whether a stall ever happened (the stronger no-double-execution property assumes none)
+    #: whether a live server ever looked dead: a stall, or a Redis wipe (which forgets every
+    #: registration until the next heartbeat).  The stronger no-double-execution property
+    #: assumes neither happened.
     stalled_ever: bool
-
+    #: the registry of in-flight lists (sorted): what recovery can find.  A list that holds a task
+    #: and is not in it is stranded once its owner dies (``invariants.registered_custody``).
+    registered: tuple[ListKey, ...] = ()
+    #: per task, ``ENQUEUED``, ``WAITING`` or ``WIPED``: ghost records kept outside Redis, so
+    #: that a task Redis itself lost is counted apart and never as the protocol's loss.
+    status: tuple[int, ...] = ()
 
 class Bounds(NamedTuple):
     tasks: int = 3
@@ -114,6 +129,17 @@ class Bounds(NamedTuple):
     #: of draining a whole pass in one step.  None: per step only where it matters, i.e. for a
     #: variant whose drain is unbounded (see ``protocol.drains_in_steps``).
     drain_steps: bool | None = None
+    #: the last ``late_tasks`` tasks are not enqueued at the start: the ``enqueue`` action pushes
+    #: them, one at a time, at any moment (so work arrives after a Redis wipe, or while a take is
+    #: pending on an empty queue).
+    late_tasks: int = 0
+    #: Redis's own faults: ``redis_wipe`` (Redis restarts empty) is among the faults.
+    redis_faults: bool = False
+    #: the assumption the registry's garbage collection rests on: a take's BLMOVE is served or
+    #: times out within ``registry_grace`` of the registration sent in the same pipeline (Redis
+    #: enforces the block timeout; the grace exceeds it).  False: a take can stay pending past the
+    #: grace, so a collection can remove the list before the take fills it.
+    take_wait_bounded: bool = True
 
 
 def list_of(state: State, key: ListKey) -> tuple[int, ...]:
@@ -135,13 +161,14 @@ def with_list(
 
 
 def initial_state(bounds: Bounds) -> State:
-    """All tasks enqueued (the producer is not modelled as an action: enqueue order only
-    permutes task names), every server claimed as incarnation 0, registered, its startup drain
-    done (there was nothing to drain) and its workers idle."""
+    """All tasks but the late ones enqueued (enqueue order only permutes task names), every server
+    claimed as incarnation 0 (which registered its workers' lists), registered, its startup
+    drain done (there was nothing to drain) and its workers idle."""
     workers = tuple(Worker(IDLE) for _ in range(bounds.workers))
+    early = bounds.tasks - bounds.late_tasks
     return State(
         # LPUSH 0, then 1, then 2: task 0 sits at the right end and is taken first.
-        queue=tuple(reversed(range(bounds.tasks))),
+        queue=tuple(reversed(range(early))),
         lists=(),
         records=(None,) * bounds.tasks,
         committed=(0,) * bounds.tasks,
@@ -151,4 +178,8 @@ def initial_state(bounds: Bounds) -> State:
         ),
         faults=0,
         stalled_ever=False,
+        registered=tuple(
+            (s, 0, w) for s in range(bounds.servers) for w in range(bounds.workers)
+        ),
+        status=(ENQUEUED,) * early + (WAITING,) * bounds.late_tasks,
     )

@@ -18,6 +18,7 @@ from .state import Drain, ListKey, Process, Registration, State, Worker
 def canonical(state: State, n_workers: int) -> State:
     n_servers = len(state.registry)
     lists = dict(state.lists)
+    registered = set(state.registered)
     recs: dict[ListKey, list[int]] = {}
     for t, key in enumerate(state.records):
         if key is not None:
@@ -36,6 +37,7 @@ def canonical(state: State, n_workers: int) -> State:
                 order.append(proc.inc)
         rest = {k[1] for k in lists if k[0] == s}
         rest.update(k[1] for k in recs if k[0] == s)
+        rest.update(k[1] for k in registered if k[0] == s)
         for procs in state.processes:
             for proc in procs:
                 rest.update(d.key[1] for d in proc.drains if d.key[0] == s)
@@ -58,6 +60,7 @@ def canonical(state: State, n_workers: int) -> State:
                     holder.workers[w] if holder is not None else (),
                     lists.get(key, ()),
                     tuple(recs.get(key, ())),
+                    key in registered,
                 )
 
             perm = sorted(range(n_workers), key=sig)
@@ -89,6 +92,7 @@ def canonical(state: State, n_workers: int) -> State:
             ),
             sorted((rekey_local(k), tasks) for k, tasks in lists.items() if k[0] == s),
             sorted((rekey_local(k), tuple(ts)) for k, ts in recs.items() if k[0] == s),
+            sorted(rekey_local(k) for k in registered if k[0] == s),
         )
 
     server_order = sorted(range(n_servers), key=server_sig)
@@ -130,17 +134,20 @@ def canonical(state: State, n_workers: int) -> State:
                 if wk.task >= 0:
                     name.setdefault(wk.task, len(name))
     n_tasks = len(state.committed)
+    status = state.status or (0,) * n_tasks
     if len(name) < n_tasks:
         for t in sorted(
             (t for t in range(n_tasks) if t not in name),
-            key=lambda t: (records[t] is None, records[t] or (), state.committed[t]),
+            key=lambda t: (records[t] is None, records[t] or (), state.committed[t], status[t]),
         ):
             name[t] = len(name)
     new_records: list[ListKey | None] = [None] * n_tasks
     committed = [0] * n_tasks
+    new_status = [0] * n_tasks
     for t in range(n_tasks):
         new_records[name[t]] = records[t]
         committed[name[t]] = state.committed[t]
+        new_status[name[t]] = status[t]
     return State(
         queue=tuple(name[t] for t in state.queue),
         lists=tuple((k, tuple(name[t] for t in tasks)) for k, tasks in lists_),
@@ -161,6 +168,8 @@ def canonical(state: State, n_workers: int) -> State:
         ),
         faults=state.faults,
         stalled_ever=state.stalled_ever,
+        registered=tuple(sorted(rekey(k) for k in state.registered)),
+        status=tuple(new_status) if state.status else (),
     )
 
 
@@ -203,9 +212,12 @@ def rename(
         processes[servers[s]] = tuple(procs)
     records: list[ListKey | None] = [None] * len(state.records)
     committed = [0] * len(state.committed)
+    status = [0] * len(state.status)
     for t, k in enumerate(state.records):
         records[tasks[t]] = None if k is None else key(k)
         committed[tasks[t]] = state.committed[t]
+        if state.status:
+            status[tasks[t]] = state.status[t]
     return State(
         queue=tuple(tasks[t] for t in state.queue),
         lists=tuple(sorted((key(k), tuple(tasks[t] for t in ts)) for k, ts in state.lists)),
@@ -215,6 +227,8 @@ def rename(
         processes=tuple(processes),
         faults=state.faults,
         stalled_ever=state.stalled_ever,
+        registered=tuple(sorted(key(k) for k in state.registered)),
+        status=tuple(status),
     )
 
 
@@ -233,6 +247,7 @@ def exact_canonical(state: State, n_workers: int) -> State:
         found.update(p.inc for p in state.processes[s])
         found.update(k[1] for k, _ in state.lists if k[0] == s)
         found.update(k[1] for k in state.records if k is not None and k[0] == s)
+        found.update(k[1] for k in state.registered if k[0] == s)
         for procs in state.processes:
             for p in procs:
                 found.update(d.key[1] for d in p.drains if d.key[0] == s)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from .checker import CheckResult, Trace
 from .protocol import Action
-from .state import HOLDING, PHASE_NAMES, PROCESS_PHASE_NAMES, State
+from .state import HOLDING, PHASE_NAMES, PROCESS_PHASE_NAMES, TASK_STATUS_NAMES, State
 
 
 def describe_action(action: Action, before: State) -> str:
@@ -21,6 +21,8 @@ def describe_action(action: Action, before: State) -> str:
         what = f"{action.command}, reply lost [fault]"
     elif action.is_fault:
         what = f"{action.name} [fault]"
+    elif action.name == "enqueue":
+        what = f"producer: enqueue task {before.status.index(1)}"
     else:
         what = action.name
     return who + what
@@ -43,11 +45,20 @@ def describe_state(state: State, indent: str = "    ") -> str:
         or "-"
     )
     committed = " ".join(f"{t}:{c}" for t, c in enumerate(state.committed))
+    registered = (
+        ", ".join(f"inflight:{k[0]}:{k[1]}:{k[2]}" for k in state.registered) or "-"
+    )
     lines = [
         f"queue (next on the right): [{queue}]   committed: {committed}",
         f"in-flight: {lists}",
+        f"registry of in-flight lists: {registered}",
         f"processing: {records}",
     ]
+    apart = [
+        f"{t}: {TASK_STATUS_NAMES[st]}" for t, st in enumerate(state.status) if st != 0
+    ]
+    if apart:
+        lines.append("tasks not enqueued, or lost by Redis: " + ", ".join(apart))
     for s, procs in enumerate(state.processes):
         reg = state.registry[s]
         regs = (
@@ -105,7 +116,11 @@ def render_stats(result: CheckResult) -> str:
     b = result.bounds
     return (
         f"variant {result.variant}: tasks={b.tasks} servers={b.servers} workers={b.workers} "
-        f"faults={b.faults}\n"
+        f"faults={b.faults} processes-per-server={b.processes_per_server}"
+        + (f" late-tasks={b.late_tasks}" if b.late_tasks else "")
+        + (" redis-faults" if b.redis_faults else "")
+        + ("" if b.take_wait_bounded else " takes-may-outwait-the-grace")
+        + "\n"
         f"{result.states_generated} states generated, {result.distinct_states} distinct states "
         f"found, depth {result.depth}, {result.seconds:.1f}s "
         f"({result.states_per_second:.0f} distinct states/s)"

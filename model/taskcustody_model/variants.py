@@ -1,4 +1,4 @@
-"""The correct design and the seven broken ones of ``protocol.md``, as parameters of one model."""
+"""The correct design and the broken ones of ``docs/protocol.md``, as parameters of one model."""
 
 from __future__ import annotations
 
@@ -23,6 +23,15 @@ class Variant(NamedTuple):
     drain_bounded: bool = True
     #: the sweep prunes expired servers before it decides which lists are dead.
     prune_before_drain: bool = True
+    #: every take registers its list in the same round trip (and a heartbeat that finds its
+    #: registration gone re-registers the process's lists).  False: lists are registered once,
+    #: when the process starts (the old design), so a Redis wipe or a collection leaves a list
+    #: that later takes fill unregistered.
+    registry_heals: bool = True
+    #: the registry's garbage collection spares a list while a take into it may still be pending
+    #: (its registration is younger than the grace).  False: a dead list is forgotten as soon as
+    #: it is empty.
+    gc_waits_for_pending_takes: bool = True
 
 
 VARIANTS: dict[str, Variant] = {
@@ -64,6 +73,16 @@ VARIANTS: dict[str, Variant] = {
             "drain-before-prune",
             "7. the sweep drains before it prunes on the same pass",
             prune_before_drain=False,
+        ),
+        Variant(
+            "register-once",
+            "8. in-flight lists are registered once, at start, not by every take",
+            registry_heals=False,
+        ),
+        Variant(
+            "gc-when-empty",
+            "9. the sweep forgets a dead in-flight list as soon as it is empty",
+            gc_waits_for_pending_takes=False,
         ),
     )
 }

@@ -51,6 +51,14 @@ class QueueKeys:
 
     @property
     def inflight_registry(self) -> str:
+        """Sorted set: in-flight list key -> time of its last registration (every take registers
+        its list; the sweep forgets dead, empty lists once that time is older than the grace)."""
+        return f"{self.base}:inflight-registry"
+
+    @property
+    def legacy_inflight_registry(self) -> str:
+        """The registry of version 0.1 (a plain set); a starting server moves it into the new
+        one (`recovery.migrate_legacy_registry`), so lists registered by 0.1 stay recoverable."""
         return f"{self.base}:inflight-lists"
 
     @property
@@ -60,10 +68,6 @@ class QueueKeys:
     @property
     def incarnations(self) -> str:
         return f"{self.base}:incarnations"
-
-    @property
-    def incarnation_counter(self) -> str:
-        return f"{self.base}:incarnation-counter"
 
     @property
     def processing(self) -> str:
@@ -106,10 +110,10 @@ class QueueKeys:
         """The keys whose types are fixed, with their expected Redis type (for checks)."""
         return {
             self.queue: "list",
-            self.inflight_registry: "set",
+            self.inflight_registry: "zset",
+            self.legacy_inflight_registry: "set",
             self.servers: "zset",
             self.incarnations: "hash",
-            self.incarnation_counter: "string",
             self.processing: "hash",
             self.dead_letters: "list",
             self.committed: "string",

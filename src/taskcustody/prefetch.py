@@ -25,7 +25,7 @@ from . import envelope, scripts
 from .errors import MalformedTask
 from .worker import Outcome, Release, Worker, run_until_stopped
 
-_TAKE = ("EVALSHA", hashlib.sha1(scripts.TAKE_AND_RECORD.encode()).hexdigest(), 3)
+_TAKE = ("EVALSHA", hashlib.sha1(scripts.TAKE_AND_RECORD.encode()).hexdigest(), 4)
 _RELEASE = ("EVALSHA", hashlib.sha1(scripts.RELEASE.encode()).hexdigest())
 
 _EVAL = "EVAL"
@@ -82,8 +82,10 @@ class PrefetchingWorker:
         after it) is dirty: its task, if the take ran, is debris its reconcile requeues."""
         batch = Batch()
         keys = self.lead.keys
+        now = repr(self.lead.clock.now())
         commands = [
-            (*_TAKE, keys.queue, slot.list_key, keys.processing, slot.record_value())
+            (*_TAKE, keys.queue, slot.list_key, keys.processing, keys.inflight_registry,
+             slot.record_value(), now)
             for slot in self.slots
         ]
         replies, error = self._pipeline(commands, scripts.TAKE_AND_RECORD)

@@ -1,7 +1,10 @@
-"""Recovery: prune dead servers, drain in-flight lists back to the queue, requeue stuck tasks.
+"""Recovery: prune dead servers, drain in-flight lists back to the queue, requeue stuck tasks,
+and forget dead, empty lists so that the registry stays bounded.
 
-In-flight lists are enumerated from the registry set, never by SCAN. Time enters only through
-`prune_inactive_servers`, from the caller's injected clock; liveness is registration.
+In-flight lists are enumerated from the registry, never by SCAN. Time enters only from the
+caller's injected clock (the prune, and the age of a registration); liveness is registration.
+Reads and checks go in batches (`BATCH` lists per round trip), so a pass over a large registry
+costs a round trip per hundred lists, not one per list.
 """
 
 from __future__ import annotations
@@ -13,6 +16,9 @@ import redis
 
 from . import scripts
 from .keys import ListOwner, QueueKeys
+
+#: Lists per round trip when a pass reads lengths or collects garbage.
+BATCH = 100
 
 
 @dataclass(frozen=True)
@@ -26,6 +32,7 @@ class ServerIdentity:
 @dataclass
 class RecoveryReport:
     pruned: list[str] = field(default_factory=list)
+    forgotten_lists: list[str] = field(default_factory=list)
     drained_lists: dict[str, int] = field(default_factory=dict)
     requeued_stuck: int = 0
     stale_records: int = 0
@@ -61,15 +68,17 @@ def drain_inflight(
     *,
     force: bool,
     chunk: int = 100,
+    length: int | None = None,
 ) -> int:
     """Move a list's tasks back to the queue; returns how many moved.
 
-    Bounded by the length read up front: if something keeps appending (a stalled worker still
-    taking into a list judged dead), the drain still ends, after at most that many moves. Without
-    `force`, each chunk re-checks inside its atomic step that the owner is still not live.
+    Bounded by the length read up front (`length`, if the caller read it in a batch): if something
+    keeps appending (a stalled worker still taking into a list judged dead), the drain still ends,
+    after at most that many moves. Without `force`, each chunk re-checks inside its atomic step
+    that the owner is still not live.
     """
     owner = keys.owner_of(list_key)
-    budget = int(client.llen(list_key))
+    budget = int(client.llen(list_key)) if length is None else length
     moved = 0
     while moved < budget:
         step = int(
@@ -101,8 +110,63 @@ def live_owners(client: redis.Redis, keys: QueueKeys) -> set[ServerIdentity]:
     }
 
 
+def registrations(client: redis.Redis, keys: QueueKeys) -> dict[str, float]:
+    """The registry: every registered in-flight list with the time of its last registration."""
+    return {_text(k): float(t) for k, t in client.zrange(keys.inflight_registry, 0, -1,
+                                                         withscores=True)}
+
+
 def registered_lists(client: redis.Redis, keys: QueueKeys) -> list[str]:
-    return sorted(_text(k) for k in client.smembers(keys.inflight_registry))
+    return sorted(registrations(client, keys))
+
+
+def migrate_legacy_registry(client: redis.Redis, keys: QueueKeys, now: float) -> int:
+    """Move the lists of version 0.1's registry (a set) into the registry, in one atomic step;
+    returns how many. A no-op once done."""
+    return int(client.eval(scripts.MIGRATE_LEGACY_REGISTRY, 2, keys.inflight_registry,
+                           keys.legacy_inflight_registry, repr(now)))
+
+
+def lengths(client: redis.Redis, lists: list[str]) -> dict[str, int]:
+    """LLEN of every list, `BATCH` per round trip."""
+    out: dict[str, int] = {}
+    for start in range(0, len(lists), BATCH):
+        batch = lists[start : start + BATCH]
+        pipe = client.pipeline(transaction=False)
+        for k in batch:
+            pipe.llen(k)
+        out.update(zip(batch, (int(n) for n in pipe.execute()), strict=True))
+    return out
+
+
+def forget_dead_empty_lists(
+    client: redis.Redis,
+    keys: QueueKeys,
+    registered: dict[str, float],
+    live: set[ServerIdentity],
+    me: ServerIdentity,
+    cutoff: float,
+) -> list[str]:
+    """The registry's garbage collection: forget every list that is empty, whose owner is not
+    live, and whose last registration is at or before `cutoff` (now - the grace; see
+    `scripts.FORGET_DEAD_EMPTY_LISTS` for why the age makes it safe). Candidates are picked from
+    what the caller read; each is re-checked inside the atomic step that forgets it, `BATCH` per
+    round trip. Never our own lists."""
+    candidates = [
+        k for k, at in sorted(registered.items())
+        if at <= cutoff and _identity(keys.owner_of(k)) not in live | {me}
+    ]
+    forgotten: list[str] = []
+    for start in range(0, len(candidates), BATCH):
+        batch = candidates[start : start + BATCH]
+        owners = [keys.owner_of(k) for k in batch]
+        argv: list[str | int | float] = [repr(cutoff)]
+        for owner in owners:
+            argv += [owner.server_id, owner.incarnation]
+        gone = client.eval(scripts.FORGET_DEAD_EMPTY_LISTS, 3 + len(batch),
+                           keys.inflight_registry, keys.servers, keys.incarnations, *batch, *argv)
+        forgotten.extend(_text(k) for k in gone)
+    return forgotten
 
 
 def _identity(owner: ListOwner) -> ServerIdentity:
@@ -141,30 +205,52 @@ def recover_inflight(
     *,
     include_self: bool,
     chunk: int = 100,
+    registered: dict[str, float] | None = None,
+    live: set[ServerIdentity] | None = None,
 ) -> dict[str, int]:
-    """Drain the lists `lists_to_recover` selects; returns the moves per list.
+    """Drain the lists `lists_to_recover` selects; returns the moves per list. Their lengths are
+    read in batches up front (an empty list costs no drain), and bound each drain.
 
     Startup drains are forced (our id's lists cannot belong to anyone live); the sweep's drains
     re-check inside each atomic step that the owner is still not live."""
-    live = live_owners(client, keys)
+    if live is None:
+        live = live_owners(client, keys)
+    if registered is None:
+        registered = registrations(client, keys)
     drained: dict[str, int] = {}
-    selected = lists_to_recover(keys, registered_lists(client, keys), live, me,
-                                include_self=include_self)
-    for list_key in selected:
-        moved = drain_inflight(client, keys, list_key, force=include_self, chunk=chunk)
+    selected = lists_to_recover(keys, sorted(registered), live, me, include_self=include_self)
+    for list_key, length in lengths(client, selected).items():
+        if length == 0:
+            continue
+        moved = drain_inflight(client, keys, list_key, force=include_self, chunk=chunk,
+                               length=length)
         if moved:
             drained[list_key] = moved
     return drained
 
 
 def sweep(
-    client: redis.Redis, keys: QueueKeys, now: float, me: ServerIdentity, *, chunk: int = 100
+    client: redis.Redis,
+    keys: QueueKeys,
+    now: float,
+    me: ServerIdentity,
+    *,
+    chunk: int = 100,
+    grace: float = 60.0,
 ) -> RecoveryReport:
     """One periodic pass: prune first, so that servers found dead on this pass are drained on
-    this pass, not a whole period later; then drain; then the processing sweep."""
+    this pass, not a whole period later; forget dead lists that are empty and older than the
+    `grace`; then drain; then the processing sweep."""
     report = RecoveryReport()
     report.pruned = prune_inactive_servers(client, keys, now)
-    report.drained_lists = recover_inflight(client, keys, me, include_self=False, chunk=chunk)
+    live = live_owners(client, keys)
+    registered = registrations(client, keys)
+    report.forgotten_lists = forget_dead_empty_lists(client, keys, registered, live, me,
+                                                     now - grace)
+    for k in report.forgotten_lists:
+        del registered[k]
+    report.drained_lists = recover_inflight(client, keys, me, include_self=False, chunk=chunk,
+                                            registered=registered, live=live)
     report.requeued_stuck, report.stale_records = requeue_stuck_processing_tasks(client, keys, me)
     return report
 

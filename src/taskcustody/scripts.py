@@ -68,16 +68,17 @@ end
 return 0
 """
 
-# KEYS: queue, own list, processing
-# ARGV: record value
-# A take that never blocks: the task moves from the queue's take end into our list and its
-# processing record is written, in one atomic step (so no stall can come between them, and no
-# guard is needed: the task is surely ours). Returns {task, id recorded ('' if none)}, or false
+# KEYS: queue, own list, processing, registry of in-flight lists
+# ARGV: record value, now
+# A take that never blocks: our list is registered, the task moves from the queue's take end into
+# it and its processing record is written, in one atomic step (so no stall can come between them,
+# and no guard is needed: the task is surely ours). Returns {task, id recorded ('' if none)}, or false
 # when the queue is empty. A prefetching worker sends several of these in one round trip while the
 # queue is busy. An envelope with no usable id is moved without a record; the worker dead-letters
 # it, and the id returned here (not the worker's own parse) tells its release which record to
 # delete.
 TAKE_AND_RECORD = """
+redis.call('ZADD', KEYS[4], ARGV[2], KEYS[2])
 local raw = redis.call('LMOVE', KEYS[1], KEYS[2], 'RIGHT', 'LEFT')
 if not raw then return false end
 local ok, task = pcall(cjson.decode, raw)
@@ -116,30 +117,38 @@ return moved
 """
 )
 
-# KEYS: servers, incarnations, incarnation counter
-# ARGV: server id, now, deadline
-# Returns {incarnation, deadline}; incarnation -1 when a live process holds the id.
+# KEYS: servers, incarnations, registry of in-flight lists, then the new incarnation's lists
+# ARGV: server id, now, deadline, incarnation (random, drawn by the claimant)
+# Returns {incarnation, deadline}; incarnation -1 when a live process holds the id. A successful
+# claim registers the new incarnation's in-flight lists in the same step (before any of them can
+# hold a task; every take registers its list again, see Worker.take).
+# The incarnation is not a counter kept in Redis: a Redis that restarted empty would count again
+# from 1 and hand a new process the incarnation of a stalled one of the same id that is still
+# running. 62 random bits make that a 1-in-2^62 chance per pair of claims.
 CLAIM = """
 local deadline = redis.call('ZSCORE', KEYS[1], ARGV[1])
 if deadline and tonumber(deadline) > tonumber(ARGV[2]) then
   return {-1, deadline}
 end
-local incarnation = redis.call('INCR', KEYS[3])
-redis.call('HSET', KEYS[2], ARGV[1], incarnation)
+redis.call('HSET', KEYS[2], ARGV[1], ARGV[4])
 redis.call('ZADD', KEYS[1], ARGV[3], ARGV[1])
-return {incarnation, ARGV[3]}
+for i = 4, #KEYS do redis.call('ZADD', KEYS[3], ARGV[2], KEYS[i]) end
+return {ARGV[4], ARGV[3]}
 """
 
-# KEYS: servers, incarnations
-# ARGV: server id, incarnation, deadline
-# 1: registered (again, if a sweep had pruned us while we stalled). 0: a newer incarnation holds
-# the id -- we were judged dead and replaced, and must stop taking.
+# KEYS: servers, incarnations, registry of in-flight lists, then our in-flight lists
+# ARGV: server id, incarnation, deadline, now
+# 1: registered. 2: registered again, our registration was gone (a sweep pruned us while we
+# stalled, or Redis lost its data): our lists are registered again too. 0: a newer incarnation
+# holds the id -- we were judged dead and replaced, and must stop taking.
 HEARTBEAT = """
 local current = redis.call('HGET', KEYS[2], ARGV[1])
 if current and current ~= ARGV[2] then return 0 end
 redis.call('HSET', KEYS[2], ARGV[1], ARGV[2])
 redis.call('ZADD', KEYS[1], ARGV[3], ARGV[1])
-return 1
+if current then return 1 end
+for i = 4, #KEYS do redis.call('ZADD', KEYS[3], ARGV[4], KEYS[i]) end
+return 2
 """
 
 # KEYS: servers, incarnations
@@ -194,7 +203,43 @@ return 2
 # ARGV: none. Deregistering an empty list is safe only when its worker has stopped for good.
 FORGET_EMPTY_LIST = """
 if redis.call('LLEN', KEYS[1]) == 0 then
-  return redis.call('SREM', KEYS[2], KEYS[1])
+  return redis.call('ZREM', KEYS[2], KEYS[1])
 end
 return 0
+"""
+
+# KEYS: registry, servers, incarnations, then up to 100 in-flight lists
+# ARGV: cutoff (now - grace), then per list: owner's server id, owner's incarnation
+# The registry's garbage collection: forgets each list that is empty, whose owner is not live,
+# and whose last registration is not younger than the cutoff -- all re-checked inside this one
+# step. Why the age: a take registers its list (ZADD, score = now) in the same write as its
+# BLMOVE, and Redis serves or times out that BLMOVE within the block timeout, which the grace
+# exceeds. So an older registration has no take pending behind it that could still fill the
+# list; a take sent later registers the list again first. Returns the lists forgotten.
+FORGET_DEAD_EMPTY_LISTS = (
+    _LIVE
+    + """
+local forgotten = {}
+for i = 4, #KEYS do
+  local owner, incarnation = ARGV[2 * (i - 3)], ARGV[2 * (i - 3) + 1]
+  local registered = redis.call('ZSCORE', KEYS[1], KEYS[i])
+  if registered and tonumber(registered) <= tonumber(ARGV[1])
+     and redis.call('LLEN', KEYS[i]) == 0
+     and not is_live(KEYS[2], KEYS[3], owner, incarnation) then
+    redis.call('ZREM', KEYS[1], KEYS[i])
+    forgotten[#forgotten + 1] = KEYS[i]
+  end
+end
+return forgotten
+"""
+)
+
+# KEYS: registry (sorted set), legacy registry (the plain set of version 0.1)
+# ARGV: now
+# Moves every list of the old registry into the new one, in one step.
+MIGRATE_LEGACY_REGISTRY = """
+local lists = redis.call('SMEMBERS', KEYS[2])
+for _, list in ipairs(lists) do redis.call('ZADD', KEYS[1], 'NX', ARGV[1], list) end
+redis.call('DEL', KEYS[2])
+return #lists
 """

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import secrets
 import signal
 import threading
 from types import FrameType
@@ -20,6 +21,12 @@ from .settings import Settings
 from .worker import Handler, Worker
 
 log = logging.getLogger("taskcustody.server")
+
+
+def new_incarnation() -> int:
+    """A fresh incarnation: 62 random bits, unique without anything Redis remembers (a Redis
+    that restarted empty would start a counter again)."""
+    return secrets.randbits(62) | 1
 
 
 class Server:
@@ -59,10 +66,12 @@ class Server:
         """Take the server id exclusively, with a fresh incarnation; refused while a live process
         holds it."""
         now = self.clock.now()
+        candidate = new_incarnation()
+        lists = self.list_keys(candidate)
         incarnation, deadline = self.client.eval(
-            scripts.CLAIM, 3, self.keys.servers, self.keys.incarnations,
-            self.keys.incarnation_counter, self.server_id, repr(now),
-            repr(now + self.settings.server_ttl),
+            scripts.CLAIM, 3 + len(lists), self.keys.servers, self.keys.incarnations,
+            self.keys.inflight_registry, *lists, self.server_id, repr(now),
+            repr(now + self.settings.server_ttl), candidate,
         )
         if int(incarnation) < 0:
             raise ServerIdHeld(
@@ -75,9 +84,14 @@ class Server:
         return self.incarnation
 
     def heartbeat(self) -> None:
+        """Renew our registration. If it was gone (pruned while we stalled, or Redis lost its
+        data), register again, with our in-flight lists; if a newer process holds our id, stop."""
+        now = self.clock.now()
+        lists = self.list_keys()
         ok = self.client.eval(
-            scripts.HEARTBEAT, 2, self.keys.servers, self.keys.incarnations, self.server_id,
-            self.identity.incarnation, repr(self.clock.now() + self.settings.server_ttl),
+            scripts.HEARTBEAT, 3 + len(lists), self.keys.servers, self.keys.incarnations,
+            self.keys.inflight_registry, *lists, self.server_id, self.identity.incarnation,
+            repr(now + self.settings.server_ttl), repr(now),
         )
         if not int(ok):
             self.superseded = True
@@ -101,10 +115,11 @@ class Server:
                                          include_self=True, chunk=self.settings.drain_chunk)
 
     def sweep(self) -> RecoveryReport:
-        """The periodic pass: prune, then drain lists of dead owners (include_self=False), then the
-        processing sweep."""
+        """The periodic pass: prune, forget dead empty lists older than the grace, then drain
+        lists of dead owners (include_self=False), then the processing sweep."""
         return recovery.sweep(self.client, self.keys, self.clock.now(), self.identity,
-                              chunk=self.settings.drain_chunk)
+                              chunk=self.settings.drain_chunk,
+                              grace=self.settings.registry_grace)
 
     def requeue_stuck_processing_tasks(self) -> tuple[int, int]:
         return recovery.requeue_stuck_processing_tasks(self.client, self.keys, self.identity)
@@ -113,6 +128,18 @@ class Server:
 
     def make_worker(self, index: int) -> Worker:
         return self._worker_named(f"w{index}")
+
+    def worker_ids(self) -> list[str]:
+        """The worker ids of our in-flight lists: `w<i>`, or `w<i>p<slot>` when prefetching."""
+        if self.settings.prefetch == 1:
+            return [f"w{i}" for i in range(self.worker_count)]
+        return [f"w{i}p{slot}" for i in range(self.worker_count)
+                for slot in range(self.settings.prefetch)]
+
+    def list_keys(self, incarnation: int | None = None) -> list[str]:
+        """The in-flight lists of our incarnation (or of the one given)."""
+        inc = self.identity.incarnation if incarnation is None else incarnation
+        return [self.keys.inflight(ListOwner(self.server_id, inc, w)) for w in self.worker_ids()]
 
     def _worker_named(self, worker_id: str) -> Worker:
         owner = ListOwner(self.server_id, self.identity.incarnation, worker_id)
@@ -123,8 +150,9 @@ class Server:
         that many slots (each its own in-flight list)."""
         if self.settings.prefetch == 1:
             return self.make_worker(index)
+        prefix = f"w{index}p"
         return PrefetchingWorker(
-            [self._worker_named(f"w{index}p{slot}") for slot in range(self.settings.prefetch)]
+            [self._worker_named(w) for w in self.worker_ids() if w.startswith(prefix)]
         )
 
     def claim_when_free(self, patience: float) -> int:
@@ -144,6 +172,9 @@ class Server:
     def start(self, wait_for_id: float = 0.0) -> list[Worker | PrefetchingWorker]:
         """Check the server, claim the id, drain our debris, register our lists."""
         check_server(self.client, self.keys)
+        migrated = recovery.migrate_legacy_registry(self.client, self.keys, self.clock.now())
+        if migrated:
+            log.info("moved %d in-flight list(s) from the version 0.1 registry", migrated)
         self.claim_when_free(wait_for_id)
         drained = self.startup_drain()
         if drained:

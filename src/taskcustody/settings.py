@@ -25,6 +25,12 @@ class Settings:
     prefetch: int = 1
     # Keep a per-task commit count (for verification; costs one hash field per task).
     track_commits: bool = False
+    # How old a dead, empty in-flight list's last registration must be before a sweep forgets
+    # it. A take registers its list in the same write as its BLMOVE, and Redis serves or times
+    # out that BLMOVE within block_timeout: the grace must exceed it (with room for clock error
+    # between hosts), so that no take can still be pending into a list the sweep forgets.
+    # 0 turns the age check off: only for `verify`, whose takes never wait on an empty queue.
+    registry_grace: float = 60.0
 
     def __post_init__(self) -> None:
         if self.block_timeout <= 0:
@@ -39,6 +45,13 @@ class Settings:
             raise ValueError("prefetch must be >= 1")
         if self.drain_chunk < 1:
             raise ValueError("drain_chunk must be >= 1")
+        if self.registry_grace != 0 and (
+            self.registry_grace <= self.block_timeout + self.socket_timeout_margin
+        ):
+            raise ValueError(
+                "registry_grace must exceed block_timeout + socket_timeout_margin: a take may "
+                "be pending that long"
+            )
 
     @property
     def socket_timeout(self) -> float:

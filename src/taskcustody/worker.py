@@ -96,6 +96,7 @@ class Worker:
         )
         self._unread_replies = 0
         self._deferred: tuple[Any, ...] = ()
+        self._registration_error: redis.ResponseError | None = None
         # fakeredis's BLMOVE does not block and can write None into the destination list (pinned
         # in tests/test_fakeredis_gaps.py); BRPOPLPUSH is the same atomic RIGHT->LEFT move and
         # blocks correctly there. Real Redis always gets BLMOVE.
@@ -104,9 +105,8 @@ class Worker:
     # -- the steps ---------------------------------------------------------------------------
 
     def register(self) -> None:
-        """Record our list in the registry before it can ever hold a task, and load the scripts
-        our own connection calls by hash."""
-        self.client.sadd(self.keys.inflight_registry, self.list_key)
+        """Load the scripts our own connection calls by hash. (The list itself is registered by
+        every take, in the same round trip: see `take`.)"""
         self.client.script_load(scripts.RECORD)
         self.client.script_load(scripts.RELEASE)
 
@@ -119,13 +119,17 @@ class Worker:
         return moved
 
     def take(self, timeout: float | None = None) -> Task | None:
-        """Move the next task from the queue into our in-flight list (one atomic step).
+        """Register our list, then move the next task from the queue into it (one atomic step).
 
-        Returns None when the queue stayed empty for `timeout` seconds, or when what we took was
-        not a task envelope (it is dead-lettered at once)."""
+        The registration (ZADD to the registry, score = now) goes in the same write as the
+        BLMOVE, so it costs no round trip; it makes sure that recovery can find every list that
+        can receive a task, even after Redis lost its data or a sweep forgot the list. Returns
+        None when the queue stayed empty for `timeout` seconds, or when what we took was not a
+        task envelope (it is dead-lettered at once)."""
         block = self.settings.block_timeout if timeout is None else timeout
+        self._registration_error = None
         try:
-            raw = self._call(*self._take_args(block))
+            raw = self._call(*self._take_args(block), first=self.registration())
         except redis.ResponseError as exc:
             self._raise_wrong_type(exc, self.keys.queue, self.list_key)
             raise
@@ -133,6 +137,12 @@ class Worker:
             # The move may have happened with its reply lost: the task would sit in our list.
             self.dirty = True
             raise
+        if self._registration_error is not None:
+            # The move may have put a task into a list recovery cannot find: give it back to the
+            # queue (reconcile) before anything else.
+            self.dirty = True
+            self._raise_wrong_type(self._registration_error, self.keys.inflight_registry)
+            raise self._registration_error
         if raw is None:
             return None
         try:
@@ -141,6 +151,10 @@ class Worker:
             log.warning("dead-lettering a malformed task: %s", exc)
             self._release_raw(raw, "", "dead", self._dead_letter(raw, exc.reason, None))
             return None
+
+    def registration(self) -> tuple[Any, ...] | None:
+        """The command that registers our list, sent in the same write as every take."""
+        return ("ZADD", self.keys.inflight_registry, repr(self.clock.now()), self.list_key)
 
     def _take_args(self, block: float) -> tuple[Any, ...]:
         if self.take_command == "BLMOVE":
@@ -271,8 +285,12 @@ class Worker:
             raise
         self._unread_replies += 1
 
-    def _call(self, *args: Any) -> Any:
-        """Send a command and return its reply, first reading the replies of deferred commands."""
+    def _call(self, *args: Any, first: tuple[Any, ...] | None = None) -> Any:
+        """Send a command and return its reply, first reading the replies of deferred commands.
+        `first` is sent just before it, in the same write (the take's registration); its error,
+        if any, is kept in `_registration_error`."""
+        if first is not None:
+            self._send(*first)
         self._send(*args)
         resend_record = False
         try:
@@ -281,7 +299,10 @@ class Worker:
                 try:
                     self._conn.read_response()
                 except redis.ResponseError as exc:
-                    resend_record = self._deferred_failed(exc)
+                    if first is not None and self._unread_replies == 1:
+                        self._registration_error = exc
+                    else:
+                        resend_record = self._deferred_failed(exc)
             self._unread_replies -= 1
             reply = self._conn.read_response()
         except (redis.ConnectionError, redis.TimeoutError):

@@ -69,6 +69,15 @@ class NoReleaseWorker(Worker):
         return Release(bool(held), int(remaining), "committed")
 
 
+def _collect_garbage(server: Server) -> list[str]:
+    """The sweep's garbage collection of the registry, as the real sweep does it after its prune
+    (a demonstration changes one thing, not this)."""
+    client, keys = server.client, server.keys
+    return recovery.forget_dead_empty_lists(
+        client, keys, recovery.registrations(client, keys), recovery.live_owners(client, keys),
+        server.identity, server.clock.now() - server.settings.registry_grace)
+
+
 class _DemoServer(Server):
     worker_class: type[Worker] = Worker
 
@@ -96,6 +105,7 @@ class SweepDrainsLiveServer(Server):
     def sweep(self) -> RecoveryReport:
         report = RecoveryReport()
         report.pruned = recovery.prune_inactive_servers(self.client, self.keys, self.clock.now())
+        report.forgotten_lists = _collect_garbage(self)
         for key in recovery.registered_lists(self.client, self.keys):
             moved = recovery.drain_inflight(self.client, self.keys, key, force=True,
                                             chunk=self.settings.drain_chunk)
@@ -128,8 +138,9 @@ class ProcessingSweepNoCustodyServer(Server):
 
 
 def _unbounded_drain(client: redis.Redis, keys: QueueKeys, list_key: str, *,
-                     force: bool, chunk: int = 100) -> int:
-    """6. Drains until the list is empty: no end while something keeps appending."""
+                     force: bool, chunk: int = 100, length: int | None = None) -> int:
+    """6. Drains until the list is empty, whatever length was read up front: no end while
+    something keeps appending."""
     owner = keys.owner_of(list_key)
     moved = 0
     while int(client.llen(list_key)) > 0:
@@ -170,6 +181,38 @@ class UnboundedDrainServer(Server):
             return super().startup_drain()
 
 
+class RegisterOnceWorker(Worker):
+    """8. The old design's take: the list was registered once, when the process started, and a
+    take does not register it again."""
+
+    def registration(self) -> tuple[Any, ...] | None:
+        return None
+
+
+class RegisterOnceServer(_DemoServer):
+    """8. ... and a heartbeat that finds its registration gone registers only the server, not
+    its lists: after Redis lost its data, or a sweep forgot a list, takes fill lists that
+    recovery cannot find."""
+
+    worker_class = RegisterOnceWorker
+
+    def list_keys(self, incarnation: int | None = None) -> list[str]:
+        if incarnation is None:  # the heartbeat's lists: none
+            return []
+        return super().list_keys(incarnation)  # the claim's: registered once, as before
+
+
+class GcWhenEmptyServer(Server):
+    """9. The registry's garbage collection forgets a dead list as soon as it is empty, however
+    young its registration (no grace): a take sent before the owner was judged dead can still
+    fill it. The stateful run cannot show this one: its takes never wait on an empty queue (its
+    grace is 0 already, see `harness.VERIFY_SETTINGS`); the model check finds it."""
+
+    def sweep(self) -> RecoveryReport:
+        return recovery.sweep(self.client, self.keys, self.clock.now(), self.identity,
+                              chunk=self.settings.drain_chunk, grace=0.0)
+
+
 class DrainBeforePruneServer(Server):
     """7. The sweep drains before it prunes: a server that expired since the last pass is still
     registered when the drain looks, so its lists wait a whole period longer."""
@@ -180,6 +223,7 @@ class DrainBeforePruneServer(Server):
             self.client, self.keys, self.identity, include_self=False,
             chunk=self.settings.drain_chunk)
         report.pruned = recovery.prune_inactive_servers(self.client, self.keys, self.clock.now())
+        report.forgotten_lists = _collect_garbage(self)
         report.requeued_stuck, report.stale_records = self.requeue_stuck_processing_tasks()
         return report
 
@@ -192,6 +236,8 @@ BROKEN: dict[str, type[Server]] = {
     "processing-sweep-no-custody": ProcessingSweepNoCustodyServer,
     "unbounded-drain": UnboundedDrainServer,
     "drain-before-prune": DrainBeforePruneServer,
+    "register-once": RegisterOnceServer,
+    "gc-when-empty": GcWhenEmptyServer,
 }
 
 

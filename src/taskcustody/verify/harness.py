@@ -56,6 +56,7 @@ from taskcustody_model.state import (
     CLAIMED,
     CRASHED,
     DIRTY,
+    ENQUEUED,
     IDLE,
     RECORDED,
     RUNNING,
@@ -63,6 +64,8 @@ from taskcustody_model.state import (
     SUPERSEDED,
     TAKEN,
     TTL,
+    WAITING,
+    WIPED,
     Bounds,
     ListKey,
     Process,
@@ -99,7 +102,7 @@ TICK = 5.0
 VERIFY_SETTINGS = Settings(
     block_timeout=0.05, socket_timeout_margin=2.0, heartbeat_interval=TICK * 0.8,
     server_ttl=TICK * TTL, sweep_interval=TICK, max_attempts=3, drain_chunk=1,
-    track_commits=True,
+    track_commits=True, registry_grace=0,
 )
 
 
@@ -202,8 +205,12 @@ class Harness:
         settings: Settings = VERIFY_SETTINGS,
         keys: QueueKeys | None = None,
         real_redis: bool = False,
+        flush_scripts: bool = True,
     ) -> None:
         self.bounds = bounds or Bounds(tasks=3, servers=2, workers=2, faults=3)
+        # A Redis wipe flushes the script cache too, unless the server is somebody else's
+        # (`verify --redis-url`): there it only deletes this run's keys.
+        self.flush_scripts = flush_scripts
         # The model drains per move (`drain_step`), whatever its default: `_pass` walks a pass
         # move by move, to drop the k-th move's reply and to interleave worker steps between
         # moves. Between two harness steps no pass is in progress, so nothing else changes.
@@ -226,6 +233,11 @@ class Harness:
         self.recovered = 0  # tasks moved back to the queue by recovery (model-counted)
         self.steps_during_drains = 0  # worker steps interleaved between the moves of a drain
         self.seconds = 0.0
+        # Ghost records, kept outside Redis (a wipe cannot touch them): per task, enqueued /
+        # waiting / wiped, and the commits read back before each wipe.
+        self.status = list(self.state.status)
+        self.commits_before_wipes: Counter[int] = Counter()
+        self.scripts_flushed = False
 
     # -- naming --------------------------------------------------------------------------------
 
@@ -257,15 +269,19 @@ class Harness:
         # Workers release with EVALSHA and fall back to EVAL on NOSCRIPT. Load the script up
         # front, so that a dropped release reply is always the reply of a release that ran.
         self.admin.script_load(scripts.RELEASE)
-        producer = Producer(self.admin, self.keys, self.clock)
-        for t in range(self.bounds.tasks):
-            producer.enqueue({"n": t}, task_id=self.task_id(t))
-            self.enqueued += 1
+        for t, status in enumerate(self.status):
+            if status == ENQUEUED:
+                self._enqueue(t)
         for s in range(self.bounds.servers):
             slot = self._claim(s, expect_model_inc=0)
             slot.server.startup_drain()
             self._start_workers(slot)
         self.check()
+
+    def _enqueue(self, t: int) -> None:
+        Producer(self.admin, self.keys, self.clock).enqueue({"n": t}, task_id=self.task_id(t))
+        self.status[t] = ENQUEUED
+        self.enqueued += 1
 
     def wipe(self) -> None:
         """Delete this run's keys, nothing else (with `--redis-url` the server is the user's)."""
@@ -317,7 +333,7 @@ class Harness:
         """The model's enabled actions, minus the mid-pass ones (`drain_step`: passes run whole
         inside one step; its dropped reply is chosen with the pass, see `step`)."""
         return [a for a in enabled_actions(self.state, self.config)
-                if a.name != "drain_step" and a.command != "drain_step"]
+                if a.name not in ("drain_step", "arm") and a.command != "drain_step"]
 
     def _model(self, action: Action) -> None:
         before = self.state
@@ -389,6 +405,12 @@ class Harness:
             self._model(action)
         elif name == "advance_clock":
             self._advance_clock(action)
+        elif name == "enqueue":
+            self._enqueue(self.status.index(WAITING))
+            self._model(action)
+        elif name == "redis_wipe":
+            self._redis_wipe()
+            self._model(action)
         elif command == "heartbeat":
             self._heartbeat(action, variant)
         elif command == "claim":
@@ -426,6 +448,43 @@ class Harness:
         for slot in beating:
             slot.server.heartbeat()
         self._model(action)
+
+    def _redis_wipe(self) -> None:
+        """Redis restarts empty. On the Redis side: this run's keys deleted (all of Redis is
+        ours on fakeredis and on a throwaway server), the script cache flushed, and every
+        connection of the run closed. On the clients' side, what a broken connection does to
+        each: the harness's workers wait between steps, not inside a command, so it applies the
+        effect their next command would meet -- the worker is dirty (`Worker.take`/`release`
+        mark it so on a connection error), its unread replies are gone, and a task in its hands
+        is one Redis no longer has; a superseded process's workers stop."""
+        commits = self._redis_commits()
+        for t, n in commits.items():
+            self.commits_before_wipes[t] += n
+        for t, status in enumerate(self.status):
+            if status == ENQUEUED and self.commits_before_wipes[t] == 0:
+                self.status[t] = WIPED
+        self.wipe()
+        if self.flush_scripts:
+            self.admin.script_flush()
+            self.scripts_flushed = True
+        for procs in self.procs:
+            for slot in procs:
+                slot.client.connection_pool.disconnect()
+                for ws in slot.workers:
+                    if ws.worker is None or ws.crashed or ws.stopped:
+                        continue
+                    ws.worker.close()
+                    ws.worker._unread_replies = 0
+                    ws.worker.dirty = True
+                    ws.task = ws.outcome = None
+                    ws.stage = IDLE
+                    if slot.server.superseded:
+                        ws.stopped = True
+
+    def _redis_commits(self) -> dict[int, int]:
+        """Commits per task, as Redis's commit log has them now."""
+        return {self.task_index(_text(k)): int(v)
+                for k, v in self.admin.hgetall(self.keys.commit_log).items()}
 
     def _crash_worker(self, ws: WorkerSlot) -> None:
         if ws.worker is not None:
@@ -481,9 +540,11 @@ class Harness:
             assert ws.task is not None
             worker.record(ws.task)
             ws.stage = RECORDED
-            if self.real_redis:
+            if self.real_redis or self.scripts_flushed:
                 # The record's reply is read with the release's; read it now so that what we
-                # read back next is not a race against our own socket.
+                # read back next is not a race against our own socket, and so that a record
+                # refused with NOSCRIPT (the script cache went with a wipe) is sent again as
+                # EVAL now, not with the release.
                 worker.flush()
         elif command == "execute":
             assert ws.task is not None
@@ -602,6 +663,10 @@ class Harness:
         # The model first: it says how many moves the pass makes, so we know where to drop, and
         # which worker steps run after which move: {(real list key, n-th move of it): steps}.
         queue_before = self.state.queue
+        me = self.state.processes[s][i]
+        pruned = _model_protocol.prune(self.state.registry)
+        gc_candidates = [k for k in self.state.registered
+                         if k[:2] != (s, me.inc) and not _model_protocol.is_live(pruned, k)]
         self._model(action)
         self._order_drains(s, i)
         procs = self.state.processes[s]
@@ -634,8 +699,12 @@ class Harness:
                         budget -= len(between)
                         if between:
                             plan[(self._real_key(key), moves_of[key])] = between
-        # Now the implementation.
-        evals_before = 1 if command == "sweep" else 0  # the prune is the sweep's first EVAL
+        # Now the implementation. A sweep's first EVAL is the prune; then, if the registry holds
+        # lists of owners that are not live, one garbage collection per batch of them (the
+        # harness's grace is 0: every registration is old enough); then the drains.
+        evals_before = 0
+        if command == "sweep":
+            evals_before = 1 + -(-len(gc_candidates) // recovery.BATCH)
         if lost:
             self.injector.arm("EVAL", label=slot.label)
         elif abandoned:
@@ -766,7 +835,7 @@ class Harness:
         keys = self.keys
         pipe = self.admin.pipeline(transaction=False)
         pipe.lrange(keys.queue, 0, -1)
-        pipe.smembers(keys.inflight_registry)
+        pipe.zrange(keys.inflight_registry, 0, -1)
         pipe.hgetall(keys.processing)
         pipe.hgetall(keys.commit_log)
         pipe.zrange(keys.servers, 0, -1, withscores=True)
@@ -781,11 +850,9 @@ class Harness:
             return self.task_index(decode(raw if isinstance(raw, bytes) else raw.encode()).id)
 
         queue = tuple(tid(r) for r in queue_raw)
-        registered = {_text(k) for k in registry_raw}
+        registered = tuple(sorted(self._model_key(_text(k)) for k in registry_raw))
         lists: list[tuple[ListKey, tuple[int, ...]]] = []
         for k in sorted(_text(k) for k in list_keys):
-            if k not in registered:
-                raise Mismatch("registry", f"in-flight list {k} exists but is not registered")
             owner = keys.owner_of(k)
             tasks = tuple(tid(r) for r in self.admin.lrange(k, 0, -1))
             if tasks:
@@ -804,6 +871,8 @@ class Harness:
         total = int(self.admin.get(keys.committed) or 0)
         if total != sum(committed):
             raise Mismatch("commits", f"committed counter {total} != commit log {committed}")
+        for t, before in self.commits_before_wipes.items():
+            committed[t] += before
         registry: list[Registration | None] = [None] * self.bounds.servers
         now = self.clock.now()
         zset = {_text(m): float(score) for m, score in servers}
@@ -826,8 +895,13 @@ class Harness:
         return State(
             queue=queue, lists=tuple(lists), records=tuple(records), committed=tuple(committed),
             registry=tuple(registry), processes=processes, faults=self.state.faults,
-            stalled_ever=self.state.stalled_ever,
+            stalled_ever=self.state.stalled_ever, registered=registered,
+            status=tuple(self.status),
         )
+
+    def _model_key(self, real_key: str) -> ListKey:
+        owner = self.keys.owner_of(real_key)
+        return self.list_key((owner.server_id, owner.incarnation, owner.worker_id))
 
     def _observe_proc(self, slot: ProcSlot) -> Process:
         if slot.phase == RUNNING or slot.phase == SUPERSEDED or slot.workers:
@@ -857,7 +931,7 @@ class Harness:
 
     PRIORITY = ("release", "execute", "record", "reconcile", "restart_worker", "resume_server",
                 "heartbeat", "startup_drain", "requeue_stuck_processing_tasks", "sweep", "take",
-                "claim", "advance_clock")
+                "claim", "enqueue", "advance_clock")
 
     def recover(self, limit: int = 2_000) -> int:
         """Faults stop; recovery and workers run until quiescent (the model's `is_done`).
@@ -880,13 +954,16 @@ class Harness:
     def check_eventual(self) -> None:
         """Every task committed exactly once; queue, in-flight lists and records empty."""
         keys = self.keys
-        commits = {_text(k): int(v) for k, v in self.admin.hgetall(keys.commit_log).items()}
-        want = {self.task_id(t): 1 for t in range(self.bounds.tasks)}
-        if commits != want:
-            raise Mismatch("eventual", f"commits per task {commits}, want exactly one each")
+        commits = Counter(self.commits_before_wipes)
+        commits.update(self._redis_commits())
+        want = {t: 0 if st == WIPED else 1 for t, st in enumerate(self.status)}
+        have = {t: commits[t] for t in want}
+        if have != want:
+            raise Mismatch("eventual", f"commits per task {have}, want {want} (exactly one "
+                                       "each, none for a task Redis itself lost)")
         if self.admin.llen(keys.queue):
             raise Mismatch("eventual", "the queue is not empty")
-        for k in self.admin.smembers(keys.inflight_registry):
+        for k in self.admin.zrange(keys.inflight_registry, 0, -1):
             if self.admin.llen(k):
                 raise Mismatch("eventual", f"in-flight list {_text(k)} is not empty")
         if self.admin.hlen(keys.processing):
@@ -905,13 +982,13 @@ class Harness:
 
     def tallies(self) -> dict[str, int]:
         """Jepsen-style counts of this run, read from Redis."""
-        commits = {_text(k): int(v) for k, v in self.admin.hgetall(self.keys.commit_log).items()}
         state = self.observe()
+        commits = dict(enumerate(state.committed))
         places: Counter[int] = Counter(state.queue)
         for _, tasks in state.lists:
             places.update(tasks)
-        lost = sum(1 for t in range(self.bounds.tasks)
-                   if commits.get(self.task_id(t), 0) == 0 and places[t] == 0)
+        ours = [t for t, st in enumerate(self.status) if st == ENQUEUED]
+        lost = sum(1 for t in ours if commits[t] == 0 and places[t] == 0)
         return {
             "enqueued": self.enqueued,
             "committed": sum(1 for v in commits.values() if v >= 1),
@@ -920,11 +997,12 @@ class Harness:
             # (it would run again)
             "duplicated": sum(
                 1 for t in range(self.bounds.tasks)
-                if places[t] > 1 or commits.get(self.task_id(t), 0) > 1
-                or (commits.get(self.task_id(t), 0) >= 1 and places[t] >= 1)
+                if places[t] > 1 or commits[t] > 1 or (commits[t] >= 1 and places[t] >= 1)
             ),
             "double-assigned": _double_assigned(state),
             "recovered": self.recovered,
+            # enqueued, then lost by Redis itself in a wipe: not the protocol's loss
+            "lost-by-redis": sum(1 for st in self.status if st == WIPED),
         }
 
 

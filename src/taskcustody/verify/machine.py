@@ -34,6 +34,16 @@ from .harness import Harness, StepRecord
 
 ClientFactory = Callable[[], redis.Redis]
 
+#: 3 tasks (one of them enqueued during the run), 2 servers x 2 workers, 3 faults, Redis's own
+#: faults (a wipe) among them.
+DEFAULT_BOUNDS = Bounds(tasks=3, servers=2, workers=2, faults=3, late_tasks=1, redis_faults=True)
+#: The prefetching machine's: its pipelines' lost replies need the fault budget more than a wipe.
+PIPELINE_BOUNDS = Bounds(tasks=3, servers=2, workers=2, faults=3)
+
+
+def default_bounds(prefetching: bool) -> Bounds:
+    return PIPELINE_BOUNDS if prefetching else DEFAULT_BOUNDS
+
 
 @dataclass
 class RunStats:
@@ -70,13 +80,14 @@ def build_machine(
     stats: RunStats | None = None,
     keys: QueueKeys | None = None,
     prefetching: bool = False,
+    flush_scripts: bool = True,
 ) -> type[RuleBasedStateMachine]:
     """The machine; with `prefetching`, a subclass that also drives the prefetching worker's
     pipelines (a separate class, so that the plain machine's derandomized runs, which the
     finds-the-bug tests pin, draw exactly as before)."""
     run_stats = stats if stats is not None else RunStats()
     factory = server_factory(implementation)
-    the_bounds = bounds or Bounds(tasks=3, servers=2, workers=2, faults=3)
+    the_bounds = bounds or default_bounds(prefetching)
 
     class CustodyMachine(RuleBasedStateMachine):
         """The model drives the real implementation."""
@@ -86,7 +97,7 @@ def build_machine(
         def __init__(self) -> None:
             super().__init__()
             self.h = Harness(make_client, the_bounds, server_factory=factory,
-                             real_redis=real_redis, keys=keys)
+                             real_redis=real_redis, keys=keys, flush_scripts=flush_scripts)
             self.failed = False
 
         @initialize()
@@ -107,6 +118,10 @@ def build_machine(
                 name == "heartbeat" else 0
             interleave = _drawn_interleaving(data) if name in ("sweep", "startup_drain") \
                 else None
+            self._step(action, drop_at=drop_at, variant=variant, interleave=interleave)
+
+        def _step(self, action: Action, *, drop_at: int = 0, variant: int = 0,
+                  interleave: Callable[[list[Action]], Action | None] | None = None) -> None:
             self.failed = True  # until the step and its check succeed
             self.h.step(action, drop_at=drop_at, variant=variant, interleave=interleave)
             self.failed = False
@@ -134,7 +149,17 @@ def build_machine(
         @precondition(lambda self: self._has("release"))
         @rule(data=st.data())
         def release(self, data: st.DataObject) -> None:
-            self._do(data, "release")
+            # A release's reply is lost only while its worker holds a recorded task, a short
+            # window that the fault rules rarely hit before the fault budget is spent elsewhere;
+            # so a release loses its reply here too, one time in two when the budget allows.
+            options = self._of("release")
+            action = options[data.draw(st.integers(0, len(options) - 1), label="which")]
+            lost = action._replace(name="dropped_reply", command="release")
+            if lost in self.h.enabled() and data.draw(st.booleans(), label="lose"):
+                variant = data.draw(st.integers(0, 5), label="variant")
+                self._step(lost, variant=variant)
+            else:
+                self._step(action)
 
         @precondition(lambda self: self._has("reconcile"))
         @rule(data=st.data())
@@ -173,6 +198,11 @@ def build_machine(
         def requeue_stuck_processing_tasks(self, data: st.DataObject) -> None:
             self._do(data, "requeue_stuck_processing_tasks")
 
+        @precondition(lambda self: self._has("enqueue"))
+        @rule(data=st.data())
+        def enqueue(self, data: st.DataObject) -> None:
+            self._do(data, "enqueue")
+
         @precondition(lambda self: self._has("resume_server"))
         @rule(data=st.data())
         def resume_server(self, data: st.DataObject) -> None:
@@ -192,9 +222,20 @@ def build_machine(
         def dropped_reply_on_take(self, data: st.DataObject) -> None:
             self._do(data, "dropped_reply", "take")
 
-        @precondition(lambda self: self._has("dropped_reply", "release"))
+        @precondition(lambda self: self._has("dropped_reply", "release")
+                      or self._has("dropped_reply", "take"))
         @rule(data=st.data())
         def dropped_reply_on_release(self, data: st.DataObject) -> None:
+            """A release whose reply is lost. Its window (a worker holding a recorded task, with
+            fault budget left) is short, and the other fault rules spend the budget first; so
+            when no worker is in it, a worker that can take first takes and records (checked
+            after each step), then loses its release's reply."""
+            if not self._has("dropped_reply", "release"):
+                take = self._of("take")
+                action = take[data.draw(st.integers(0, len(take) - 1), label="which")]
+                for step in (action, action._replace(name="record")):
+                    self._step(step)
+                    self.h.check()
             self._do(data, "dropped_reply", "release")
 
         @precondition(lambda self: self._has("dropped_reply", "reconcile"))
@@ -210,6 +251,12 @@ def build_machine(
                        if a.command not in ("take", "release", "reconcile")]
             action = options[data.draw(st.integers(0, len(options) - 1), label="which")]
             self._do(data, "dropped_reply", action.command)
+
+        @precondition(lambda self: self._has("redis_wipe"))
+        @rule(data=st.data())
+        def redis_wipe(self, data: st.DataObject) -> None:
+            """Redis restarts empty (see `Harness._redis_wipe`)."""
+            self._do(data, "redis_wipe")
 
         @precondition(lambda self: self._has("crash_worker"))
         @rule(data=st.data())
@@ -268,11 +315,11 @@ def build_machine(
 
         def _pipelined(self, data: st.DataObject, who: Callable[[Harness, int, int], list[int]],
                        step: Callable[[Harness, int, int, int | None], None],
-                       needs_tasks: bool) -> None:
+                       needs_tasks: bool, *, may_lose: bool = True) -> None:
             options = self._pipelines(who)
             s, i = options[data.draw(st.integers(0, len(options) - 1), label="which process")]
             slots = len(who(self.h, s, i))
-            positions = pipelines.lost_positions(self.h, slots)
+            positions = pipelines.lost_positions(self.h, slots) if may_lose else []
             if needs_tasks and len(self.h.state.queue) < slots:
                 positions = []  # see `prefetching_take`
             lost: int | None = None
@@ -288,9 +335,19 @@ def build_machine(
         def prefetching_take(self, data: st.DataObject) -> None:
             self._pipelined(data, pipelines.takers, pipelines.prefetching_take, True)
 
-        @precondition(lambda self: self._pipelines(pipelines.holders))
+        @precondition(lambda self: self._pipelines(pipelines.holders)
+                      or self._pipelines(pipelines.takers))
         @rule(data=st.data())
         def prefetching_release(self, data: st.DataObject) -> None:
+            """A pipelined release. Like a single release, its window (two or more workers of a
+            process holding tasks) is short: when no process is in it, one first takes in a
+            pipeline (no reply lost), checked, then releases."""
+            if not self._pipelines(pipelines.holders):
+                self._pipelined(data, pipelines.takers, pipelines.prefetching_take, True,
+                                may_lose=False)
+                self.h.check()
+                if not self._pipelines(pipelines.holders):
+                    return
             self._pipelined(data, pipelines.holders, pipelines.prefetching_release, False)
 
     return PrefetchingCustodyMachine

@@ -96,7 +96,7 @@ def text_report(result: Result) -> str:
             f"generated), depth {m.depth}, {result.model_seconds:.1f} s -- {status}")
     if o.stateful:
         s = result.stats
-        b = o.bounds
+        b = o.stateful_bounds
         lines.append(
             f"stateful run:  tasks={b.tasks} servers={b.servers} workers={b.workers} "
             f"faults<={b.faults} per example; {s.examples:,} examples, {s.steps:,} steps "

@@ -31,13 +31,12 @@ from taskcustody_model.variants import VARIANTS
 from ..connection import connect, connect_fake
 from ..keys import QueueKeys
 from .harness import VERIFY_SETTINGS, Mismatch, StepRecord
-from .machine import RunStats, build_machine
+from .machine import RunStats, build_machine, default_bounds
 
 #: The model check's default bounds: every broken design is found within them (depth <= 8), and
 #: the correct design's 14,180 distinct states take about 6 s on one core.
 MODEL_BOUNDS = Bounds(tasks=2, servers=2, workers=2, faults=2, processes_per_server=1)
 #: The stateful run's bounds (the conformance test's).
-STATEFUL_BOUNDS = Bounds(tasks=3, servers=2, workers=2, faults=3)
 #: Hypothesis shrinks for at most 300 s by default; a report does not need the last few steps.
 SHRINK_SECONDS = 60.0
 #: Stateful examples for a broken design when none are asked for (`taskcustody verify --variant
@@ -48,6 +47,7 @@ DESIGN_EXAMPLES = {
     "startup-skips-own": 600,
     "processing-sweep-no-custody": 600,
     "unbounded-drain": 300,
+    "register-once": 300,
 }
 
 
@@ -61,7 +61,12 @@ class Options:
     model_check: bool = True
     stateful: bool = True
     model_bounds: Bounds = MODEL_BOUNDS
-    bounds: Bounds = STATEFUL_BOUNDS
+    #: the stateful run's bounds; None: the machine's default (`machine.default_bounds`)
+    bounds: Bounds | None = None
+
+    @property
+    def stateful_bounds(self) -> Bounds:
+        return self.bounds or default_bounds(self.prefetch)
     shrink_seconds: float = SHRINK_SECONDS
     shrink: bool = True
     #: also drive the prefetching worker's pipelined takes and releases
@@ -274,7 +279,8 @@ def _stateful(options: Options, make_client: Callable[[], redis.Redis], keys: Qu
               stats: RunStats, *, real: bool) -> Failure | None:
     machine = build_machine(make_client, bounds=options.bounds, implementation=options.variant,
                             real_redis=real, stats=stats, keys=keys,
-                            prefetching=options.prefetch)
+                            prefetching=options.prefetch,
+                            flush_scripts=options.redis_url is None)
     phases = [Phase.explicit, Phase.generate] + ([Phase.shrink] if options.shrink else [])
     the_settings = settings(
         max_examples=options.examples,
