@@ -6,7 +6,7 @@ runs the whole test suite there; the suite must go red. An anchor that no longer
 once fails the gate as *stale*: the code moved, and the mutant must be rewritten to hit it again.
 
 mutmut cannot make these: it never deletes a statement, renames a Redis command, reorders two
-calls, or negates a bare `if include_self:` (see /work/shared/design/tooling-facts.md).
+calls, or negates a bare `if include_self:` (none of mutmut 3.8.1's operators does).
 
 A named mutant may carry an `equivalence`: a reviewed argument that the rewrite cannot change any
 observable behaviour of *this* implementation. The argument rests on lines quoted in `pinned`

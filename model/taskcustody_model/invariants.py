@@ -1,4 +1,4 @@
-"""The properties of ``protocol.md`` as plain functions.
+"""The properties of ``docs/protocol.md`` (section 6) as plain functions.
 
 Safety properties are functions of one state (or, for the promptness of recovery, of one step)
 returning a violation message or ``None``.  The eventual property is ``is_done`` (a quiescent state

@@ -1,4 +1,5 @@
-"""The correct design and the broken ones of ``docs/protocol.md``, as parameters of one model."""
+"""The correct design and the broken ones of ``docs/protocol.md`` (section 7), as parameters of
+one model."""
 
 from __future__ import annotations
 

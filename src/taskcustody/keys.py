@@ -31,8 +31,8 @@ class ListOwner:
 @dataclass(frozen=True)
 class QueueKeys:
     """All key names of one queue. `{queue}` is the hash tag, so BLMOVE and our scripts never
-    cross slots in Redis Cluster (the braces of the design note's `inflight:{server}:{worker}`
-    are placeholders, not hash tags)."""
+    cross slots in Redis Cluster (names may not contain braces, so no other part of a key can act
+    as a hash tag)."""
 
     queue_name: str
     prefix: str = "taskcustody"

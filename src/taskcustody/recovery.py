@@ -57,7 +57,7 @@ def prune_inactive_servers(client: redis.Redis, keys: QueueKeys, now: float) -> 
 #: global lookup per chunk. Called with the list's key after every chunk a drain moves, so that
 #: the stateful machine can let a stalled worker append to the list *while* it is drained: the
 #: interleaving that tells a drain bounded by the LLEN read up front from one that loops until
-#: the list is empty (design 6 of protocol.md). Nothing else may set it.
+#: the list is empty (design 6 of docs/protocol.md). Nothing else may set it.
 between_drain_chunks: Callable[[str], None] | None = None
 
 

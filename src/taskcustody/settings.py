@@ -21,7 +21,8 @@ class Settings:
     result_ttl: int = 86_400
     shutdown_grace: float = 30.0
     # Tasks a worker thread takes in one round trip while the queue is busy (each into an
-    # in-flight list of its own, see prefetch.py); 1 = one task per take, as in the design note.
+    # in-flight list of its own, see prefetch.py); 1 = one task per take, the plain cycle of
+    # docs/protocol.md.
     prefetch: int = 1
     # Keep a per-task commit count (for verification; costs one hash field per task).
     track_commits: bool = False

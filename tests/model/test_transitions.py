@@ -1,4 +1,4 @@
-"""Single transitions, written from shared/design/protocol.md (not from the model's code)."""
+"""Single transitions, written from docs/protocol.md (not from the model's code)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
-"""The checker finds the bug: the stateful machine fails on each broken design of `protocol.md`
-(their demonstration implementations, `taskcustody.verify.broken`) and shrinks the failure to a
-short counterexample.
+"""The checker finds the bug: the stateful machine fails on each broken design of
+`docs/protocol.md` (their demonstration implementations, `taskcustody.verify.broken`) and shrinks
+the failure to a short counterexample.
 
 Each run is deterministic: derandomized, or a pinned seed where the derandomized search needs more
 examples than CI can afford (the figures per seed: `python -m taskcustody.verify.seeds`). Shrinking

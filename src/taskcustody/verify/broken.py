@@ -1,4 +1,5 @@
-"""DEMONSTRATIONS ONLY: the broken designs of `protocol.md`, as subclasses of Server and Worker.
+"""DEMONSTRATIONS ONLY: the broken designs of `docs/protocol.md` (section 7), as subclasses of
+Server and Worker.
 
 Never use these classes: each one is a plausible change that breaks a property of the protocol.
 They exist to show what goes wrong (`taskcustody verify --variant NAME` prints the counterexample)

@@ -1,12 +1,13 @@
 """Dropped replies, injected inside redis-py's connection handling.
 
-A dropped reply is the fault that destroyed a task in production (see the design note): Redis
-executed the command, and the reply never reached the client. We inject it where it happens: in
-the connection's `read_response`. The faulty connection reads the *real* reply -- so Redis really
-executed the command -- and then throws it away, disconnects and raises `redis.ConnectionError`,
-exactly what redis-py raises when a socket breaks mid-reply. Whatever redis-py does next
-(release the connection to its pool, reconnect on the next command, retry if the client was
-configured to) happens for real, with the client configured as the library configures it.
+A dropped reply is the fault that destroyed a task in production (docs/protocol.md, design 1 of
+section 7; section 5 for the fault): Redis executed the command, and the reply never reached the
+client. We inject it where it happens: in the connection's `read_response`. The faulty connection
+reads the *real* reply -- so Redis really executed the command -- and then throws it away,
+disconnects and raises `redis.ConnectionError`, exactly what redis-py raises when a socket breaks
+mid-reply. Whatever redis-py does next (release the connection to its pool, reconnect on the next
+command, retry if the client was configured to) happens for real, with the client configured as the
+library configures it.
 
 The mixin works on top of `redis.Connection` and of fakeredis's connection class alike:
 `install(client, injector)` swaps the client's pool to a subclass of its own connection class.
