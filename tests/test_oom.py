@@ -176,6 +176,11 @@ def test_over_maxmemory_redis_refuses_our_growing_steps_whole_and_runs_the_relea
         make_server(client, keys, "s2", clock).claim()
     with pytest.raises(redis.exceptions.OutOfMemoryError):
         worker.register()  # SADD
+    with pytest.raises(redis.exceptions.OutOfMemoryError):  # in MULTI, even a shrinking one
+        admin.pipeline(transaction=True).lrem(keys.queue, 1, b"nothing").execute()
+    # Reads, deletes and script loads still run.
+    assert admin.script_load(scripts.RELEASE) and admin.time() and admin.delete("none") == 0
+    assert admin.lrem(keys.queue, 1, b"nothing") == 0 and admin.llen(keys.queue) == 1
     # Each refused step wrote nothing.
     assert ids_in(admin, keys.queue) == [b] and ids_in(admin, worker.list_key) == [a]
     assert admin.hget(keys.processing, a) == record and admin.zscore(keys.servers, "s2") is None

@@ -1,7 +1,7 @@
 """Redis out of memory (`maxmemory` reached under `noeviction`): a wait, not a crash.
 
 What Redis 7.0.15 does over its limit (seen on a throwaway `redis-server --maxmemory 2mb
---maxmemory-policy noeviction`, tests/test_eviction.py pins each of these):
+--maxmemory-policy noeviction`; tests/test_oom.py pins each of these):
 
 * Commands that may grow memory (flag `denyoom`: LPUSH, BLMOVE, LMOVE, SADD, HSET, ZADD, INCR,
   SET...) are refused before they run: `-OOM command not allowed when used memory >

@@ -339,7 +339,8 @@ def run_until_stopped(unit: Runnable, stop: Stop, until_idle: bool,
     if register is not None:
         # Registration comes before any take, whatever: a list missing from the registry would
         # hold tasks no recovery can find. So the first attempt is made even if already stopped,
-        # and under OOM it is retried (SADD is refused while memory is full) until it works.
+        # and under OOM it is retried (SADD is refused while memory is full) until it works or
+        # we are stopped.
         while True:
             try:
                 register()
