@@ -40,11 +40,12 @@ def test_correct_implementation_verifies() -> None:
 
 
 def test_the_prefetching_worker_verifies_with_its_pipelines_faulted() -> None:
-    code, out = run("--examples", "40", "--steps", "20", "--quiet", "--no-model-check",
+    code, out = run("--examples", "60", "--steps", "20", "--quiet", "--no-model-check",
                     "--prefetch")
     assert code == 0, out
     assert "with the prefetching worker" in out
     assert re.search(r"dropped-reply:prefetching-take\s+[1-9]", out), out
+    assert re.search(r"dropped-reply:prefetching-release\s+[1-9]", out), out
     assert re.search(r"lost\s+0\b", out) and re.search(r"duplicated\s+0\b", out)
 
 

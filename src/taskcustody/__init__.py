@@ -9,8 +9,10 @@ from .clock import Clock, ManualClock, RedisClock, WallClock
 from .connection import check_server, connect, connect_fake
 from .envelope import Task
 from .errors import (
+    EvictingPolicy,
     InvalidName,
     MalformedTask,
+    RedisOutOfMemory,
     RedisTooOld,
     ServerIdHeld,
     Superseded,
@@ -34,6 +36,7 @@ from .worker import Outcome, Release, Worker
 
 __all__ = [
     "Clock",
+    "EvictingPolicy",
     "InvalidName",
     "ListOwner",
     "MalformedTask",
@@ -42,6 +45,7 @@ __all__ = [
     "Producer",
     "QueueKeys",
     "RedisClock",
+    "RedisOutOfMemory",
     "RedisTooOld",
     "Release",
     "Server",

@@ -17,6 +17,7 @@ from . import recovery
 from .clock import RedisClock
 from .connection import check_server, connect
 from .errors import TaskCustodyError
+from .eviction import check_eviction_policy
 from .keys import QueueKeys
 from .producer import Producer
 from .recovery import ServerIdentity
@@ -32,6 +33,10 @@ prefix_option = click.option("--prefix", default="taskcustody", show_default=Tru
 url_option = click.option("--redis-url", default=DEFAULT_URL, show_default=True,
                           envvar="TASKCUSTODY_REDIS_URL",
                           help="Redis URL (or $TASKCUSTODY_REDIS_URL).")
+allow_evicting_option = click.option(
+    "--allow-evicting-policy", is_flag=True,
+    help="Run even if Redis's maxmemory-policy is allkeys-* (it may evict a queue or an "
+         "in-flight list under memory pressure, losing tasks). Warned once per process.")
 
 
 def _keys(queue: str, prefix: str) -> QueueKeys:
@@ -111,11 +116,13 @@ def main() -> None:
                    "lapse instead of failing at once.")
 @click.option("--track-commits", is_flag=True,
               help="Keep a per-task commit count (for verification runs).")
+@allow_evicting_option
 @click.option("--verbose", "-v", is_flag=True, help="Log every recovery action.")
 def worker(handler: str, queue: str, prefix: str, redis_url: str, workers: int, prefetch: int,
            server_id: str | None, max_attempts: int, block_timeout: float,
            heartbeat_interval: float, server_ttl: float, sweep_interval: float,
-           wait_for_id: float, track_commits: bool, verbose: bool) -> None:
+           wait_for_id: float, track_commits: bool, allow_evicting_policy: bool,
+           verbose: bool) -> None:
     """Run a server with WORKERS threads executing HANDLER (MODULE:FUNCTION) on each payload.
 
     SIGTERM or SIGINT: stop taking, finish current tasks within the grace period, deregister.
@@ -127,7 +134,7 @@ def worker(handler: str, queue: str, prefix: str, redis_url: str, workers: int, 
         settings = Settings(max_attempts=max_attempts, block_timeout=block_timeout,
                             heartbeat_interval=heartbeat_interval, server_ttl=server_ttl,
                             sweep_interval=sweep_interval, track_commits=track_commits,
-                            prefetch=prefetch)
+                            prefetch=prefetch, allow_evicting_policy=allow_evicting_policy)
     except ValueError as exc:
         raise click.UsageError(str(exc)) from exc
     client = _client(redis_url, settings)
@@ -141,8 +148,10 @@ def worker(handler: str, queue: str, prefix: str, redis_url: str, workers: int, 
 @queue_option
 @prefix_option
 @url_option
+@allow_evicting_option
 @click.argument("payloads", nargs=-1, required=True)
-def enqueue(queue: str, prefix: str, redis_url: str, payloads: tuple[str, ...]) -> None:
+def enqueue(queue: str, prefix: str, redis_url: str, allow_evicting_policy: bool,
+            payloads: tuple[str, ...]) -> None:
     """Enqueue JSON PAYLOADS (or `-` to read one JSON payload per line from stdin).
 
     Every payload is parsed before anything is enqueued: one bad payload enqueues nothing.
@@ -163,7 +172,8 @@ def enqueue(queue: str, prefix: str, redis_url: str, payloads: tuple[str, ...]) 
                                      param_hint="PAYLOADS") from exc
     keys = _keys(queue, prefix)
     client = _client(redis_url)
-    ids = _run(lambda: (check_server(client, keys), Producer(client, keys).enqueue_many(parsed))[1])
+    ids = _run(lambda: (check_server(client, keys, allow_evicting_policy=allow_evicting_policy),
+                        Producer(client, keys).enqueue_many(parsed))[1])
     click.echo("\n".join(ids))
 
 
@@ -172,11 +182,15 @@ def enqueue(queue: str, prefix: str, redis_url: str, payloads: tuple[str, ...]) 
 @prefix_option
 @url_option
 @click.option("--json", "as_json", is_flag=True, help="Print the status as JSON.")
-def status(queue: str, prefix: str, redis_url: str, as_json: bool) -> None:
+@allow_evicting_option
+def status(queue: str, prefix: str, redis_url: str, as_json: bool,
+           allow_evicting_policy: bool) -> None:
     """Show queue depth, in-flight tasks per server and worker, servers, records, dead letters."""
     keys = _keys(queue, prefix)
     client = _client(redis_url)
-    snap = _run(lambda: queue_status(client, keys, RedisClock(client).now()))
+    # Refused like the other commands: a queue on an evicting server is one to fix, not to watch.
+    snap = _run(lambda: (check_eviction_policy(client, allow_evicting_policy=allow_evicting_policy),
+                         queue_status(client, keys, RedisClock(client).now()))[1])
     if as_json:
         click.echo(json.dumps(snap.to_dict(), indent=2, sort_keys=True))
         return
@@ -197,14 +211,15 @@ def status(queue: str, prefix: str, redis_url: str, as_json: bool) -> None:
 @queue_option
 @prefix_option
 @url_option
-def sweep(queue: str, prefix: str, redis_url: str) -> None:
+@allow_evicting_option
+def sweep(queue: str, prefix: str, redis_url: str, allow_evicting_policy: bool) -> None:
     """Run one recovery pass: prune expired servers, drain their in-flight lists, requeue stuck
     processing records. Never touches a live server's lists."""
     keys = _keys(queue, prefix)
     client = _client(redis_url)
     # The CLI holds no server id of its own: nothing is "self" here.
     me = ServerIdentity("taskcustody-cli", 0)
-    report = _run(lambda: (check_server(client, keys),
+    report = _run(lambda: (check_server(client, keys, allow_evicting_policy=allow_evicting_policy),
                            recovery.sweep(client, keys, RedisClock(client).now(), me))[1])
     click.echo(f"pruned {len(report.pruned)} server(s) {report.pruned}; requeued "
                f"{report.moved} task(s) from {len(report.drained_lists)} list(s); "

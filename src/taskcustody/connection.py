@@ -9,6 +9,7 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from .errors import RedisTooOld, WrongKeyType
+from .eviction import check_eviction_policy
 from .keys import QueueKeys
 from .settings import Settings
 
@@ -74,13 +75,17 @@ def server_version(client: redis.Redis) -> str:
     return str(info.get("redis_version", "unknown"))
 
 
-def check_server(client: redis.Redis, keys: QueueKeys) -> str:
-    """Refuse to work against a server or a keyspace that would break the protocol."""
+def check_server(client: redis.Redis, keys: QueueKeys, *,
+                 allow_evicting_policy: bool = False) -> str:
+    """Refuse to work against a server or a keyspace that would break the protocol: Redis < 6.2,
+    an eviction policy that may delete our keys (unless allowed), keys of the wrong type."""
     version = server_version(client)
     if not version.startswith("unknown") and parse_version(version) < MIN_VERSION:
         raise RedisTooOld(
             f"Redis {version} found; taskcustody needs Redis 6.2 or newer for BLMOVE and LMOVE"
         )
+    if not is_fakeredis(client):  # an in-process fake evicts nothing
+        check_eviction_policy(client, allow_evicting_policy=allow_evicting_policy)
     check_key_types(client, keys)
     return version
 

@@ -34,3 +34,26 @@ class MalformedTask(TaskCustodyError):
 
 class InvalidName(TaskCustodyError, ValueError):
     """A queue name, prefix, server id or worker id that would break the key schema."""
+
+
+class EvictingPolicy(TaskCustodyError):
+    """The server's maxmemory-policy (allkeys-*) may evict a queue or an in-flight list."""
+
+    def __init__(self, policy: str) -> None:
+        super().__init__(
+            f"Redis maxmemory-policy is {policy}: under memory pressure Redis may evict any key, "
+            "including this queue and its in-flight lists, and their tasks would be lost. Fix: "
+            "CONFIG SET maxmemory-policy noeviction (or a volatile-* policy: taskcustody's custody "
+            "keys carry no TTL), or run anyway with --allow-evicting-policy "
+            "(Settings(allow_evicting_policy=True))"
+        )
+        self.policy = policy
+
+
+class RedisOutOfMemory(TaskCustodyError):
+    """Redis refused a write (OOM: used memory > maxmemory under noeviction). The refused command
+    did not run; `enqueued` names the tasks of an `enqueue_many` that were enqueued before it."""
+
+    def __init__(self, message: str, enqueued: list[str] | None = None) -> None:
+        super().__init__(message)
+        self.enqueued = list(enqueued or [])

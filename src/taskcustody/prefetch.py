@@ -52,6 +52,7 @@ class PrefetchingWorker:
         self.owner = self.lead.owner
         self.list_key = self.lead.list_key
         self.settings = self.lead.settings
+        self.clock = self.lead.clock
         pool = self.lead.client.connection_pool
         self._conn: redis.connection.ConnectionInterface = pool.connection_class(
             **pool.connection_kwargs
@@ -166,8 +167,7 @@ class PrefetchingWorker:
         return True
 
     def run(self, stop: threading.Event, until_idle: bool = False) -> None:
-        self.register()
-        run_until_stopped(self, stop, until_idle)
+        run_until_stopped(self, stop, until_idle, register=self.register)
 
     def close(self) -> None:
         self._conn.disconnect()  # type: ignore[no-untyped-call]

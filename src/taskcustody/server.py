@@ -13,8 +13,9 @@ import redis
 from . import recovery, scripts
 from .clock import Clock, RedisClock
 from .connection import check_server
-from .errors import ServerIdHeld, Superseded
+from .errors import RedisOutOfMemory, ServerIdHeld, Superseded
 from .keys import ListOwner, QueueKeys, check_name
+from .oom import OomSpell, is_oom
 from .prefetch import PrefetchingWorker
 from .recovery import RecoveryReport, ServerIdentity
 from .settings import Settings
@@ -53,6 +54,9 @@ class Server:
         self.incarnation: int | None = None
         self.stop_event = threading.Event()
         self.superseded = False
+        # Redis out of memory during start and in the heartbeat loop: back-off and throttled log.
+        self.oom = OomSpell(log, f"server {self.server_id}", self.clock,
+                            self.settings.oom_log_interval)
 
     # -- identity ----------------------------------------------------------------------------
 
@@ -157,32 +161,67 @@ class Server:
 
     def claim_when_free(self, patience: float) -> int:
         """Claim the id, waiting up to `patience` seconds for a previous holder's lease to lapse
-        (a restart right after a crash finds the dead process's deadline still in the future)."""
+        (a restart right after a crash finds the dead process's deadline still in the future).
+        While Redis is out of memory (CLAIM's INCR is refused) it waits for memory, however long:
+        exiting would only have a supervisor restart us into the same refusal."""
         waited = 0.0
         step = max(0.05, self.settings.heartbeat_interval / 4)
         while True:
             try:
-                return self.claim()
+                incarnation = self.claim()
             except ServerIdHeld:
                 if waited >= patience:
                     raise
+            except redis.ResponseError as exc:
+                self._wait_out_oom(exc, "claiming the server id")
+                continue
+            else:
+                self.oom.recovered()
+                return incarnation
             self.stop_event.wait(step)
             waited += step
 
+    def _wait_out_oom(self, exc: redis.ResponseError, doing: str) -> None:
+        """Re-raise `exc` unless it is an OOM refusal; for one, wait the back-off pause (raising
+        RedisOutOfMemory if stopped meanwhile)."""
+        if not is_oom(exc):
+            raise exc
+        self.stop_event.wait(self.oom.refused(exc))
+        if self.stop_event.is_set():
+            raise RedisOutOfMemory(
+                f"stopped while {doing}: Redis is out of memory ({exc})") from exc
+
     def start(self, wait_for_id: float = 0.0) -> list[Worker | PrefetchingWorker]:
         """Check the server, claim the id, drain our debris, register our lists."""
-        check_server(self.client, self.keys)
+        check_server(self.client, self.keys,
+                     allow_evicting_policy=self.settings.allow_evicting_policy)
         migrated = recovery.migrate_legacy_registry(self.client, self.keys, self.clock.now())
         if migrated:
             log.info("moved %d in-flight list(s) from the version 0.1 registry", migrated)
         self.claim_when_free(wait_for_id)
-        drained = self.startup_drain()
+        try:
+            drained = self.startup_drain()
+        except redis.ResponseError as exc:
+            if not is_oom(exc):
+                raise
+            # Nothing is lost by going on: what the drain did not move sits in lists of an
+            # earlier incarnation of our id, which is not live, so the periodic sweep (the first
+            # runs at once) drains them once memory frees.
+            log.warning("startup drain refused: Redis is out of memory (%s); the periodic sweep "
+                        "requeues this id's earlier in-flight lists once memory frees", exc)
+            drained = {}
         if drained:
             log.info("startup drain requeued %d task(s) from %s", sum(drained.values()),
                      ", ".join(drained))
         workers = [self.make_runner(i) for i in range(self.worker_count)]
         for worker in workers:
-            worker.register()
+            while True:  # a list is registered before it can hold a task: wait for memory
+                try:
+                    worker.register()
+                    break
+                except redis.ResponseError as exc:
+                    self._wait_out_oom(exc, "registering the in-flight lists")
+        self.oom.recovered()
         return workers
 
     def run(self, until_idle: bool = False, install_signals: bool = False,
@@ -253,6 +292,15 @@ class Server:
                 return
             except (redis.ConnectionError, redis.TimeoutError) as exc:
                 log.warning("heartbeat/sweep failed: %s", exc)
+            except redis.ResponseError as exc:
+                if not is_oom(exc):
+                    raise
+                # HEARTBEAT's HSET is refused while memory is full: a spell longer than
+                # server_ttl gets us pruned by another server's sweep, and the next heartbeat
+                # that works registers us again (or finds us superseded).
+                self.oom.refused(exc)
+            else:
+                self.oom.recovered()
             self.stop_event.wait(self.settings.heartbeat_interval)
             waited += self.settings.heartbeat_interval
 
@@ -276,4 +324,8 @@ class Server:
                                          self.keys.inflight_registry)
                     worker.close()
         except (redis.ConnectionError, redis.TimeoutError) as exc:
+            log.warning("could not deregister cleanly: %s", exc)
+        except redis.ResponseError as exc:
+            if not is_oom(exc):
+                raise
             log.warning("could not deregister cleanly: %s", exc)

@@ -32,6 +32,12 @@ class Settings:
     # between hosts), so that no take can still be pending into a list the sweep forgets.
     # 0 turns the age check off: only for `verify`, whose takes never wait on an empty queue.
     registry_grace: float = 60.0
+    # Run against a server whose maxmemory-policy is allkeys-* (which may evict a queue or an
+    # in-flight list under memory pressure): refused unless set, and then warned once per process.
+    allow_evicting_policy: bool = False
+    # While Redis refuses writes for lack of memory (OOM), a worker or the heartbeat loop says so
+    # at most once per this many seconds of the injected clock.
+    oom_log_interval: float = 30.0
 
     def __post_init__(self) -> None:
         if self.block_timeout <= 0:
@@ -44,6 +50,8 @@ class Settings:
             raise ValueError("max_attempts must be >= 1")
         if self.prefetch < 1:
             raise ValueError("prefetch must be >= 1")
+        if self.oom_log_interval <= 0:
+            raise ValueError("oom_log_interval must be > 0")
         if self.drain_chunk < 1:
             raise ValueError("drain_chunk must be >= 1")
         if self.registry_grace != 0 and (

@@ -25,6 +25,7 @@ from .connection import is_fakeredis
 from .envelope import Task
 from .errors import MalformedTask, WrongKeyType
 from .keys import ListOwner, QueueKeys
+from .oom import OomSpell, is_oom
 from .recovery import drain_inflight
 from .settings import Settings
 
@@ -220,8 +221,7 @@ class Worker:
         return True
 
     def run(self, stop: threading.Event, until_idle: bool = False) -> None:
-        self.register()
-        run_until_stopped(self, stop, until_idle)
+        run_until_stopped(self, stop, until_idle, register=self.register)
 
     @property
     def list_keys(self) -> tuple[str, ...]:
@@ -336,13 +336,41 @@ class Runnable(Protocol):
     list_key: str
     dirty: bool
     settings: Settings
+    clock: Clock
 
     def run_once(self, timeout: float | None = None) -> bool: ...
 
 
-def run_until_stopped(unit: Runnable, stop: threading.Event, until_idle: bool) -> None:
-    """The production loop: cycles until `stop` is set (or, with `until_idle`, until a cycle
-    finds the queue empty). Losing Redis is not a crash: the unit reconciles when it is back."""
+class Stop(Protocol):
+    """The stop event's part the loop uses (a threading.Event; tests record the waits)."""
+
+    def is_set(self) -> bool: ...
+
+    def wait(self, timeout: float | None = None) -> bool: ...
+
+
+def run_until_stopped(unit: Runnable, stop: Stop, until_idle: bool,
+                      register: Callable[[], None] | None = None) -> None:
+    """The production loop: `register`, then cycles until `stop` is set (or, with `until_idle`,
+    until a cycle finds the queue empty). Losing Redis is not a crash: the unit reconciles when it
+    is back. Nor is Redis out of memory: the unit waits, logging at most once per
+    `oom_log_interval`, and carries on when memory frees."""
+    oom = OomSpell(log, f"worker {unit.list_key}", unit.clock, unit.settings.oom_log_interval,
+                   first_pause=min(1.0, unit.settings.block_timeout))
+    if register is not None:
+        # The unit's set-up (loading its scripts) comes before any take, whatever: the first
+        # attempt is made even if already stopped, and under OOM it is retried until it works
+        # or we are stopped. (Its lists are registered by the claim and by every take.)
+        while True:
+            try:
+                register()
+                break
+            except redis.ResponseError as exc:
+                if not is_oom(exc):
+                    raise
+                stop.wait(oom.refused(exc))
+                if stop.is_set():
+                    return
     while not stop.is_set():
         try:
             handled = unit.run_once()
@@ -351,5 +379,17 @@ def run_until_stopped(unit: Runnable, stop: threading.Event, until_idle: bool) -
             unit.dirty = True
             stop.wait(min(1.0, unit.settings.block_timeout))
             continue
+        except redis.ResponseError as exc:
+            if not is_oom(exc):
+                raise
+            # The refused command did not run (see oom.py). A refused take or reconcile left
+            # nothing behind; a refused release would have left its task in our list, not
+            # committed: dirty makes the next cycle drain it back to the queue (once memory
+            # frees) before taking anything, so it is run again and committed once. An empty
+            # list makes that reconcile one LLEN.
+            unit.dirty = True
+            stop.wait(oom.refused(exc))
+            continue
+        oom.recovered()
         if until_idle and not handled:
             return

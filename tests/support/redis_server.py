@@ -112,9 +112,10 @@ class RedisServerProcess:
 
 
 @contextlib.contextmanager
-def throwaway_redis_server() -> Iterator[RedisServerProcess]:
-    """A started server, stopped by pid afterwards (resumed first, in case a test SIGSTOPped it)."""
-    server = RedisServerProcess().start()
+def throwaway_redis_server(*extra_args: str) -> Iterator[RedisServerProcess]:
+    """A started server, stopped by pid afterwards (resumed first, in case a test SIGSTOPped it).
+    `extra_args` go to redis-server's command line (e.g. "--maxmemory", "2mb")."""
+    server = RedisServerProcess(extra_args=extra_args).start()
     try:
         yield server
     finally:
