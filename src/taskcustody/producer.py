@@ -9,27 +9,57 @@ import redis
 
 from .clock import Clock, WallClock
 from .envelope import new_task
+from .errors import ReplicationTimeout
 from .keys import QueueKeys
+from .replication import acknowledged, refuse_fakeredis, wait_command
+from .settings import Settings
 
 
 class Producer:
-    def __init__(self, client: redis.Redis, keys: QueueKeys, clock: Clock | None = None) -> None:
+    def __init__(self, client: redis.Redis, keys: QueueKeys, clock: Clock | None = None,
+                 settings: Settings | None = None) -> None:
         self.client = client
         self.keys = keys
         # Enqueue time is informational only; no protocol decision reads it.
         self.clock = clock or WallClock()
+        self.settings = settings or Settings()
+        refuse_fakeredis(client, self.settings)
 
     def enqueue(self, payload: Any, task_id: str | None = None) -> str:
+        """Enqueue one task. With `min_replicas`, returns only once that many replicas hold it,
+        and raises `ReplicationTimeout` otherwise (the task is then in the primary's queue)."""
         task = new_task(payload, self.clock.now(), task_id)
-        self.client.lpush(self.keys.queue, task.raw)
+        self._push([task.raw], [task.id], [], [])
         return task.id
 
     def enqueue_many(self, payloads: Iterable[Any], batch_size: int = 10_000) -> list[str]:
         """Enqueue many payloads, one LPUSH (one round trip) per batch. Every payload is encoded
-        before anything is sent, so a bad payload enqueues nothing of its batch."""
+        before anything is sent, so a bad payload enqueues nothing of its batch. With
+        `min_replicas`, stops at the first batch whose WAIT returns short: the exception names
+        the tasks confirmed, those on the primary only, and those never sent."""
         now = self.clock.now()
         tasks = [new_task(p, now) for p in payloads]
         for start in range(0, len(tasks), batch_size):
             batch = tasks[start : start + batch_size]
-            self.client.lpush(self.keys.queue, *(t.raw for t in batch))
+            self._push([t.raw for t in batch], [t.id for t in batch],
+                       [t.id for t in tasks[:start]], [t.id for t in tasks[start + batch_size :]])
         return [t.id for t in tasks]
+
+    def _push(self, raws: list[bytes], ids: list[str], before: list[str],
+              after: list[str]) -> None:
+        if wait_command(self.settings) is None:
+            self.client.lpush(self.keys.queue, *raws)
+            return
+        # LPUSH and WAIT in one pipeline: one round trip. Not MULTI: inside a transaction WAIT
+        # does not block, it only reports the replicas that already have the write.
+        pipe = self.client.pipeline(transaction=False)
+        pipe.lpush(self.keys.queue, *raws)
+        pipe.wait(self.settings.min_replicas, self.settings.replica_timeout_ms)
+        pushed, reply = pipe.execute(raise_on_error=False)
+        if isinstance(pushed, Exception):
+            raise pushed  # e.g. WRONGTYPE: nothing was enqueued
+        acks, reason = acknowledged(reply)
+        if acks < self.settings.min_replicas:
+            raise ReplicationTimeout(acks, self.settings.min_replicas,
+                                     self.settings.replica_timeout, unconfirmed=ids,
+                                     confirmed=before, unsent=after, reason=reason)
