@@ -78,8 +78,10 @@ def test_settings_defaults() -> None:
         ({"drain_chunk": 0}, "drain_chunk must be >= 1"),
         ({"min_replicas": -1}, "min_replicas must be >= 0"),
         ({"replica_timeout": 0}, "replica_timeout must be > 0"),
-        ({"replica_timeout": 5.0}, "replica_timeout must be shorter than the socket timeout"),
-        ({"replica_timeout": 2.5, "block_timeout": 1, "socket_timeout_margin": 1.5},
+        ({"min_replicas": 1, "replica_timeout": 5.0},
+         "replica_timeout must be shorter than the socket timeout"),
+        ({"min_replicas": 1, "replica_timeout": 2.5, "block_timeout": 1,
+          "socket_timeout_margin": 1.5},
          r"shorter than the socket timeout \(block_timeout \+ socket_timeout_margin = 2.5 s\)"),
     ],
 )
@@ -97,7 +99,9 @@ def test_settings_refuse(kwargs: dict[str, float], message: str) -> None:
         {"max_attempts": 1},
         {"drain_chunk": 1},
         {"min_replicas": 0},
-        {"replica_timeout": 4.999},
+        {"min_replicas": 1, "replica_timeout": 4.999},
+        # Without min_replicas no WAIT is sent: the timeout need not fit the socket's.
+        {"min_replicas": 0, "replica_timeout": 60.0},
     ],
 )
 def test_settings_accept_the_boundaries(kwargs: dict[str, float]) -> None:

@@ -51,9 +51,10 @@ class Settings:
             raise ValueError("min_replicas must be >= 0")
         if self.replica_timeout <= 0:
             raise ValueError("replica_timeout must be > 0 (a WAIT with timeout 0 blocks forever)")
-        if self.replica_timeout >= self.socket_timeout:
+        if self.min_replicas and self.replica_timeout >= self.socket_timeout:
             # The WAIT's reply is read with the connection's socket timeout: a WAIT allowed to
-            # block longer would look like a dead connection.
+            # block longer would look like a dead connection. (No WAIT is sent without
+            # min_replicas, so the default replica_timeout constrains nothing then.)
             raise ValueError(
                 "replica_timeout must be shorter than the socket timeout "
                 f"(block_timeout + socket_timeout_margin = {self.socket_timeout:g} s)"
