@@ -12,7 +12,9 @@ from __future__ import annotations
 import json
 import logging
 import signal
+import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -63,8 +65,16 @@ class Pair:
         return connect(self.replica.url, REPLICATED)
 
     def stop_replica(self) -> None:
+        """SIGSTOP the replica, and return once the kernel reports it stopped (state T), so that
+        it cannot acknowledge anything the test writes afterwards."""
         self.replica.signal(signal.SIGSTOP)
         self.stopped = True
+        stat = Path(f"/proc/{self.replica.pid}/stat")
+        for _ in range(10_000):
+            if not stat.exists() or stat.read_text().rsplit(")", 1)[1].split()[0] == "T":
+                return
+            time.sleep(0.001)
+        raise RuntimeError("the replica did not stop")
 
     def waits(self) -> int:
         """WAIT commands the primary ran since the last CONFIG RESETSTAT."""
@@ -333,14 +343,23 @@ def test_a_prefetching_worker_ends_each_pipeline_with_one_wait_and_no_round_trip
 
 
 def test_a_prefetching_worker_whose_replica_is_stopped_commits_every_task_once(
-    pair: Pair, keys: QueueKeys
+    pair: Pair, keys: QueueKeys, caplog: pytest.LogCaptureFixture
 ) -> None:
     settings = Settings(**{**IMPATIENT.__dict__, "prefetch": 4})
     client = pair.client(settings)
     ids = Producer(client, keys).enqueue_many(range(6))
-    (runner,) = make_server(client, keys, "s1", ManualClock(), settings=settings).start()
+    clock = ManualClock()
+    (runner,) = make_server(client, keys, "s1", clock, settings=settings).start()
     assert isinstance(runner, PrefetchingWorker)
     pair.stop_replica()
+    with caplog.at_level(logging.WARNING, logger="taskcustody.replication"):
+        batch, error = runner.take_all()
+        assert error is None and len(batch.raws) == 4
+        clock.advance(WARN_INTERVAL)
+        runner.handle(batch)
+    messages = [r.getMessage() for r in caplog.records if r.name == "taskcustody.replication"]
+    assert len(messages) == 2
+    assert "after a take" in messages[0] and "after a release" in messages[1]
     while runner.run_once(timeout=0.05):
         pass
     assert commits(client, keys) == dict.fromkeys(ids, 1)

@@ -88,7 +88,7 @@ class PrefetchingWorker:
             (*_TAKE, keys.queue, slot.list_key, keys.processing, slot.record_value())
             for slot in self.slots
         ]
-        replies, error = self._pipeline(commands, scripts.TAKE_AND_RECORD, "take")
+        replies, error = self._pipeline(commands, scripts.TAKE_AND_RECORD, replication.TAKE)
         for k, reply in enumerate(replies):
             slot = self.slots[k]
             if isinstance(reply, redis.ResponseError):
@@ -129,7 +129,7 @@ class PrefetchingWorker:
             action, data = batch.verdicts[i] if i < len(batch.verdicts) else ("retry", raw)
             plans.append((slot, action, slot.release_args(raw, recorded_id, action, data)))
         replies, error = self._pipeline(
-            [(*_RELEASE, *args) for _, _, args in plans], scripts.RELEASE, "release"
+            [(*_RELEASE, *args) for _, _, args in plans], scripts.RELEASE, replication.RELEASE
         )
         releases = []
         for k, reply in enumerate(replies):

@@ -33,6 +33,9 @@ log = logging.getLogger("taskcustody.replication")
 
 #: Seconds between two warnings of one worker about WAITs that returned short.
 WARN_INTERVAL = 60.0
+#: The steps a worker's WAIT follows, as its warnings name them.
+TAKE = "take"
+RELEASE = "release"
 
 
 def wait_command(settings: Settings) -> tuple[Any, ...] | None:

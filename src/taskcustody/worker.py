@@ -129,7 +129,7 @@ class Worker:
         Returns None when the queue stayed empty for `timeout` seconds, or when what we took was
         not a task envelope (it is dead-lettered at once)."""
         block = self.settings.block_timeout if timeout is None else timeout
-        self._then_wait("take")
+        self._then_wait(replication.TAKE)
         try:
             raw = self._call(*self._take_args(block))
         except redis.ResponseError as exc:
@@ -249,11 +249,11 @@ class Worker:
         args = self.release_args(raw, task_id, action, data)
         try:
             try:
-                self._then_wait("release")
+                self._then_wait(replication.RELEASE)
                 reply = self._call("EVALSHA", _RELEASE_SHA, *args)
             except redis.exceptions.NoScriptError:
                 # The script cache was flushed; NOSCRIPT means it did not run, so EVAL is safe.
-                self._then_wait("release")
+                self._then_wait(replication.RELEASE)
                 reply = self._call("EVAL", scripts.RELEASE, *args)
         except (redis.ConnectionError, redis.TimeoutError):
             # The release may have run: we cannot know whether we committed. Reconcile later;
