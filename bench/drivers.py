@@ -2,6 +2,7 @@
 
     python -m bench.drivers --kind {ours,ours-wallclock,blpop,blmove-lrem}
                             --mode {threads,processes} --concurrency N --url URL --tasks N
+                            [--min-replicas N]
 
 Same handshake as the peers' drivers (see bench/harness.py): enqueue, say so, wait for ``go``,
 drain, stamp the last completion, snapshot the server's counters, report.
@@ -16,6 +17,8 @@ drain, stamp the last completion, snapshot the server's counters, report.
   without the per-task ``TIME`` the record's timestamp takes).
 
 ``threads`` runs N workers as threads of one process; ``processes`` runs N processes of one worker.
+``--min-replicas`` (ours, threads) runs our workers with ``Settings(min_replicas=N)``
+(bench/replicas.py).
 """
 
 from __future__ import annotations
@@ -130,10 +133,11 @@ def run_floor(kind: str, url: str, threads: int, finish: Finish, tag: str) -> No
 
 
 def run_ours(url: str, threads: int, finish: Finish, tag: str, wallclock: bool = False,
-             prefetch: int = 1) -> None:
+             prefetch: int = 1, min_replicas: int = 0) -> None:
     from taskcustody import QueueKeys, Server, Settings, WallClock, connect
 
-    settings = Settings(block_timeout=0.5, socket_timeout_margin=2.0, prefetch=prefetch)
+    settings = Settings(block_timeout=0.5, socket_timeout_margin=2.0, prefetch=prefetch,
+                        min_replicas=min_replicas)
     client = connect(url, settings)
 
     def handler(payload: Any) -> None:
@@ -146,12 +150,28 @@ def run_ours(url: str, threads: int, finish: Finish, tag: str, wallclock: bool =
     client.close()
 
 
-def run_workload(kind: str, url: str, threads: int, finish: Finish, tag: str) -> None:
+def run_workload(kind: str, url: str, threads: int, finish: Finish, tag: str,
+                 min_replicas: int = 0) -> None:
     if kind.startswith("ours"):
         run_ours(url, threads, finish, tag, wallclock=kind == "ours-wallclock",
-                 prefetch=PREFETCH if kind == "ours-prefetch" else 1)
+                 prefetch=PREFETCH if kind == "ours-prefetch" else 1, min_replicas=min_replicas)
     else:
         run_floor(kind, url, threads, finish, tag)
+
+
+def count_replica_warnings() -> list[int]:
+    """Warnings of WAITs that returned short (taskcustody.replication): a min_replicas row whose
+    replica fell behind says so in its report instead of passing for a clean run."""
+    import logging
+
+    counter = [0]
+
+    class Count(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            counter[0] += 1
+
+    logging.getLogger("taskcustody.replication").addHandler(Count(logging.WARNING))
+    return counter
 
 
 # --- processes ------------------------------------------------------------------------------
@@ -186,6 +206,7 @@ def main() -> None:
     ap.add_argument("--concurrency", type=int, default=1)
     ap.add_argument("--url", required=True)
     ap.add_argument("--tasks", type=int, required=True)
+    ap.add_argument("--min-replicas", type=int, default=0)
     args = ap.parse_args()
 
     enqueue(args.kind, args.url, args.tasks)
@@ -194,10 +215,12 @@ def main() -> None:
         emit({"event": "enqueued"})
         if sys.stdin.readline().strip() != "go":
             return
+        shortfalls = count_replica_warnings()
         start = time.monotonic()
-        run_workload(args.kind, args.url, args.concurrency, finish, "t")
+        run_workload(args.kind, args.url, args.concurrency, finish, "t", args.min_replicas)
         emit({"event": "done", "tasks": args.tasks, "seconds": finish.end - start,
-              "info": finish.info, "committed": committed(args.kind, args.url)})
+              "info": finish.info, "committed": committed(args.kind, args.url),
+              "replica_warnings": shortfalls[0]})
         return
 
     ctx = mp.get_context("spawn")

@@ -53,7 +53,8 @@ def free_port() -> int:
 class RedisServer:
     """A redis-server of our own on 127.0.0.1 and a free port, nothing on disk, stopped by pid."""
 
-    def __init__(self, *, debug_command: bool = True, binary: str = "redis-server") -> None:
+    def __init__(self, *, debug_command: bool = True, binary: str = "redis-server",
+                 extra_args: tuple[str, ...] = ()) -> None:
         self.port = free_port()
         self.url = f"redis://127.0.0.1:{self.port}/0"
         args = [
@@ -63,6 +64,7 @@ class RedisServer:
         ]
         if debug_command:
             args += ["--enable-debug-command", "local"]
+        args += extra_args
         self.proc = subprocess.Popen(
             args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, preexec_fn=_die_with_parent
         )

@@ -11,8 +11,18 @@ import threading
 import time
 
 import fakeredis
+import pytest
+import redis
 
-from taskcustody import ManualClock, QueueKeys, Server, connect_fake
+from taskcustody import (
+    ManualClock,
+    Producer,
+    QueueKeys,
+    Server,
+    Settings,
+    TaskCustodyError,
+    connect_fake,
+)
 from tests.conftest import TEST_SETTINGS
 
 
@@ -60,3 +70,29 @@ def test_worker_uses_the_workaround_only_on_fakeredis() -> None:
                     clock=ManualClock())
     server.claim()
     assert server.make_worker(0).take_command == "BRPOPLPUSH"
+
+
+def test_fakeredis_has_no_wait_command() -> None:
+    """GAP: fakeredis answers WAIT with "unknown command" (and has no replicas to wait for), so
+    `Settings.min_replicas` > 0 is refused on fakeredis up front (`replication.refuse_fakeredis`)
+    rather than failing on every write. If this fails, fakeredis implements WAIT now: decide
+    whether that refusal should go (and this test with it)."""
+    client = fakeredis.FakeRedis()
+    with pytest.raises(redis.ResponseError, match="unknown command"):
+        client.wait(1, 10)
+
+
+def test_min_replicas_is_refused_on_fakeredis_with_one_clear_error() -> None:
+    """The workaround: a producer or worker with min_replicas on fakeredis fails when built,
+    naming the reason, instead of raising WAIT's "unknown command" after each write."""
+    client = connect_fake()
+    settings = Settings(**{**TEST_SETTINGS.__dict__, "min_replicas": 1})
+    with pytest.raises(TaskCustodyError, match="fakeredis implements no WAIT"):
+        Producer(client, QueueKeys("gap"), settings=settings)
+    server = Server(client, QueueKeys("gap"), "s1", lambda p: p, settings=settings,
+                    clock=ManualClock())
+    server.claim()
+    with pytest.raises(TaskCustodyError, match="fakeredis implements no WAIT"):
+        server.make_worker(0)
+    # Without min_replicas nothing changes on fakeredis.
+    Producer(client, QueueKeys("gap"), settings=TEST_SETTINGS).enqueue(1)

@@ -240,7 +240,7 @@ def enabled_actions(state: State, config: Config) -> list[Action]:
             if proc.phase >= RUNNING:
                 for w, worker in enumerate(proc.workers):
                     ph = worker.phase
-                    if ph == IDLE or ph == ARMED:
+                    if ph in (IDLE, ARMED):
                         if state.queue and proc.phase == RUNNING:
                             add(Action("take", s, i, w))
                             if faults_left:

@@ -16,7 +16,7 @@ import redis
 from . import recovery
 from .clock import RedisClock
 from .connection import check_server, connect
-from .errors import TaskCustodyError
+from .errors import ReplicationTimeout, TaskCustodyError
 from .eviction import check_eviction_policy
 from .keys import QueueKeys
 from .producer import Producer
@@ -44,6 +44,26 @@ def _keys(queue: str, prefix: str) -> QueueKeys:
         return QueueKeys(queue, prefix)
     except TaskCustodyError as exc:
         raise click.BadParameter(str(exc)) from exc
+
+
+def replication_options(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """--min-replicas / --replica-timeout (Settings.min_replicas, Settings.replica_timeout)."""
+    fn = click.option("--replica-timeout", default=1.0, show_default=True,
+                      type=click.FloatRange(min=0.001),
+                      help="Seconds a WAIT may wait for the replicas (must be shorter than the "
+                           "socket timeout, block timeout + 3 s).")(fn)
+    return click.option("--min-replicas", default=0, show_default=True,
+                        type=click.IntRange(min=0),
+                        help="Replicas that must acknowledge each write (Redis WAIT, in the same "
+                             "round trip). Enqueue fails (exit 1) when fewer do; a worker logs "
+                             "and carries on. See README, 'Failover and replication'.")(fn)
+
+
+def _settings(**kwargs: Any) -> Settings:
+    try:
+        return Settings(**kwargs)
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from exc
 
 
 def _client(url: str, settings: Settings | None = None) -> redis.Redis:
@@ -117,11 +137,13 @@ def main() -> None:
 @click.option("--track-commits", is_flag=True,
               help="Keep a per-task commit count (for verification runs).")
 @allow_evicting_option
+@replication_options
 @click.option("--verbose", "-v", is_flag=True, help="Log every recovery action.")
 def worker(handler: str, queue: str, prefix: str, redis_url: str, workers: int, prefetch: int,
            server_id: str | None, max_attempts: int, block_timeout: float,
            heartbeat_interval: float, server_ttl: float, sweep_interval: float,
            wait_for_id: float, track_commits: bool, allow_evicting_policy: bool,
+           min_replicas: int, replica_timeout: float,
            verbose: bool) -> None:
     """Run a server with WORKERS threads executing HANDLER (MODULE:FUNCTION) on each payload.
 
@@ -130,13 +152,11 @@ def worker(handler: str, queue: str, prefix: str, redis_url: str, workers: int, 
     logging.basicConfig(level=logging.INFO if verbose else logging.WARNING,
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
     fn = load_handler(handler)
-    try:
-        settings = Settings(max_attempts=max_attempts, block_timeout=block_timeout,
-                            heartbeat_interval=heartbeat_interval, server_ttl=server_ttl,
-                            sweep_interval=sweep_interval, track_commits=track_commits,
-                            prefetch=prefetch, allow_evicting_policy=allow_evicting_policy)
-    except ValueError as exc:
-        raise click.UsageError(str(exc)) from exc
+    settings = _settings(max_attempts=max_attempts, block_timeout=block_timeout,
+                         heartbeat_interval=heartbeat_interval, server_ttl=server_ttl,
+                         sweep_interval=sweep_interval, track_commits=track_commits,
+                         prefetch=prefetch, allow_evicting_policy=allow_evicting_policy,
+                         min_replicas=min_replicas, replica_timeout=replica_timeout)
     client = _client(redis_url, settings)
     sid = server_id or socket.gethostname().replace(":", "-")
     srv = Server(client, _keys(queue, prefix), sid, fn, workers=workers, settings=settings,
@@ -149,14 +169,18 @@ def worker(handler: str, queue: str, prefix: str, redis_url: str, workers: int, 
 @prefix_option
 @url_option
 @allow_evicting_option
+@replication_options
 @click.argument("payloads", nargs=-1, required=True)
 def enqueue(queue: str, prefix: str, redis_url: str, allow_evicting_policy: bool,
+            min_replicas: int, replica_timeout: float,
             payloads: tuple[str, ...]) -> None:
     """Enqueue JSON PAYLOADS (or `-` to read one JSON payload per line from stdin).
 
     Every payload is parsed before anything is enqueued: one bad payload enqueues nothing.
-    Prints one task id per line.
+    Prints one task id per line. With --min-replicas, a WAIT that returns short exits 1: the ids
+    printed are then those in the primary's queue (enqueueing them again may run them twice).
     """
+    settings = _settings(min_replicas=min_replicas, replica_timeout=replica_timeout)
     lines: list[str] = []
     for item in payloads:
         if item == "-":
@@ -171,9 +195,17 @@ def enqueue(queue: str, prefix: str, redis_url: str, allow_evicting_policy: bool
             raise click.BadParameter(f"payload {number} is not JSON ({exc}): {text[:60]!r}",
                                      param_hint="PAYLOADS") from exc
     keys = _keys(queue, prefix)
-    client = _client(redis_url)
-    ids = _run(lambda: (check_server(client, keys, allow_evicting_policy=allow_evicting_policy),
-                        Producer(client, keys).enqueue_many(parsed))[1])
+    client = _client(redis_url, settings)
+    try:
+        ids = _run(lambda: (check_server(client, keys,
+                                         allow_evicting_policy=allow_evicting_policy),
+                            Producer(client, keys, settings=settings).enqueue_many(parsed))[1])
+    except _Failure as failure:
+        short = failure.__cause__
+        if isinstance(short, ReplicationTimeout):
+            # Those tasks are in the queue: the caller must know their ids.
+            click.echo("\n".join(short.confirmed + short.unconfirmed))
+        raise
     click.echo("\n".join(ids))
 
 

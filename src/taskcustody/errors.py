@@ -57,3 +57,27 @@ class RedisOutOfMemory(TaskCustodyError):
     def __init__(self, message: str, enqueued: list[str] | None = None) -> None:
         super().__init__(message)
         self.enqueued = list(enqueued or [])
+
+
+class ReplicationTimeout(TaskCustodyError):
+    """A write ran on the primary, but fewer replicas than `Settings.min_replicas` acknowledged it
+    within `Settings.replica_timeout` (Redis WAIT). The write is NOT undone: the tasks named here
+    are in the primary's queue and may run, or may be lost if the primary fails over to a replica
+    that missed them. Enqueueing them again may run them twice."""
+
+    def __init__(self, acknowledged: int, wanted: int, timeout: float,
+                 unconfirmed: list[str], confirmed: list[str] | None = None,
+                 unsent: list[str] | None = None, reason: str = "") -> None:
+        self.acknowledged = acknowledged
+        self.wanted = wanted
+        self.timeout = timeout
+        self.unconfirmed = unconfirmed  # on the primary; replication not confirmed
+        self.confirmed = confirmed or []  # on the primary and on >= wanted replicas
+        self.unsent = unsent or []  # never sent (enqueue_many stops at the first shortfall)
+        why = f" ({reason})" if reason else ""
+        super().__init__(
+            f"{acknowledged} of {wanted} replica(s) acknowledged within {timeout:g} s{why}; "
+            f"{len(unconfirmed)} task(s) ARE in the primary's queue but not confirmed on "
+            f"{wanted} replica(s): they may run, or be lost if the primary fails over; "
+            f"enqueueing them again may run them twice"
+        )

@@ -21,7 +21,7 @@ from typing import Any
 
 import redis
 
-from . import envelope, scripts
+from . import envelope, replication, scripts
 from .errors import MalformedTask
 from .worker import Outcome, Release, Worker, run_until_stopped
 
@@ -57,6 +57,8 @@ class PrefetchingWorker:
         self._conn: redis.connection.ConnectionInterface = pool.connection_class(
             **pool.connection_kwargs
         )
+        # Settings.min_replicas: each pipeline ends with one WAIT (replication.py).
+        self.replicas = replication.Shortfalls(self.settings, self.lead.clock, self.list_key)
 
     @property
     def list_keys(self) -> tuple[str, ...]:
@@ -89,7 +91,7 @@ class PrefetchingWorker:
              slot.record_value(), now)
             for slot in self.slots
         ]
-        replies, error = self._pipeline(commands, scripts.TAKE_AND_RECORD)
+        replies, error = self._pipeline(commands, scripts.TAKE_AND_RECORD, replication.TAKE)
         for k, reply in enumerate(replies):
             slot = self.slots[k]
             if isinstance(reply, redis.ResponseError):
@@ -130,7 +132,7 @@ class PrefetchingWorker:
             action, data = batch.verdicts[i] if i < len(batch.verdicts) else ("retry", raw)
             plans.append((slot, action, slot.release_args(raw, recorded_id, action, data)))
         replies, error = self._pipeline(
-            [(*_RELEASE, *args) for _, _, args in plans], scripts.RELEASE
+            [(*_RELEASE, *args) for _, _, args in plans], scripts.RELEASE, replication.RELEASE
         )
         releases = []
         for k, reply in enumerate(replies):
@@ -182,18 +184,20 @@ class PrefetchingWorker:
         raise error
 
     def _pipeline(
-        self, commands: list[tuple[Any, ...]], script: str
+        self, commands: list[tuple[Any, ...]], script: str, step: str
     ) -> tuple[list[Any], Exception | None]:
         """Send `commands` (EVALSHA of `script`) in one write; read the replies in order until
         one is lost. Returns the replies read (a ResponseError in place of a failed command's
         reply) and the connection error that ended the reading, if any. A command answered
         NOSCRIPT did not run (the script cache was flushed), so it is sent again as EVAL."""
-        replies, error = self._send_and_read(commands)
+        replies, error = self._send_and_read(commands, step)
         if error is not None:
             return replies, error
         retry = [i for i, r in enumerate(replies) if isinstance(r, redis.exceptions.NoScriptError)]
         if retry:
-            again, error = self._send_and_read([(_EVAL, script, *commands[i][2:]) for i in retry])
+            again, error = self._send_and_read(
+                [(_EVAL, script, *commands[i][2:]) for i in retry], step
+            )
             for n, reply in enumerate(again):
                 replies[retry[n]] = reply
             if error is not None:
@@ -202,18 +206,29 @@ class PrefetchingWorker:
         return replies, error
 
     def _send_and_read(
-        self, commands: list[tuple[Any, ...]]
+        self, commands: list[tuple[Any, ...]], step: str
     ) -> tuple[list[Any], Exception | None]:
         conn = self._conn
         replies: list[Any] = []
+        # With min_replicas, one WAIT ends the pipeline: same write, no round trip of its own.
+        wait = replication.wait_command(self.settings) if commands else None
+        sent = commands if wait is None else [*commands, wait]
+        acked: Any = None
         try:
-            conn.send_packed_command(conn.pack_commands(commands))  # type: ignore[no-untyped-call]
+            conn.send_packed_command(conn.pack_commands(sent))  # type: ignore[no-untyped-call]
             for _ in commands:
                 try:
                     replies.append(conn.read_response())
                 except redis.ResponseError as exc:
                     replies.append(exc)
+            if wait is not None:
+                try:
+                    acked = conn.read_response()
+                except redis.ResponseError as exc:
+                    acked = exc
         except (redis.ConnectionError, redis.TimeoutError) as exc:
             conn.disconnect()  # type: ignore[no-untyped-call]
             return replies, exc
+        if wait is not None:
+            self.replicas.check(acked, step)
         return replies, None

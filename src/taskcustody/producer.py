@@ -9,42 +9,73 @@ import redis
 
 from .clock import Clock, WallClock
 from .envelope import new_task
-from .errors import RedisOutOfMemory
+from .errors import RedisOutOfMemory, ReplicationTimeout
 from .keys import QueueKeys
 from .oom import is_oom
+from .replication import acknowledged, refuse_fakeredis, wait_command
+from .settings import Settings
 
 
 class Producer:
-    def __init__(self, client: redis.Redis, keys: QueueKeys, clock: Clock | None = None) -> None:
+    def __init__(self, client: redis.Redis, keys: QueueKeys, clock: Clock | None = None,
+                 settings: Settings | None = None) -> None:
         self.client = client
         self.keys = keys
         # Enqueue time is informational only; no protocol decision reads it.
         self.clock = clock or WallClock()
+        self.settings = settings or Settings()
+        refuse_fakeredis(client, self.settings)
 
     def enqueue(self, payload: Any, task_id: str | None = None) -> str:
+        """Enqueue one task. With `min_replicas`, returns only once that many replicas hold it,
+        and raises `ReplicationTimeout` otherwise (the task is then in the primary's queue)."""
         task = new_task(payload, self.clock.now(), task_id)
-        self._push([task.raw], [])
+        self._push([task.raw], [task.id], [], [])
         return task.id
 
     def enqueue_many(self, payloads: Iterable[Any], batch_size: int = 10_000) -> list[str]:
         """Enqueue many payloads, one LPUSH (one round trip) per batch. Every payload is encoded
-        before anything is sent, so a bad payload enqueues nothing of its batch."""
+        before anything is sent, so a bad payload enqueues nothing of its batch. With
+        `min_replicas`, stops at the first batch whose WAIT returns short: the exception names
+        the tasks confirmed, those on the primary only, and those never sent."""
         now = self.clock.now()
         tasks = [new_task(p, now) for p in payloads]
         for start in range(0, len(tasks), batch_size):
             batch = tasks[start : start + batch_size]
-            self._push([t.raw for t in batch], [t.id for t in tasks[:start]])
+            self._push([t.raw for t in batch], [t.id for t in batch],
+                       [t.id for t in tasks[:start]], [t.id for t in tasks[start + batch_size :]])
         return [t.id for t in tasks]
 
-    def _push(self, raws: list[bytes], enqueued: list[str]) -> None:
-        """One LPUSH. Redis out of memory refuses it whole (nothing of it is enqueued): that is
-        RedisOutOfMemory, naming what earlier batches did enqueue, so the caller can retry."""
+    def _push(self, raws: list[bytes], ids: list[str], before: list[str],
+              after: list[str]) -> None:
+        """One LPUSH (and WAIT, with `min_replicas`). Redis out of memory refuses the LPUSH whole
+        (nothing of it is enqueued): that is RedisOutOfMemory, naming what earlier batches did
+        enqueue, so the caller can retry."""
         try:
-            self.client.lpush(self.keys.queue, *raws)
+            self._lpush(raws, ids, before, after)
         except redis.ResponseError as exc:
             if not is_oom(exc):
                 raise
-            done = f"; {len(enqueued)} earlier task(s) were enqueued" if enqueued else ""
+            done = f"; {len(before)} earlier task(s) were enqueued" if before else ""
             raise RedisOutOfMemory(
                 f"Redis is out of memory ({exc}): {len(raws)} task(s) not enqueued{done}; retry "
-                "once memory frees", enqueued) from exc
+                "once memory frees", before) from exc
+
+    def _lpush(self, raws: list[bytes], ids: list[str], before: list[str],
+               after: list[str]) -> None:
+        if wait_command(self.settings) is None:
+            self.client.lpush(self.keys.queue, *raws)
+            return
+        # LPUSH and WAIT in one pipeline: one round trip. Not MULTI: inside a transaction WAIT
+        # does not block, it only reports the replicas that already have the write.
+        pipe = self.client.pipeline(transaction=False)
+        pipe.lpush(self.keys.queue, *raws)
+        pipe.wait(self.settings.min_replicas, self.settings.replica_timeout_ms)
+        pushed, reply = pipe.execute(raise_on_error=False)
+        if isinstance(pushed, Exception):
+            raise pushed  # e.g. WRONGTYPE: nothing was enqueued
+        acks, reason = acknowledged(reply)
+        if acks < self.settings.min_replicas:
+            raise ReplicationTimeout(acks, self.settings.min_replicas,
+                                     self.settings.replica_timeout, unconfirmed=ids,
+                                     confirmed=before, unsent=after, reason=reason)

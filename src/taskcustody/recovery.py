@@ -112,8 +112,9 @@ def live_owners(client: redis.Redis, keys: QueueKeys) -> set[ServerIdentity]:
 
 def registrations(client: redis.Redis, keys: QueueKeys) -> dict[str, float]:
     """The registry: every registered in-flight list with the time of its last registration."""
-    return {_text(k): float(t) for k, t in client.zrange(keys.inflight_registry, 0, -1,
-                                                         withscores=True)}
+    entries: list[tuple[bytes | str, float]] = client.zrange(  # type: ignore[assignment]
+        keys.inflight_registry, 0, -1, withscores=True)
+    return {_text(k): float(t) for k, t in entries}
 
 
 def registered_lists(client: redis.Redis, keys: QueueKeys) -> list[str]:

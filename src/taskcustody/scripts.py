@@ -70,13 +70,13 @@ return 0
 
 # KEYS: queue, own list, processing, registry of in-flight lists
 # ARGV: record value, now
-# A take that never blocks: our list is registered, the task moves from the queue's take end into
-# it and its processing record is written, in one atomic step (so no stall can come between them,
-# and no guard is needed: the task is surely ours). Returns {task, id recorded ('' if none)}, or false
-# when the queue is empty. A prefetching worker sends several of these in one round trip while the
-# queue is busy. An envelope with no usable id is moved without a record; the worker dead-letters
-# it, and the id returned here (not the worker's own parse) tells its release which record to
-# delete.
+# A take that never blocks: our list is registered, the task moves from the queue's take end
+# into it and its processing record is written, in one atomic step (so no stall can come between
+# them, and no guard is needed: the task is surely ours). Returns {task, id recorded ('' if
+# none)}, or false when the queue is empty. A prefetching worker sends several of these in one
+# round trip while the queue is busy. An envelope with no usable id is moved without a record;
+# the worker dead-letters it, and the id returned here (not the worker's own parse) tells its
+# release which record to delete.
 TAKE_AND_RECORD = """
 redis.call('ZADD', KEYS[4], ARGV[2], KEYS[2])
 local raw = redis.call('LMOVE', KEYS[1], KEYS[2], 'RIGHT', 'LEFT')

@@ -38,6 +38,14 @@ class Settings:
     # While Redis refuses writes for lack of memory (OOM), a worker or the heartbeat loop says so
     # at most once per this many seconds of the injected clock.
     oom_log_interval: float = 30.0
+    # Replicas that must acknowledge each enqueue, take and release (Redis WAIT, sent in the same
+    # write as the command: no extra round trip). 0 = Redis's asynchronous replication as is.
+    # See the README, "Failover and replication", for what it does and does not guarantee.
+    min_replicas: int = 0
+    # Seconds a WAIT may block before it returns short (a producer then raises
+    # ReplicationTimeout; a worker logs and carries on). Seconds like every other duration here;
+    # sent to Redis in milliseconds.
+    replica_timeout: float = 1.0
 
     def __post_init__(self) -> None:
         if self.block_timeout <= 0:
@@ -61,7 +69,24 @@ class Settings:
                 "registry_grace must exceed block_timeout + socket_timeout_margin: a take may "
                 "be pending that long"
             )
+        if self.min_replicas < 0:
+            raise ValueError("min_replicas must be >= 0")
+        if self.replica_timeout <= 0:
+            raise ValueError("replica_timeout must be > 0 (a WAIT with timeout 0 blocks forever)")
+        if self.min_replicas and self.replica_timeout >= self.socket_timeout:
+            # The WAIT's reply is read with the connection's socket timeout: a WAIT allowed to
+            # block longer would look like a dead connection. (No WAIT is sent without
+            # min_replicas, so the default replica_timeout constrains nothing then.)
+            raise ValueError(
+                "replica_timeout must be shorter than the socket timeout "
+                f"(block_timeout + socket_timeout_margin = {self.socket_timeout:g} s)"
+            )
 
     @property
     def socket_timeout(self) -> float:
         return self.block_timeout + self.socket_timeout_margin
+
+    @property
+    def replica_timeout_ms(self) -> int:
+        """WAIT's timeout argument: whole milliseconds, at least 1 (0 would block forever)."""
+        return max(1, round(self.replica_timeout * 1000))

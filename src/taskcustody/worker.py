@@ -19,7 +19,7 @@ from typing import Any, Protocol
 
 import redis
 
-from . import envelope, scripts
+from . import envelope, replication, scripts
 from .clock import Clock
 from .connection import is_fakeredis
 from .envelope import Task
@@ -98,6 +98,11 @@ class Worker:
         self._unread_replies = 0
         self._deferred: tuple[Any, ...] = ()
         self._registration_error: redis.ResponseError | None = None
+        # Settings.min_replicas: the step ("take", "release") whose command the next `_call`
+        # follows with WAIT in the same write ("" = none), and the WAITs that returned short.
+        replication.refuse_fakeredis(client, self.settings)
+        self._wait_after = ""
+        self.replicas = replication.Shortfalls(self.settings, clock, self.list_key)
         # fakeredis's BLMOVE does not block and can write None into the destination list (pinned
         # in tests/test_fakeredis_gaps.py); BRPOPLPUSH is the same atomic RIGHT->LEFT move and
         # blocks correctly there. Real Redis always gets BLMOVE.
@@ -129,6 +134,7 @@ class Worker:
         task envelope (it is dead-lettered at once)."""
         block = self.settings.block_timeout if timeout is None else timeout
         self._registration_error = None
+        self._then_wait(replication.TAKE)
         try:
             raw = self._call(*self._take_args(block), first=self.registration())
         except redis.ResponseError as exc:
@@ -257,9 +263,11 @@ class Worker:
         args = self.release_args(raw, task_id, action, data)
         try:
             try:
+                self._then_wait(replication.RELEASE)
                 reply = self._call("EVALSHA", _RELEASE_SHA, *args)
             except redis.exceptions.NoScriptError:
                 # The script cache was flushed; NOSCRIPT means it did not run, so EVAL is safe.
+                self._then_wait(replication.RELEASE)
                 reply = self._call("EVAL", scripts.RELEASE, *args)
         except (redis.ConnectionError, redis.TimeoutError):
             # The release may have run: we cannot know whether we committed. Reconcile later;
@@ -276,35 +284,61 @@ class Worker:
             "at": self.clock.now(),
         })
 
-    def _send(self, *args: Any) -> None:
+    def _send(self, *args: Any, first: tuple[Any, ...] | None = None,
+              then: tuple[Any, ...] | None = None) -> None:
+        """Send a command, with `first` before it and `then` after it, in ONE write: the take's
+        registration must reach Redis with its BLMOVE (a stall between two writes could let the
+        registration age past the registry's grace before the BLMOVE is even sent), and a WAIT
+        adds no round trip."""
+        commands = [c for c in (first, args, then) if c is not None]
         try:
-            self._conn.send_command(*args)  # type: ignore[no-untyped-call]
+            if len(commands) == 1:
+                self._conn.send_command(*args)  # type: ignore[no-untyped-call]
+            else:
+                packed = self._conn.pack_commands(commands)  # type: ignore[no-untyped-call]
+                self._conn.send_packed_command(packed)  # type: ignore[no-untyped-call]
         except (redis.ConnectionError, redis.TimeoutError):
             self.dirty = True
             self._unread_replies = 0
             raise
-        self._unread_replies += 1
+        self._unread_replies += len(commands)
+
+    def _then_wait(self, step: str) -> None:
+        """With `Settings.min_replicas`, the next `_call` sends `WAIT` right after its command in
+        the same write, reads its reply after the command's, and counts a short one
+        (replication.py). Without, nothing changes."""
+        self._wait_after = step if self.settings.min_replicas else ""
 
     def _call(self, *args: Any, first: tuple[Any, ...] | None = None) -> Any:
         """Send a command and return its reply, first reading the replies of deferred commands.
-        `first` is sent just before it, in the same write (the take's registration); its error,
-        if any, is kept in `_registration_error`."""
-        if first is not None:
-            self._send(*first)
-        self._send(*args)
+        `first` goes just before it, in the same write (the take's registration): its error, if
+        any, is kept in `_registration_error`."""
+        step, self._wait_after = self._wait_after, ""
+        wait = replication.wait_command(self.settings) if step else None
+        self._send(*args, first=first, then=wait)
+        # WAIT's reply comes after the command's. If the command fails (NOSCRIPT, WRONGTYPE),
+        # the WAIT's reply stays unread and counted: the next call reads it as a deferred one.
+        trailing = 0 if wait is None else 1
         resend_record = False
+        acked: Any = None
         try:
-            while self._unread_replies > 1:  # deferred replies come first
+            while self._unread_replies > 1 + trailing:  # deferred replies come first
                 self._unread_replies -= 1
                 try:
                     self._conn.read_response()
                 except redis.ResponseError as exc:
-                    if first is not None and self._unread_replies == 1:
+                    if first is not None and self._unread_replies == 1 + trailing:
                         self._registration_error = exc
                     else:
                         resend_record = self._deferred_failed(exc)
             self._unread_replies -= 1
             reply = self._conn.read_response()
+            if wait is not None:
+                self._unread_replies -= 1
+                try:
+                    acked = self._conn.read_response()
+                except redis.ResponseError as exc:
+                    acked = exc
         except (redis.ConnectionError, redis.TimeoutError):
             self._unread_replies = 0
             raise
@@ -312,6 +346,8 @@ class Worker:
             self._send(*self._deferred)
             self._unread_replies -= 1
             self._conn.read_response()
+        if wait is not None:
+            self.replicas.check(acked, step)
         return reply
 
     def _deferred_failed(self, exc: redis.ResponseError) -> bool:

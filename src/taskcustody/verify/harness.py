@@ -963,9 +963,9 @@ class Harness:
                                        "each, none for a task Redis itself lost)")
         if self.admin.llen(keys.queue):
             raise Mismatch("eventual", "the queue is not empty")
-        for k in self.admin.zrange(keys.inflight_registry, 0, -1):
+        for k in recovery.registered_lists(self.admin, keys):
             if self.admin.llen(k):
-                raise Mismatch("eventual", f"in-flight list {_text(k)} is not empty")
+                raise Mismatch("eventual", f"in-flight list {k} is not empty")
         if self.admin.hlen(keys.processing):
             raise Mismatch("eventual", "processing records remain")
 
