@@ -275,15 +275,17 @@ def summarise(runs: list[dict[str, Any]]) -> dict[str, Any]:
 # -- report --------------------------------------------------------------------------------------
 
 
-def growth(rows: Iterable[dict[str, Any]], field: str) -> dict[str, str]:
-    """Ratio of `field` between consecutive sizes (per 10x more servers)."""
-    out: dict[str, str] = {}
+def growth(rows: Iterable[dict[str, Any]], field: str) -> str:
+    """Ratio of `field` between consecutive sizes (per 10x more servers, with the default
+    sizes)."""
+    out: list[str] = []
     prev: dict[str, Any] | None = None
     for row in rows:
         if prev is not None and prev[field] > 0:
-            out[f"{prev['servers']}->{row['servers']}"] = f"{row[field] / prev[field]:.1f}x"
+            out.append(f"{prev['servers']:,} -> {row['servers']:,}: "
+                       f"{row[field] / prev[field]:.1f}x")
         prev = row
-    return out
+    return ", ".join(out)
 
 
 def render(result: dict[str, Any]) -> str:
@@ -328,8 +330,16 @@ def render(result: dict[str, Any]) -> str:
     for lease in (True, False):
         rows = [r for r in result["load"] if r["lease"] == lease]
         lines.append(f"- lease {'on' if lease else 'off'}: commands "
-                     f"{growth(rows, 'commands_per_interval')}, Redis CPU "
+                     f"{growth(rows, 'commands_per_interval')}; Redis CPU "
                      f"{growth(rows, 'cpu_ms_per_interval')}")
+    lines += [
+        "",
+        "A share of a core over 100% means that one (single-threaded) Redis could not keep up: "
+        "the sweeps would queue behind each other and everything else. Scaled rows ran a "
+        "sample of the servers' sweeps (each does the same work: same registry, same records) "
+        "and multiplied; with the lease, every server ran every interval. CPU below ~10 ms is "
+        "mostly noise on this shared 2-core machine.",
+    ]
     lines += [
         "",
         "## Recovery: a server's death to its 16 tasks back in the queue (simulated time)",
@@ -349,7 +359,10 @@ def render(result: dict[str, Any]) -> str:
         "",
         "Each run kills a different server (so a different phase against the others' sweep "
         "ticks) right after its own tick, i.e. just after its last heartbeat: it then stays "
-        "registered a full server TTL, the worst case for that part.",
+        "registered a full server TTL, the worst case for that part. The phases are seeded, "
+        "so victims 1-5 have the same phases at every size: with the lease, recovery depends "
+        "only on the victim's phase against the holder's, not on the fleet's size; without it, "
+        "on the gap to the next server's tick, which shrinks as the fleet grows.",
         "",
         "Bound: server TTL (the dead server stays registered until its deadline) + one sweep "
         "period; when it held the lease, max(server TTL, lease TTL) + one sweep period (the "
@@ -369,7 +382,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--victims", type=int, default=5,
                     help="recovery: how many different servers (phases) die, one per run")
     ap.add_argument("--out", type=Path, default=RESULTS)
+    ap.add_argument("--render", type=Path, metavar="JSON",
+                    help="only rewrite the .md next to JSON from it (no measurement)")
     args = ap.parse_args(argv)
+    if args.render is not None:
+        try:
+            result = json.loads(args.render.read_text())
+        except (OSError, ValueError) as exc:
+            print(f"cannot read {args.render}: {exc}", file=sys.stderr)
+            return 1
+        args.render.with_suffix(".md").write_text(render(result))
+        return 0
     try:
         sizes = [int(s) for s in args.sizes.split(",")]
     except ValueError:

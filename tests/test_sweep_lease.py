@@ -65,6 +65,9 @@ def test_the_lease_is_on_by_default_and_lasts_three_sweep_periods() -> None:
     assert Settings(sweep_interval=3).sweep_period == 5.0
     assert Settings(sweep_interval=7).lease_ttl == 30.0
     assert Settings(sweep_lease_ttl=10.5).lease_ttl == 10.5
+    # 2.1 / 0.3 is 7.000000000000001 in floats: still seven wakes, not eight.
+    fast = Settings(heartbeat_interval=0.3, server_ttl=1, sweep_interval=2.1)
+    assert fast.sweep_period == pytest.approx(2.1)
 
 
 @pytest.mark.parametrize("ttl", [10.0, 9.0, 0.0, -1.0])

@@ -61,7 +61,7 @@ class Settings:
     def sweep_period(self) -> float:
         """The time between two sweeps of one server's background loop: it wakes every
         heartbeat_interval and sweeps at the first wake at least sweep_interval after the last
-        sweep (the small epsilon keeps 0.3 / 0.1 = 2.9999999999999996 from rounding to 4)."""
+        sweep (the small epsilon keeps 2.1 / 0.3 = 7.000000000000001 from rounding up to 8)."""
         wakes = max(1, math.ceil(self.sweep_interval / self.heartbeat_interval - 1e-9))
         return wakes * self.heartbeat_interval
 
