@@ -75,9 +75,3 @@ class SweepLease:
         """Give the lease up if we hold it (clean shutdown), so the next sweeper need not wait
         for it to expire. Whether we held it."""
         return bool(int(self.client.eval(RELEASE, 1, self.key, self.holder)))
-
-    def current_holder(self) -> str | None:
-        value = self.client.get(self.key)
-        if value is None:
-            return None
-        return value.decode() if isinstance(value, bytes) else str(value)
