@@ -82,6 +82,7 @@ def test_all_fixed_keys_is_the_exact_type_map(keys: QueueKeys) -> None:
         "test:{tq}:dead": "list",
         "test:{tq}:committed": "string",
         "test:{tq}:commits": "hash",
+        "test:{tq}:sweep-lease": "string",
     }
 
 
@@ -103,6 +104,7 @@ def test_all_fixed_keys_match_the_types_a_live_queue_creates(
                         server_ttl=15, max_attempts=1, drain_chunk=3, track_commits=True)
     server = make_server(client, keys, "s1", clock, handler=handler, settings=settings)
     server.claim()
+    assert server.sweep_lease.acquire_or_renew()
     worker = server.make_worker(0)
     worker.register()
     try:

@@ -70,6 +70,12 @@ class QueueKeys:
         return f"{self.base}:incarnations"
 
     @property
+    def sweep_lease(self) -> str:
+        """Who sweeps now (sweep_lease.py): one sweeper at a time keeps the fleet's sweep load
+        linear in its size."""
+        return f"{self.base}:sweep-lease"
+
+    @property
     def processing(self) -> str:
         return f"{self.base}:processing"
 
@@ -118,4 +124,5 @@ class QueueKeys:
             self.dead_letters: "list",
             self.committed: "string",
             self.commit_log: "hash",
+            self.sweep_lease: "string",
         }

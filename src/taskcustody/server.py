@@ -19,6 +19,7 @@ from .oom import OomSpell, is_oom
 from .prefetch import PrefetchingWorker
 from .recovery import RecoveryReport, ServerIdentity
 from .settings import Settings
+from .sweep_lease import SweepLease, holder_name
 from .worker import Handler, Worker
 
 log = logging.getLogger("taskcustody.server")
@@ -124,6 +125,18 @@ class Server:
         return recovery.sweep(self.client, self.keys, self.clock.now(), self.identity,
                               chunk=self.settings.drain_chunk,
                               grace=self.settings.registry_grace)
+
+    @property
+    def sweep_lease(self) -> SweepLease:
+        holder = holder_name(self.server_id, self.identity.incarnation)
+        return SweepLease(self.client, self.keys, holder, self.settings.lease_ttl)
+
+    def periodic_sweep(self) -> RecoveryReport | None:
+        """The background loop's sweep: with `Settings.sweep_lease`, only the lease's holder sweeps
+        (None: another server holds it), so that one sweep per interval serves the whole fleet."""
+        if self.settings.sweep_lease and not self.sweep_lease.acquire_or_renew():
+            return None
+        return self.sweep()
 
     def requeue_stuck_processing_tasks(self) -> tuple[int, int]:
         return recovery.requeue_stuck_processing_tasks(self.client, self.keys, self.identity)
@@ -282,8 +295,9 @@ class Server:
             try:
                 self.heartbeat()
                 if waited >= next_sweep:
-                    report = self.sweep()
-                    if report.pruned or report.moved or report.requeued_stuck:
+                    report = self.periodic_sweep()
+                    if report is not None and (report.pruned or report.moved
+                                               or report.requeued_stuck):
                         log.info("sweep: pruned %s, moved %d, requeued stuck %d", report.pruned,
                                  report.moved, report.requeued_stuck)
                     next_sweep = waited + self.settings.sweep_interval
@@ -317,6 +331,8 @@ class Server:
         try:
             if not self.superseded:
                 self.deregister()
+            if self.incarnation is not None:
+                self.sweep_lease.release()  # the next sweeper need not wait for it to lapse
             for worker, thread in zip(workers, threads, strict=True):
                 if not thread.is_alive():
                     for list_key in worker.list_keys:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 
@@ -16,6 +17,13 @@ class Settings:
     # A server is registered while now < its deadline = last heartbeat + server_ttl.
     server_ttl: float = 15.0
     sweep_interval: float = 10.0
+    # One sweeper at a time (sweep_lease.py): only the lease's holder sweeps, so the sweep load on
+    # Redis grows linearly with the fleet instead of with servers x lists. Off: every server
+    # sweeps every interval (the old behaviour, kept for measuring it: bench/sweep_load.py).
+    sweep_lease: bool = True
+    # How long the lease outlives its holder's last renewal (the holder renews at every sweep).
+    # None: 3 sweep periods. A dead holder delays recovery by at most this much.
+    sweep_lease_ttl: float | None = None
     max_attempts: int = 3
     drain_chunk: int = 100
     result_ttl: int = 86_400
@@ -81,6 +89,11 @@ class Settings:
                 "replica_timeout must be shorter than the socket timeout "
                 f"(block_timeout + socket_timeout_margin = {self.socket_timeout:g} s)"
             )
+        # The holder renews once per sweep it runs, every sweep_period: a lease no longer than
+        # that would lapse between two renewals of a live holder.
+        if self.sweep_lease_ttl is not None and self.sweep_lease_ttl <= self.sweep_period:
+            raise ValueError("sweep_lease_ttl must exceed the sweep period (sweep_interval, "
+                             "rounded up to a multiple of heartbeat_interval)")
 
     @property
     def socket_timeout(self) -> float:
@@ -90,3 +103,17 @@ class Settings:
     def replica_timeout_ms(self) -> int:
         """WAIT's timeout argument: whole milliseconds, at least 1 (0 would block forever)."""
         return max(1, round(self.replica_timeout * 1000))
+
+    @property
+    def sweep_period(self) -> float:
+        """The time between two sweeps of one server's background loop: it wakes every
+        heartbeat_interval and sweeps at the first wake at least sweep_interval after the last
+        sweep (the small epsilon keeps 2.1 / 0.3 = 7.000000000000001 from rounding up to 8)."""
+        wakes = max(1, math.ceil(self.sweep_interval / self.heartbeat_interval - 1e-9))
+        return wakes * self.heartbeat_interval
+
+    @property
+    def lease_ttl(self) -> float:
+        if self.sweep_lease_ttl is not None:
+            return self.sweep_lease_ttl
+        return 3 * self.sweep_period
