@@ -66,8 +66,10 @@ MUTANTS: tuple[NamedMutant, ...] = (
             ),
             Edit(
                 WORKER,
-                "            raw = self._call(*self._take_args(block))\n",
-                "            popped = self._call(*self._take_args(block))\n"
+                "            raw = self._call(*self._take_args(block), "
+                "first=self.registration())\n",
+                "            popped = self._call(*self._take_args(block), "
+                "first=self.registration())\n"
                 "            raw = None if popped is None else popped[1]\n",
             ),
         ),
@@ -123,9 +125,9 @@ MUTANTS: tuple[NamedMutant, ...] = (
             Edit(
                 RECOVERY,
                 "    report.drained_lists = recover_inflight(client, keys, me, include_self=False, "
-                "chunk=chunk)\n",
+                "chunk=chunk,\n",
                 "    report.drained_lists = recover_inflight(client, keys, me, include_self=True, "
-                "chunk=chunk)\n",
+                "chunk=chunk,\n",
             ),
         ),
     ),
@@ -169,11 +171,16 @@ MUTANTS: tuple[NamedMutant, ...] = (
             Edit(
                 RECOVERY,
                 "    report.pruned = prune_inactive_servers(client, keys, now)\n"
-                "    report.drained_lists = recover_inflight(client, keys, me, include_self=False, "
-                "chunk=chunk)\n",
-                "    report.drained_lists = recover_inflight(client, keys, me, include_self=False, "
-                "chunk=chunk)\n"
-                "    report.pruned = prune_inactive_servers(client, keys, now)\n",
+                "    live = live_owners(client, keys)\n",
+                "    live = live_owners(client, keys)\n",
+            ),
+            Edit(
+                RECOVERY,
+                "    report.requeued_stuck, report.stale_records = "
+                "requeue_stuck_processing_tasks(client, keys, me)\n",
+                "    report.pruned = prune_inactive_servers(client, keys, now)\n"
+                "    report.requeued_stuck, report.stale_records = "
+                "requeue_stuck_processing_tasks(client, keys, me)\n",
             ),
         ),
     ),
@@ -213,6 +220,31 @@ MUTANTS: tuple[NamedMutant, ...] = (
                 SETTINGS,
                 "        return self.block_timeout + self.socket_timeout_margin\n",
                 "        return self.block_timeout / 2\n",
+            ),
+        ),
+    ),
+    NamedMutant(
+        "lists-registered-only-at-start",
+        "registered custody: the old design; a list is registered once, by the claim, and "
+        "neither a take nor a heartbeat that finds its registration gone registers it again, so "
+        "after Redis lost its data (or a sweep forgot the list) a take fills a list that no "
+        "recovery can find",
+        (
+            Edit(
+                WORKER,
+                "        return (\"ZADD\", self.keys.inflight_registry, repr(self.clock.now()), "
+                "self.list_key)\n",
+                "        return None\n",
+            ),
+            Edit(
+                SERVER,
+                "        lists = self.list_keys()\n",
+                "        lists: list[str] = []\n",
+            ),
+            Edit(
+                SCRIPTS,
+                "redis.call('ZADD', KEYS[4], ARGV[2], KEYS[2])\n",
+                "",
             ),
         ),
     ),

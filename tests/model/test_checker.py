@@ -17,6 +17,11 @@ PINNED = {
     "processing-sweep-no-custody": ("no-duplication", 6),
     "unbounded-drain": ("bounded-work", 8),
     "drain-before-prune": ("prompt-recovery", 4),
+    # stall, clock, a sweep forgets the stalled server's empty list, its worker takes into it
+    "register-once": ("registered-custody", 4),
+    # a take waits on an empty queue (arm), its server stalls and is judged dead, a sweep forgets
+    # the list at once, the waiting take is served into it
+    "gc-when-empty": ("registered-custody", 8),
 }
 
 VARIANT_BOUNDS = Bounds(tasks=3, servers=2, workers=2, faults=2)
@@ -35,10 +40,45 @@ def test_broken_variant_is_rejected_with_a_shortest_counterexample(name: str) ->
 
 def test_correct_ci_bounds_pass_with_eventual_recovery() -> None:
     """The CI exploration: 3 tasks, 2 servers x 2 workers, 2 faults of any kind, one process per
-    server id (about a minute on 2 cores; 42,418 distinct states, depth 25)."""
+    server id (192,155 distinct states, depth 29; about a minute on 2 cores)."""
     result = check(Bounds(tasks=3, servers=2, workers=2, faults=2, processes_per_server=1))
     assert result.ok, result.violation and render_trace(result.violation)
-    assert result.distinct_states > 40_000
+    assert result.distinct_states > 190_000
+
+
+WIPE_BOUNDS = Bounds(tasks=2, servers=2, workers=1, faults=2, processes_per_server=1,
+                     late_tasks=1, redis_faults=True)
+
+
+def test_correct_passes_with_redis_wipes_among_the_faults() -> None:
+    """Redis restarts empty (redis_wipe) among 2 faults, a task enqueued at any moment: every
+    task enqueued after the last wipe commits exactly once, nothing is ever in two places
+    (11,053 distinct states)."""
+    result = check(WIPE_BOUNDS)
+    assert result.ok, result.violation and render_trace(result.violation)
+    assert result.distinct_states > 10_000
+
+
+def test_register_once_is_rejected_when_redis_can_be_wiped() -> None:
+    result = check(WIPE_BOUNDS, "register-once")
+    assert result.violation is not None
+    assert (result.property, len(result.violation)) == ("registered-custody", 4), render_trace(
+        result.violation)
+
+
+def test_the_gc_is_rejected_when_a_take_may_outwait_its_grace() -> None:
+    """The assumption the registry's garbage collection rests on (a take is served or times out
+    within the grace of the registration sent with it), broken: the correct design fails the
+    same way as design 9."""
+    bounds = Bounds(tasks=2, servers=2, workers=1, faults=2, processes_per_server=1,
+                    take_wait_bounded=False)
+    result = check(bounds)
+    assert result.violation is not None
+    assert (result.property, len(result.violation)) == ("registered-custody", 10), render_trace(
+        result.violation)
+    assert [s.action.name for s in result.violation.steps][-3:] == [
+        "advance_clock", "sweep", "take"]
+    assert "arm" in [s.action.name for s in result.violation.steps]
 
 
 def test_correct_per_move_drains_pass() -> None:

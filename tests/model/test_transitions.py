@@ -7,9 +7,12 @@ from taskcustody_model.invariants import check_invariants, is_done
 from taskcustody_model.state import (
     CRASHED,
     DIRTY,
+    ENQUEUED,
     IDLE,
     RECORDED,
     TAKEN,
+    WAITING,
+    WIPED,
     Registration,
     State,
     list_of,
@@ -153,4 +156,96 @@ def test_done_state() -> None:
     st = init()
     for w in (0, 1):
         st = step(step(step(st, "take", 0, 0, w), "record", 0, 0, w), "release", 0, 0, w)
+    assert is_done(st)
+
+
+# -- the registry of in-flight lists, Redis wipes, late tasks (docs/protocol.md, section 8) ------
+
+WIPE_CFG = Config(Bounds(tasks=2, servers=2, workers=1, faults=3, late_tasks=1,
+                         redis_faults=True), variant("correct"))
+
+
+def wipe_init() -> State:
+    return initial_state(WIPE_CFG.bounds)
+
+
+def test_the_initial_claims_registered_every_workers_list() -> None:
+    assert init().registered == ((0, 0, 0), (0, 0, 1), (1, 0, 0), (1, 0, 1))
+
+
+def test_a_late_task_waits_until_the_producer_enqueues_it() -> None:
+    st = wipe_init()
+    assert st.queue == (0,) and st.status == (ENQUEUED, WAITING)
+    st = step(st, "enqueue", cfg=WIPE_CFG)
+    assert st.queue == (1, 0) and st.status == (ENQUEUED, ENQUEUED)
+    assert Action("enqueue") not in enabled_actions(st, WIPE_CFG)
+
+
+def test_a_wipe_empties_redis_counts_its_tasks_apart_and_breaks_every_connection() -> None:
+    st = step(step(wipe_init(), "take", 0, 0, 0, cfg=WIPE_CFG), "record", 0, 0, 0, cfg=WIPE_CFG)
+    st = step(st, "redis_wipe", cfg=WIPE_CFG)
+    assert (st.queue, st.lists, st.registered) == ((), (), ())
+    assert st.records == (None, None) and st.registry == (None, None)
+    assert st.status == (WIPED, WAITING)  # Redis's loss, not the protocol's
+    assert [p.workers[0].phase for (p,) in st.processes] == [DIRTY, DIRTY]
+    assert check_invariants(st, WIPE_CFG) is None  # task 0 is nowhere, and that is no loss
+
+
+def test_after_a_wipe_a_task_enqueued_again_is_taken_into_a_registered_list() -> None:
+    st = step(wipe_init(), "redis_wipe", cfg=WIPE_CFG)
+    st = step(step(st, "reconcile", 0, 0, 0, cfg=WIPE_CFG), "enqueue", cfg=WIPE_CFG)
+    st = step(st, "take", 0, 0, 0, cfg=WIPE_CFG)  # the take registers its list again
+    assert st.registered == ((0, 0, 0),) and list_of(st, (0, 0, 0)) == (1,)
+
+
+def test_register_once_takes_after_a_wipe_into_a_list_nobody_can_find() -> None:
+    cfg = WIPE_CFG._replace(variant=variant("register-once"))
+    st = apply(wipe_init(), Action("redis_wipe"), cfg)
+    st = apply(apply(st, Action("reconcile", 0, 0, 0), cfg), Action("enqueue"), cfg)
+    st = apply(st, Action("take", 0, 0, 0), cfg)
+    assert check_invariants(st, cfg) == (
+        "registered-custody",
+        "task 1 is in inflight:0:0:0, which is not in the registry of in-flight lists: no "
+        "recovery can find it",
+    )
+
+
+def test_a_heartbeat_that_finds_its_registration_gone_registers_its_lists_again() -> None:
+    st = step(wipe_init(), "redis_wipe", cfg=WIPE_CFG)
+    st = step(st, "heartbeat", 1, 0, cfg=WIPE_CFG)
+    assert st.registry[1] == Registration(0, 1) and st.registered == ((1, 0, 0),)
+
+
+def test_the_sweep_forgets_a_dead_empty_list_but_not_a_live_or_a_full_one() -> None:
+    st = step(step(init(), "take", 0, 0, 0), "crash_server", 0, 0)
+    st = step(step(st, "advance_clock"), "sweep", 1, 0)
+    # server 0 died: its empty list (0, 0, 1) is forgotten; (0, 0, 0) held a task, drained now
+    assert st.registered == ((0, 0, 0), (1, 0, 0), (1, 0, 1))
+    st = step(st, "sweep", 1, 0)  # next pass: now empty, forgotten too
+    assert st.registered == ((1, 0, 0), (1, 0, 1))
+
+
+def test_the_sweep_spares_a_dead_list_while_a_take_into_it_is_pending() -> None:
+    cfg = Config(Bounds(tasks=1, servers=2, workers=1, faults=2), variant("correct"))
+    st = step(initial_state(cfg.bounds), "take", 1, 0, 0, cfg=cfg)
+    st = step(st, "arm", 0, 0, 0, cfg=cfg)  # the queue is empty: the BLMOVE waits
+    st = step(step(st, "stall_server", 0, 0, cfg=cfg), "advance_clock", cfg=cfg)
+    st = step(st, "sweep", 1, 0, cfg=cfg)
+    assert (0, 0, 0) in st.registered  # the pending take's registration is not old enough
+    naive = cfg._replace(variant=variant("gc-when-empty"))
+    forgot = apply(apply(apply(apply(initial_state(cfg.bounds), Action("take", 1, 0, 0), naive),
+                               Action("arm", 0, 0, 0), naive),
+                         Action("stall_server", 0, 0), naive), Action("advance_clock"), naive)
+    forgot = apply(forgot, Action("sweep", 1, 0), naive)
+    assert (0, 0, 0) not in forgot.registered
+
+
+def test_done_needs_every_late_task_enqueued_and_the_registry_clean() -> None:
+    st = wipe_init()
+    st = step(step(step(st, "take", 0, 0, 0, cfg=WIPE_CFG), "record", 0, 0, 0, cfg=WIPE_CFG),
+              "release", 0, 0, 0, cfg=WIPE_CFG)
+    assert not is_done(st)  # task 1 not enqueued yet
+    st = step(st, "enqueue", cfg=WIPE_CFG)
+    st = step(step(step(st, "take", 1, 0, 0, cfg=WIPE_CFG), "record", 1, 0, 0, cfg=WIPE_CFG),
+              "release", 1, 0, 0, cfg=WIPE_CFG)
     assert is_done(st)
