@@ -35,7 +35,8 @@ from .machine import RunStats, build_machine, default_bounds
 
 #: The model check's default bounds: every broken design is found within them (depth <= 8), and
 #: the correct design's 14,180 distinct states take about 6 s on one core.
-MODEL_BOUNDS = Bounds(tasks=2, servers=2, workers=2, faults=2, processes_per_server=1)
+MODEL_BOUNDS = Bounds(tasks=2, servers=2, workers=2, faults=2, processes_per_server=1,
+                      late_tasks=1, redis_faults=True)
 #: The stateful run's bounds (the conformance test's).
 #: Hypothesis shrinks for at most 300 s by default; a report does not need the last few steps.
 SHRINK_SECONDS = 60.0
