@@ -59,6 +59,13 @@ def replication_options(fn: Callable[..., Any]) -> Callable[..., Any]:
                              "and carries on. See README, 'Failover and replication'.")(fn)
 
 
+registry_grace_option = click.option(
+    "--registry-grace", default=Settings.registry_grace, show_default=True,
+    type=click.FloatRange(min=0, min_open=True),
+    help="Seconds a dead, empty in-flight list stays registered before a sweep forgets it; "
+         "must exceed the take's block timeout plus the socket margin.")
+
+
 def _settings(**kwargs: Any) -> Settings:
     try:
         return Settings(**kwargs)
@@ -138,12 +145,13 @@ def main() -> None:
               help="Keep a per-task commit count (for verification runs).")
 @allow_evicting_option
 @replication_options
+@registry_grace_option
 @click.option("--verbose", "-v", is_flag=True, help="Log every recovery action.")
 def worker(handler: str, queue: str, prefix: str, redis_url: str, workers: int, prefetch: int,
            server_id: str | None, max_attempts: int, block_timeout: float,
            heartbeat_interval: float, server_ttl: float, sweep_interval: float,
            wait_for_id: float, track_commits: bool, allow_evicting_policy: bool,
-           min_replicas: int, replica_timeout: float,
+           min_replicas: int, replica_timeout: float, registry_grace: float,
            verbose: bool) -> None:
     """Run a server with WORKERS threads executing HANDLER (MODULE:FUNCTION) on each payload.
 
@@ -156,7 +164,8 @@ def worker(handler: str, queue: str, prefix: str, redis_url: str, workers: int, 
                          heartbeat_interval=heartbeat_interval, server_ttl=server_ttl,
                          sweep_interval=sweep_interval, track_commits=track_commits,
                          prefetch=prefetch, allow_evicting_policy=allow_evicting_policy,
-                         min_replicas=min_replicas, replica_timeout=replica_timeout)
+                         min_replicas=min_replicas, replica_timeout=replica_timeout,
+                         registry_grace=registry_grace)
     client = _client(redis_url, settings)
     sid = server_id or socket.gethostname().replace(":", "-")
     srv = Server(client, _keys(queue, prefix), sid, fn, workers=workers, settings=settings,
@@ -244,16 +253,21 @@ def status(queue: str, prefix: str, redis_url: str, as_json: bool,
 @prefix_option
 @url_option
 @allow_evicting_option
-def sweep(queue: str, prefix: str, redis_url: str, allow_evicting_policy: bool) -> None:
-    """Run one recovery pass: prune expired servers, drain their in-flight lists, requeue stuck
-    processing records. Never touches a live server's lists."""
+@registry_grace_option
+def sweep(queue: str, prefix: str, redis_url: str, allow_evicting_policy: bool,
+          registry_grace: float) -> None:
+    """Run one recovery pass: prune expired servers, forget their empty in-flight lists once
+    the grace has passed, drain the others, requeue stuck processing records. Never touches a
+    live server's lists."""
     keys = _keys(queue, prefix)
     client = _client(redis_url)
     # The CLI holds no server id of its own: nothing is "self" here.
     me = ServerIdentity("taskcustody-cli", 0)
     report = _run(lambda: (check_server(client, keys, allow_evicting_policy=allow_evicting_policy),
-                           recovery.sweep(client, keys, RedisClock(client).now(), me))[1])
-    click.echo(f"pruned {len(report.pruned)} server(s) {report.pruned}; requeued "
+                           recovery.sweep(client, keys, RedisClock(client).now(), me,
+                                          grace=registry_grace))[1])
+    click.echo(f"pruned {len(report.pruned)} server(s) {report.pruned}; forgot "
+               f"{len(report.forgotten_lists)} dead empty list(s); requeued "
                f"{report.moved} task(s) from {len(report.drained_lists)} list(s); "
                f"{report.requeued_stuck} stuck, {report.stale_records} stale record(s)")
 
