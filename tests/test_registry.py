@@ -705,3 +705,55 @@ def test_a_stalled_owner_whose_list_was_forgotten_registers_it_again_with_its_ne
     assert report.forgotten_lists == []
     assert report.drained_lists == {stalled_list: 1}
     assert ids_in(client, keys.queue) == [task_id]
+
+
+# -- a take's own timeout ------------------------------------------------------------------------
+# The collection is safe because Redis serves or times out a take's BLMOVE before its
+# registration ages past the grace. A per-call timeout that does not keep to that would let a
+# stalled worker's pending BLMOVE put a task into a list a sweep has just forgotten (seen on real
+# Redis: take(timeout=120) sent, the worker stalled, a sweep 61 s later forgot the empty list, an
+# enqueue then landed in it, unregistered). So `take` refuses it, as Settings refuses the same
+# block_timeout; 0 would block forever.
+
+
+@pytest.mark.parametrize("timeout", [0, -1, GRACE - TEST_SETTINGS.socket_timeout_margin],
+                         ids=["zero", "negative", "as-long-as-the-grace-allows"])
+def test_a_take_refuses_a_timeout_that_could_outlast_the_registry_grace(
+    backend: Backend, keys: QueueKeys, timeout: float
+) -> None:
+    client = backend.client()
+    clock = ManualClock()
+    _, worker = claimed_worker(client, keys, clock)
+    task_id = Producer(client, keys, clock).enqueue("t")  # so that a take sent returns at once
+    client.delete(keys.inflight_registry)
+    with pytest.raises(ValueError, match="timeout"):
+        worker.take(timeout=timeout)
+    # Refused before anything was sent: nothing registered, nothing moved, the worker clean.
+    assert ids_in(client, keys.queue) == [task_id] and client.llen(worker.list_key) == 0
+    assert registrations(client, keys) == {} and not worker.dirty
+
+
+def test_a_take_accepts_a_timeout_the_registry_grace_covers(
+    backend: Backend, keys: QueueKeys
+) -> None:
+    client = backend.client()
+    clock = ManualClock()
+    _, worker = claimed_worker(client, keys, clock)
+    task_id = Producer(client, keys, clock).enqueue("t")
+    just_under = GRACE - TEST_SETTINGS.socket_timeout_margin - 0.5
+    task = worker.take(timeout=just_under)
+    assert task is not None and task.id == task_id
+
+
+def test_without_a_grace_a_take_accepts_any_positive_timeout(
+    backend: Backend, keys: QueueKeys
+) -> None:
+    client = backend.client()
+    clock = ManualClock()
+    server = make_server(client, keys, "s1", clock,
+                         settings=replace(TEST_SETTINGS, registry_grace=0))
+    server.claim()
+    worker = server.make_worker(0)
+    task_id = Producer(client, keys, clock).enqueue("t")
+    task = worker.take(timeout=10 * GRACE)  # verify's setting: nothing is ever collected by age
+    assert task is not None and task.id == task_id
