@@ -132,7 +132,7 @@ class Worker:
         can receive a task, even after Redis lost its data or a sweep forgot the list. Returns
         None when the queue stayed empty for `timeout` seconds, or when what we took was not a
         task envelope (it is dead-lettered at once)."""
-        block = self.settings.block_timeout if timeout is None else timeout
+        block = self.settings.block_timeout if timeout is None else self._checked_block(timeout)
         self._registration_error = None
         self._then_wait(replication.TAKE)
         try:
@@ -158,6 +158,21 @@ class Worker:
             log.warning("dead-lettering a malformed task: %s", exc)
             self._release_raw(raw, "", "dead", self._dead_letter(raw, exc.reason, None))
             return None
+
+    def _checked_block(self, timeout: float) -> float:
+        """A take's own timeout must keep the promise `Settings` checks for block_timeout: Redis
+        serves or times out the BLMOVE before its registration ages past the registry's grace.
+        A longer one would let a stalled worker's pending BLMOVE fill a list that a sweep forgot
+        meanwhile (a task no recovery can find); 0 would block forever."""
+        grace, margin = self.settings.registry_grace, self.settings.socket_timeout_margin
+        if timeout <= 0:
+            raise ValueError("take timeout must be > 0 (0 would block forever)")
+        if grace and timeout + margin >= grace:
+            raise ValueError(
+                f"take timeout {timeout:g} s must be shorter than registry_grace - "
+                f"socket_timeout_margin ({grace - margin:g} s): a take may be pending that long"
+            )
+        return timeout
 
     def registration(self) -> tuple[Any, ...] | None:
         """The command that registers our list, sent in the same write as every take."""
