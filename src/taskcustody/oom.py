@@ -11,8 +11,8 @@ What Redis 7.0.15 does over its limit (seen on a throwaway `redis-server --maxme
   first `denyoom` call is refused only if the script has not written yet; after any write call
   (even an LREM that removed nothing) Redis lets the rest run, so that a script never stops
   half-way for lack of memory. An OOM from a script therefore means it wrote nothing. For ours:
-  TAKE_AND_RECORD (LMOVE first), DRAIN_CHUNK (LMOVE first), RECORD (HSET), HEARTBEAT (HSET) and
-  CLAIM (INCR) are refused whole; RELEASE (LREM first) and REQUEUE_STUCK (LREM first) run to the
+  TAKE_AND_RECORD (ZADD first), DRAIN_CHUNK (LMOVE first), RECORD (HSET), HEARTBEAT (HSET) and
+  CLAIM (HSET) are refused whole; RELEASE (LREM first) and REQUEUE_STUCK (LREM first) run to the
   end, so a release under OOM still commits or requeues; DEREGISTER and PRUNE only delete.
 * Inside MULTI every command is refused (we use no MULTI).
 

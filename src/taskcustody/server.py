@@ -175,8 +175,9 @@ class Server:
     def claim_when_free(self, patience: float) -> int:
         """Claim the id, waiting up to `patience` seconds for a previous holder's lease to lapse
         (a restart right after a crash finds the dead process's deadline still in the future).
-        While Redis is out of memory (CLAIM's INCR is refused) it waits for memory, however long:
-        exiting would only have a supervisor restart us into the same refusal."""
+        While Redis is out of memory (CLAIM's first write, an HSET, is refused) it waits for
+        memory, however long: exiting would only have a supervisor restart us into the same
+        refusal."""
         waited = 0.0
         step = max(0.05, self.settings.heartbeat_interval / 4)
         while True:
