@@ -138,9 +138,8 @@ MUTANTS: tuple[NamedMutant, ...] = (
         (
             Edit(
                 SCRIPTS,
-                "    redis.call('LREM', KEYS[3], 1, raw)\n"
-                "    redis.call('RPUSH', KEYS[2], raw)\n",
-                "    redis.call('RPUSH', KEYS[2], raw)\n",
+                "    redis.call('LREM', KEYS[3], 1, raw)\n",
+                "",
             ),
         ),
     ),

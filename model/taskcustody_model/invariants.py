@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from .protocol import Action, Config, is_dead, is_live, pass_selection
-from .state import CLAIMED, ENQUEUED, HOLDING, WAITING, State
+from .state import CLAIMED, ENQUEUED, HOLDING, POISONED, WAITING, State
 
 Violation = tuple[str, str]  # (property name, message)
 
@@ -47,11 +47,15 @@ def _ours(state: State, t: int) -> bool:
     return not state.status or state.status[t] == ENQUEUED
 
 
+def _poisoned(state: State, t: int) -> bool:
+    return bool(state.status) and state.status[t] == POISONED
+
+
 def no_loss(state: State, config: Config) -> str | None:
     """Every enqueued task that has not committed is somewhere recoverable."""
     count = _places(state, config)
     for t, commits in enumerate(state.committed):
-        if commits == 0 and count[t] == 0 and _ours(state, t):
+        if commits == 0 and count[t] == 0 and _ours(state, t) and not _poisoned(state, t):
             if not config.variant.take_into_list and state.records[t] is not None:
                 continue  # BLPOP design: the processing record is its (only) recovery path
             return f"task {t} is lost: not committed, not in the queue, not in any in-flight list"
@@ -67,6 +71,9 @@ def no_duplication(state: State, config: Config) -> str | None:
             return f"task {t} is in {count[t]} places at once"
         if commits and count[t]:
             return f"task {t} has committed but is still queued or in custody"
+        if state.status and state.status[t] == POISONED and (count[t] or commits):
+            return f"task {t} was dead-lettered as a poison pill but is still queued, in " \
+                "custody or committed"
     return None
 
 
@@ -85,6 +92,23 @@ def no_double_execution(state: State, config: Config) -> str | None:
     for t in set(held):
         if held.count(t) > 1:
             return f"task {t} is held by {held.count(t)} live workers at once (no stall happened)"
+    return None
+
+
+def bounded_executions(state: State, config: Config) -> str | None:
+    """With poison-pill detection, no task starts executing more than ``max_recoveries + 1``
+    times (the model's handler succeeds at its first attempt: ``max_attempts`` is 1 here).  Every
+    execution needs a take, every take after the first needs the task back in the queue, and the
+    only way back is a counted recovery; the one past the limit dead-letters the task instead."""
+    limit = config.bounds.max_recoveries
+    if limit is None:
+        return None
+    for t, n in enumerate(state.executions):
+        if n > limit + 1:
+            return (
+                f"task {t} started executing {n} times; max_recoveries={limit} allows "
+                f"{limit + 1}"
+            )
     return None
 
 
@@ -118,6 +142,7 @@ INVARIANTS: dict[str, Callable[[State, Config], str | None]] = {
     "no-double-commit": no_double_commit,
     "no-double-execution": no_double_execution,
     "registered-custody": registered_custody,
+    "bounded-executions": bounded_executions,
     "bounded-work": bounded_work,
 }
 
@@ -165,7 +190,8 @@ def is_done(state: State) -> bool:
     only live servers, and the registry of in-flight lists only live servers' lists."""
     if state.queue or state.lists or WAITING in state.status:
         return False
-    if any(c != (1 if _ours(state, t) else 0) for t, c in enumerate(state.committed)):
+    if any(c != (1 if _ours(state, t) and not _poisoned(state, t) else 0)
+           for t, c in enumerate(state.committed)):
         return False
     if any(r is not None for r in state.records):
         return False

@@ -28,6 +28,7 @@ from .state import (
     DIRTY,
     ENQUEUED,
     HOLDING,
+    POISONED,
     IDLE,
     NO_TASK,
     RECORDED,
@@ -184,20 +185,36 @@ def registered_with(registered: tuple[ListKey, ...], *keys: ListKey) -> tuple[Li
     return tuple(sorted((*registered, *new))) if new else registered
 
 
-def _move_to_queue(state: State, key: ListKey, count: int) -> State:
+def _move_to_queue(state: State, key: ListKey, count: int, config: Config) -> State:
     """``count`` times ``LMOVE key queue RIGHT RIGHT``, deleting the moved tasks' processing
-    records if they name this list (one Lua chunk of the drain)."""
+    records if they name this list, and counting each task's recovery (one Lua chunk of the
+    drain): a task recovered once too often goes to the dead letters instead of the queue."""
     tasks = list_of(state, key)
     moved = tasks[len(tasks) - count :][::-1]  # oldest first
     records = state.records
     for t in moved:
         if records[t] == key:
             records = _set(records, t, None)
-    return state._replace(
-        queue=state.queue + moved,
-        lists=with_list(state.lists, key, tasks[: len(tasks) - count]),
-        records=records,
+    state = state._replace(
+        lists=with_list(state.lists, key, tasks[: len(tasks) - count]), records=records
     )
+    for t in moved:
+        state = _recovered(state, t, config)
+    return state
+
+
+def _recovered(state: State, t: int, config: Config) -> State:
+    """Task ``t`` was just taken out of a holder's list by recovery: count it, in the same step,
+    and requeue it -- or, past ``max_recoveries``, dead-letter it as a poison pill (a task that
+    kills the process that runs it would otherwise walk through the whole fleet)."""
+    limit = config.bounds.max_recoveries
+    if limit is None or not config.variant.counts_recoveries:
+        return state._replace(queue=(*state.queue, t))
+    n = state.recoveries[t] + 1
+    state = state._replace(recoveries=_set(state.recoveries, t, n))
+    if n > limit:
+        return state._replace(status=_set(state.status, t, POISONED))
+    return state._replace(queue=(*state.queue, t))
 
 
 def _settle(state: State) -> State:
@@ -473,6 +490,9 @@ def apply(state: State, action: Action, config: Config) -> State:
         key = (s, proc.inc, w)
         if not v.take_into_list or t in list_of(state, key):
             state = state._replace(records=_set(state.records, t, key))
+        if config.bounds.max_recoveries is not None:
+            # the handler starts now (the model folds its end into the release)
+            state = state._replace(executions=_set(state.executions, t, state.executions[t] + 1))
         return _with_worker(state, s, i, w, Worker(RECORDED, t))
 
     if name == "release":
@@ -497,7 +517,11 @@ def apply(state: State, action: Action, config: Config) -> State:
         if state.records[t] == key:
             state = state._replace(records=_set(state.records, t, None))
         if held:
-            state = state._replace(committed=_set(state.committed, t, state.committed[t] + 1))
+            # a commit also deletes the task's recovery count: a task that completes leaves none
+            state = state._replace(
+                committed=_set(state.committed, t, state.committed[t] + 1),
+                recoveries=_set(state.recoveries, t, 0),
+            )
         if proc.phase == SUPERSEDED:
             worker = Worker(STOPPED)
         elif lost or tasks:
@@ -511,7 +535,7 @@ def apply(state: State, action: Action, config: Config) -> State:
         # reply was lost).  Nobody else appends to it, so draining it whole is one bounded drain.
         proc = state.processes[s][i]
         key = (s, proc.inc, w)
-        state = _move_to_queue(state, key, len(list_of(state, key)))
+        state = _move_to_queue(state, key, len(list_of(state, key)), config)
         return _with_worker(state, s, i, w, Worker(DIRTY if lost else IDLE))
 
     if name == "crash_worker":
@@ -601,7 +625,7 @@ def apply(state: State, action: Action, config: Config) -> State:
         d, rest = proc.drains[0], proc.drains[1:]
         moves = _drain_would_move(state, d, v)
         if moves:
-            state = _move_to_queue(state, d.key, 1)
+            state = _move_to_queue(state, d.key, 1, config)
             d = d._replace(moved=d.moved + 1)
         done = not moves or (v.drain_bounded and d.moved >= d.length)
         drains = rest if done else (d, *rest)
@@ -626,8 +650,8 @@ def apply(state: State, action: Action, config: Config) -> State:
             elif t in tasks:
                 state = state._replace(
                     lists=with_list(state.lists, holder, tuple(x for x in tasks if x != t)),
-                    queue=(*state.queue, t),
                 )
+                state = _recovered(state, t, config)
             state = state._replace(records=_set(state.records, t, None))
         return state
 

@@ -50,8 +50,11 @@ NO_TASK = -1
 ENQUEUED = 0  # the producer's LPUSH succeeded
 WAITING = 1  # not yet enqueued (``Bounds.late_tasks``): the ``enqueue`` action pushes it
 WIPED = 2  # Redis lost it (a ``redis_wipe`` while it was neither committed nor waiting): not ours
+#: recovered from a dead holder more than ``Bounds.max_recoveries`` times: a poison pill, moved to
+#: the dead letters in the step that recovered it (an end, like a commit)
+POISONED = 3
 
-TASK_STATUS_NAMES = ("enqueued", "waiting", "wiped")
+TASK_STATUS_NAMES = ("enqueued", "waiting", "wiped", "poison pill")
 
 #: An in-flight list key: (server id, incarnation, worker index), inflight:<server>:<inc>:<worker>
 ListKey = tuple[int, int, int]
@@ -117,6 +120,12 @@ class State(NamedTuple):
     #: per task, ``ENQUEUED``, ``WAITING`` or ``WIPED``: ghost records kept outside Redis, so
     #: that a task Redis itself lost is counted apart and never as the protocol's loss.
     status: tuple[int, ...] = ()
+    #: per task, how many times recovery took it back from a holder's list (kept in Redis beside
+    #: the task, incremented in the step that recovers it, deleted when it commits)
+    recoveries: tuple[int, ...] = ()
+    #: per task, how many times a worker started executing it (a ghost, outside Redis: a record
+    #: starts the handler); tracked only with ``Bounds.max_recoveries``
+    executions: tuple[int, ...] = ()
 
 class Bounds(NamedTuple):
     tasks: int = 3
@@ -140,6 +149,9 @@ class Bounds(NamedTuple):
     #: enforces the block timeout; the grace exceeds it).  False: a take can stay pending past the
     #: grace, so a collection can remove the list before the take fills it.
     take_wait_bounded: bool = True
+    #: poison-pill detection: a task recovered more than this many times is dead-lettered in the
+    #: recovering step.  None: recoveries are not counted (the state space of the other bounds).
+    max_recoveries: int | None = None
 
 
 def list_of(state: State, key: ListKey) -> tuple[int, ...]:
@@ -182,4 +194,6 @@ def initial_state(bounds: Bounds) -> State:
             (s, 0, w) for s in range(bounds.servers) for w in range(bounds.workers)
         ),
         status=(ENQUEUED,) * early + (WAITING,) * bounds.late_tasks,
+        recoveries=(0,) * bounds.tasks,
+        executions=(0,) * bounds.tasks,
     )

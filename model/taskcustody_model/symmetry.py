@@ -135,19 +135,26 @@ def canonical(state: State, n_workers: int) -> State:
                     name.setdefault(wk.task, len(name))
     n_tasks = len(state.committed)
     status = state.status or (0,) * n_tasks
+    recoveries = state.recoveries or (0,) * n_tasks
+    executions = state.executions or (0,) * n_tasks
     if len(name) < n_tasks:
         for t in sorted(
             (t for t in range(n_tasks) if t not in name),
-            key=lambda t: (records[t] is None, records[t] or (), state.committed[t], status[t]),
+            key=lambda t: (records[t] is None, records[t] or (), state.committed[t], status[t],
+                           recoveries[t], executions[t]),
         ):
             name[t] = len(name)
     new_records: list[ListKey | None] = [None] * n_tasks
     committed = [0] * n_tasks
     new_status = [0] * n_tasks
+    new_recoveries = [0] * n_tasks
+    new_executions = [0] * n_tasks
     for t in range(n_tasks):
         new_records[name[t]] = records[t]
         committed[name[t]] = state.committed[t]
         new_status[name[t]] = status[t]
+        new_recoveries[name[t]] = recoveries[t]
+        new_executions[name[t]] = executions[t]
     return State(
         queue=tuple(name[t] for t in state.queue),
         lists=tuple((k, tuple(name[t] for t in tasks)) for k, tasks in lists_),
@@ -170,6 +177,8 @@ def canonical(state: State, n_workers: int) -> State:
         stalled_ever=state.stalled_ever,
         registered=tuple(sorted(rekey(k) for k in state.registered)),
         status=tuple(new_status) if state.status else (),
+        recoveries=tuple(new_recoveries) if state.recoveries else (),
+        executions=tuple(new_executions) if state.executions else (),
     )
 
 
@@ -213,11 +222,17 @@ def rename(
     records: list[ListKey | None] = [None] * len(state.records)
     committed = [0] * len(state.committed)
     status = [0] * len(state.status)
+    recoveries = [0] * len(state.recoveries)
+    executions = [0] * len(state.executions)
     for t, k in enumerate(state.records):
         records[tasks[t]] = None if k is None else key(k)
         committed[tasks[t]] = state.committed[t]
         if state.status:
             status[tasks[t]] = state.status[t]
+        if state.recoveries:
+            recoveries[tasks[t]] = state.recoveries[t]
+        if state.executions:
+            executions[tasks[t]] = state.executions[t]
     return State(
         queue=tuple(tasks[t] for t in state.queue),
         lists=tuple(sorted((key(k), tuple(tasks[t] for t in ts)) for k, ts in state.lists)),
@@ -229,6 +244,8 @@ def rename(
         stalled_ever=state.stalled_ever,
         registered=tuple(sorted(key(k) for k in state.registered)),
         status=tuple(status),
+        recoveries=tuple(recoveries),
+        executions=tuple(executions),
     )
 
 

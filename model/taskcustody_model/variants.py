@@ -33,6 +33,10 @@ class Variant(NamedTuple):
     #: (its registration is younger than the grace).  False: a dead list is forgotten as soon as
     #: it is empty.
     gc_waits_for_pending_takes: bool = True
+    #: recovery counts each task it takes back from a holder's list, in the same step, and
+    #: dead-letters a task recovered more than ``Bounds.max_recoveries`` times.  False: recoveries
+    #: are never counted, so a task that kills every process that runs it is recovered for ever.
+    counts_recoveries: bool = True
 
 
 VARIANTS: dict[str, Variant] = {
@@ -84,6 +88,11 @@ VARIANTS: dict[str, Variant] = {
             "gc-when-empty",
             "9. the sweep forgets a dead in-flight list as soon as it is empty",
             gc_waits_for_pending_takes=False,
+        ),
+        Variant(
+            "recoveries-not-counted",
+            "10. recovery never counts how often it took a task back from a dead holder",
+            counts_recoveries=False,
         ),
     )
 }

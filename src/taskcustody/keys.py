@@ -76,6 +76,12 @@ class QueueKeys:
         return f"{self.base}:sweep-lease"
 
     @property
+    def recoveries(self) -> str:
+        """Hash of recovery counts: task id -> how many times recovery took it back from a
+        holder that died; `<task id>:from` -> those holders (poison-pill detection)."""
+        return f"{self.base}:recoveries"
+
+    @property
     def processing(self) -> str:
         return f"{self.base}:processing"
 
@@ -121,6 +127,7 @@ class QueueKeys:
             self.servers: "zset",
             self.incarnations: "hash",
             self.processing: "hash",
+            self.recoveries: "hash",
             self.dead_letters: "list",
             self.committed: "string",
             self.commit_log: "hash",

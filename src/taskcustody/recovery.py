@@ -9,6 +9,7 @@ costs a round trip per hundred lists, not one per list.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -19,6 +20,33 @@ from .keys import ListOwner, QueueKeys
 
 #: Lists per round trip when a pass reads lengths or collects garbage.
 BATCH = 100
+
+log = logging.getLogger("taskcustody.recovery")
+
+
+@dataclass(frozen=True)
+class Recovering:
+    """How a recovery step counts what it takes back (poison-pill detection): a task recovered
+    more than `max_recoveries` times is dead-lettered in that step (None: not counted). `now`
+    stamps the dead letter."""
+
+    max_recoveries: int | None = None
+    now: float = 0.0
+
+    def argv(self) -> tuple[str, str]:
+        return ("" if self.max_recoveries is None else str(self.max_recoveries), repr(self.now))
+
+
+#: Recovery that counts nothing (the default of the lower-level steps).
+NOT_COUNTING = Recovering()
+
+
+def _log_poison_pills(reply: list[object], list_key: str) -> None:
+    for i in range(1, len(reply), 3):
+        task_id, recoveries, holders = (_text(x) if isinstance(x, (bytes, str)) else x
+                                        for x in reply[i : i + 3])
+        log.error("poison pill: task %s dead-lettered from %s: recovered %s times from holders "
+                  "that died (%s)", task_id, list_key, recoveries, holders)
 
 
 @dataclass(frozen=True)
@@ -69,27 +97,30 @@ def drain_inflight(
     force: bool,
     chunk: int = 100,
     length: int | None = None,
+    recovering: Recovering = NOT_COUNTING,
 ) -> int:
     """Move a list's tasks back to the queue; returns how many moved.
 
     Bounded by the length read up front (`length`, if the caller read it in a batch): if something
     keeps appending (a stalled worker still taking into a list judged dead), the drain still ends,
     after at most that many moves. Without `force`, each chunk re-checks inside its atomic step
-    that the owner is still not live.
+    that the owner is still not live. Each move counts the task's recovery (`recovering`); a
+    poison pill goes to the dead letters instead of the queue, and is logged.
     """
     owner = keys.owner_of(list_key)
     budget = int(client.llen(list_key)) if length is None else length
     moved = 0
     while moved < budget:
-        step = int(
-            client.eval(
-                scripts.DRAIN_CHUNK, 5, list_key, keys.queue, keys.processing, keys.servers,
-                keys.incarnations, min(chunk, budget - moved), owner.server_id,
-                owner.incarnation, "force" if force else "dead-only",
-            )
+        reply = client.eval(
+            scripts.DRAIN_CHUNK, 7, list_key, keys.queue, keys.processing, keys.servers,
+            keys.incarnations, keys.recoveries, keys.dead_letters, min(chunk, budget - moved),
+            owner.server_id, owner.incarnation, "force" if force else "dead-only",
+            *recovering.argv(),
         )
+        step = int(reply[0])
         if step <= 0:
             break
+        _log_poison_pills(reply, list_key)
         moved += step
         if between_drain_chunks is not None:
             between_drain_chunks(list_key)
@@ -208,6 +239,7 @@ def recover_inflight(
     chunk: int = 100,
     registered: dict[str, float] | None = None,
     live: set[ServerIdentity] | None = None,
+    recovering: Recovering = NOT_COUNTING,
 ) -> dict[str, int]:
     """Drain the lists `lists_to_recover` selects; returns the moves per list. Their lengths are
     read in batches up front (an empty list costs no drain), and bound each drain.
@@ -224,7 +256,7 @@ def recover_inflight(
         if length == 0:
             continue
         moved = drain_inflight(client, keys, list_key, force=include_self, chunk=chunk,
-                               length=length)
+                               length=length, recovering=recovering)
         if moved:
             drained[list_key] = moved
     return drained
@@ -238,6 +270,7 @@ def sweep(
     *,
     chunk: int = 100,
     grace: float = 60.0,
+    max_recoveries: int | None = None,
 ) -> RecoveryReport:
     """One periodic pass: prune first, so that servers found dead on this pass are drained on
     this pass, not a whole period later; forget dead lists that are empty and older than the
@@ -250,9 +283,12 @@ def sweep(
                                                      now - grace)
     for k in report.forgotten_lists:
         del registered[k]
+    recovering = Recovering(max_recoveries, now)
     report.drained_lists = recover_inflight(client, keys, me, include_self=False, chunk=chunk,
-                                            registered=registered, live=live)
-    report.requeued_stuck, report.stale_records = requeue_stuck_processing_tasks(client, keys, me)
+                                            registered=registered, live=live,
+                                            recovering=recovering)
+    report.requeued_stuck, report.stale_records = requeue_stuck_processing_tasks(
+        client, keys, me, recovering)
     return report
 
 
@@ -262,7 +298,8 @@ def parse_record(value: bytes | str) -> tuple[str, float]:
 
 
 def requeue_stuck_processing_tasks(
-    client: redis.Redis, keys: QueueKeys, me: ServerIdentity
+    client: redis.Redis, keys: QueueKeys, me: ServerIdentity,
+    recovering: Recovering = NOT_COUNTING,
 ) -> tuple[int, int]:
     """The older recovery path: tasks whose processing record names a list that is not live.
 
@@ -277,10 +314,14 @@ def requeue_stuck_processing_tasks(
             continue
         result = int(
             client.eval(
-                scripts.REQUEUE_STUCK, 5, keys.processing, keys.queue, list_key, keys.servers,
-                keys.incarnations, _text(task_id), owner.server_id, owner.incarnation,
+                scripts.REQUEUE_STUCK, 7, keys.processing, keys.queue, list_key, keys.servers,
+                keys.incarnations, keys.recoveries, keys.dead_letters, _text(task_id),
+                owner.server_id, owner.incarnation, *recovering.argv(),
             )
         )
         requeued += result == 1
         stale += result == 2
+        if result == 3:
+            log.error("poison pill: task %s dead-lettered from %s: recovered once too often "
+                      "from holders that died", _text(task_id), list_key)
     return requeued, stale

@@ -28,7 +28,45 @@ local function record_owned_by(processing, task_id, list_key)
 end
 """
 
-# KEYS: own list, processing, queue, dead letters, committed, commit log, result key
+# Poison pills (a task that kills the process that runs it): every recovery of a task from a
+# holder's list counts it, in the step that recovers it, in the hash of recovery counts (field
+# <task id>: count; field <task id>:from: the holders that died with it). Past the limit the same
+# step dead-letters the task instead of requeueing it. A commit (or a dead letter) deletes both.
+_RECOVERED = """
+local function b64(data)
+  local alphabet = 'ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/'
+  return ((data:gsub('.', function(x)
+    local r, b = '', x:byte()
+    for i = 8, 1, -1 do r = r .. (b % 2 ^ i - b % 2 ^ (i - 1) > 0 and '1' or '0') end
+    return r
+  end) .. '0000'):gsub('%d%d%d?%d?%d?%d?', function(x)
+    if #x < 6 then return '' end
+    local c = 0
+    for i = 1, 6 do c = c + (x:sub(i, i) == '1' and 2 ^ (6 - i) or 0) end
+    return alphabet:sub(c + 1, c + 1)
+  end) .. ({'', '==', '='})[#data % 3 + 1])
+end
+
+-- Counts one recovery of task `id` (raw envelope `raw`) from the list of holder `holder`.
+-- Returns nil to requeue it, or the dead letter to push instead (a poison pill).
+local function recovered(counts, id, raw, holder, limit, now)
+  if limit == '' or not id then return nil end
+  local n = redis.call('HINCRBY', counts, id, 1)
+  local from = redis.call('HGET', counts, id .. ':from')
+  from = (from and (from .. ',') or '') .. holder
+  if n <= tonumber(limit) then
+    redis.call('HSET', counts, id .. ':from', from)
+    return nil
+  end
+  redis.call('HDEL', counts, id, id .. ':from')
+  return cjson.encode({raw = b64(raw), task_id = id, at = tonumber(now), poison = true,
+                       recoveries = n, holders = from,
+                       error = 'poison pill: recovered ' .. n .. ' times from holders that died'})
+end
+"""
+
+# KEYS: own list, processing, queue, dead letters, committed, commit log, result key,
+#       recovery counts
 # ARGV: raw task, task id, outcome (ok|retry|dead), data (result JSON | retried raw | dead letter),
 #       result ttl, track commits (1|0)
 RELEASE = (
@@ -41,6 +79,9 @@ end
 -- Only a holder commits: a worker whose list was drained (it was judged dead) lost custody, and the
 -- task is someone else's now.
 if held == 1 then
+  if ARGV[3] ~= 'retry' and ARGV[2] ~= '' then
+    redis.call('HDEL', KEYS[8], ARGV[2], ARGV[2] .. ':from')
+  end
   if ARGV[3] == 'ok' then
     redis.call('INCR', KEYS[5])
     if ARGV[6] == '1' then redis.call('HINCRBY', KEYS[6], ARGV[2], 1) end
@@ -89,31 +130,47 @@ end
 return {raw, ''}
 """
 
-# KEYS: in-flight list, queue, processing, servers, incarnations
-# ARGV: max moves, server id, incarnation, mode (force | dead-only)
+# KEYS: in-flight list, queue, processing, servers, incarnations, recovery counts, dead letters
+# ARGV: max moves, server id, incarnation, mode (force | dead-only), max recoveries ('' = none),
+#       now
 # Moves at most ARGV[1] tasks back to the queue's take end, each with its processing record, and
 # only while the list's owner is not live (dead-only) -- re-checked inside the step, so a server
-# that re-registered since the caller looked is never drained.
+# that re-registered since the caller looked is never drained. Each task's recovery is counted
+# in this same step, and a task recovered once too often is dead-lettered instead of requeued.
+# Returns {moves, then per poison pill: task id, recoveries, holders}.
 DRAIN_CHUNK = (
     _LIVE
     + _RECORD_OWNED_BY
+    + _RECOVERED
     + """
 if ARGV[4] ~= 'force' and is_live(KEYS[4], KEYS[5], ARGV[2], ARGV[3]) then
-  return -1
+  return {-1}
 end
-local moved = 0
+local out = {0}
 local limit = tonumber(ARGV[1])
-while moved < limit do
-  local raw = redis.call('LMOVE', KEYS[1], KEYS[2], 'RIGHT', 'RIGHT')
+local holder = ARGV[2] .. '#' .. ARGV[3]
+while out[1] < limit do
+  local raw = redis.call('LINDEX', KEYS[1], -1)
   if not raw then break end
-  moved = moved + 1
+  out[1] = out[1] + 1
   local ok, task = pcall(cjson.decode, raw)
-  if ok and type(task) == 'table' and type(task['id']) == 'string'
-     and record_owned_by(KEYS[3], task['id'], KEYS[1]) then
-    redis.call('HDEL', KEYS[3], task['id'])
+  local id = nil
+  if ok and type(task) == 'table' and type(task['id']) == 'string' then id = task['id'] end
+  if id and record_owned_by(KEYS[3], id, KEYS[1]) then
+    redis.call('HDEL', KEYS[3], id)
+  end
+  local dead = recovered(KEYS[6], id, raw, holder, ARGV[5], ARGV[6])
+  if dead then
+    redis.call('RPOP', KEYS[1])
+    redis.call('LPUSH', KEYS[7], dead)
+    out[#out + 1] = id
+    out[#out + 1] = tonumber(ARGV[5]) + 1
+    out[#out + 1] = cjson.decode(dead)['holders']
+  else
+    redis.call('LMOVE', KEYS[1], KEYS[2], 'RIGHT', 'RIGHT')
   end
 end
-return moved
+return out
 """
 )
 
@@ -173,15 +230,18 @@ end
 return expired
 """
 
-# KEYS: processing, queue, in-flight list named by the record, servers, incarnations
-# ARGV: task id, server id, incarnation
+# KEYS: processing, queue, in-flight list named by the record, servers, incarnations, recovery
+#       counts, dead letters
+# ARGV: task id, server id, incarnation, max recoveries ('' = none), now
 # 0: left alone (no record, record changed hands, or owner live); 1: requeued out of custody;
-# 2: stale record deleted (the task was no longer in that list).
+# 2: stale record deleted (the task was no longer in that list); 3: dead-lettered as a poison pill
+# (recovered once too often; counted in this step, like every recovery).
 # The task goes back to the queue only in the step that removes it from the holder's list: the
 # drain and this sweep can never both requeue it.
 REQUEUE_STUCK = (
     _LIVE
     + _RECORD_OWNED_BY
+    + _RECOVERED
     + """
 if not record_owned_by(KEYS[1], ARGV[1], KEYS[3]) then return 0 end
 if is_live(KEYS[4], KEYS[5], ARGV[2], ARGV[3]) then return 0 end
@@ -189,8 +249,13 @@ for _, raw in ipairs(redis.call('LRANGE', KEYS[3], 0, -1)) do
   local ok, task = pcall(cjson.decode, raw)
   if ok and type(task) == 'table' and task['id'] == ARGV[1] then
     redis.call('LREM', KEYS[3], 1, raw)
-    redis.call('RPUSH', KEYS[2], raw)
     redis.call('HDEL', KEYS[1], ARGV[1])
+    local dead = recovered(KEYS[6], ARGV[1], raw, ARGV[2] .. '#' .. ARGV[3], ARGV[4], ARGV[5])
+    if dead then
+      redis.call('LPUSH', KEYS[7], dead)
+      return 3
+    end
+    redis.call('RPUSH', KEYS[2], raw)
     return 1
   end
 end

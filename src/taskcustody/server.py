@@ -117,14 +117,20 @@ class Server:
         """Before taking work: drain our own server id's lists (include_self=True), debris of
         earlier runs of this id. Other servers' dead lists are the periodic sweep's."""
         return recovery.recover_inflight(self.client, self.keys, self.identity,
-                                         include_self=True, chunk=self.settings.drain_chunk)
+                                         include_self=True, chunk=self.settings.drain_chunk,
+                                         recovering=self.recovering())
+
+    def recovering(self) -> recovery.Recovering:
+        """How this server's recovery steps count poison pills (`Settings.max_recoveries`)."""
+        return recovery.Recovering(self.settings.max_recoveries, self.clock.now())
 
     def sweep(self) -> RecoveryReport:
         """The periodic pass: prune, forget dead empty lists older than the grace, then drain
         lists of dead owners (include_self=False), then the processing sweep."""
         return recovery.sweep(self.client, self.keys, self.clock.now(), self.identity,
                               chunk=self.settings.drain_chunk,
-                              grace=self.settings.registry_grace)
+                              grace=self.settings.registry_grace,
+                              max_recoveries=self.settings.max_recoveries)
 
     @property
     def sweep_lease(self) -> SweepLease:
@@ -139,7 +145,8 @@ class Server:
         return self.sweep()
 
     def requeue_stuck_processing_tasks(self) -> tuple[int, int]:
-        return recovery.requeue_stuck_processing_tasks(self.client, self.keys, self.identity)
+        return recovery.requeue_stuck_processing_tasks(self.client, self.keys, self.identity,
+                                                       self.recovering())
 
     # -- workers -----------------------------------------------------------------------------
 

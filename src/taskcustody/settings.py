@@ -25,6 +25,10 @@ class Settings:
     # None: 3 sweep periods. A dead holder delays recovery by at most this much.
     sweep_lease_ttl: float | None = None
     max_attempts: int = 3
+    # Poison pills: a task that recovery took back from holders that died more than this many
+    # times is dead-lettered by the step that would have requeued it (None: never). Deaths are
+    # counted apart from max_attempts, which counts releases.
+    max_recoveries: int | None = 3
     drain_chunk: int = 100
     result_ttl: int = 86_400
     shutdown_grace: float = 30.0
@@ -64,6 +68,8 @@ class Settings:
             raise ValueError("server_ttl must exceed heartbeat_interval")
         if self.max_attempts < 1:
             raise ValueError("max_attempts must be >= 1")
+        if self.max_recoveries is not None and self.max_recoveries < 0:
+            raise ValueError("max_recoveries must be >= 0 (or None: never dead-letter)")
         if self.prefetch < 1:
             raise ValueError("prefetch must be >= 1")
         if self.oom_log_interval <= 0:

@@ -26,7 +26,7 @@ from .envelope import Task
 from .errors import MalformedTask, WrongKeyType
 from .keys import ListOwner, QueueKeys
 from .oom import OomSpell, is_oom
-from .recovery import drain_inflight
+from .recovery import Recovering, drain_inflight
 from .settings import Settings
 
 log = logging.getLogger("taskcustody.worker")
@@ -120,7 +120,9 @@ class Worker:
         """Drain our own list back to the queue. Only called while we hold nothing, so whatever
         is there is debris nobody else will release."""
         moved = drain_inflight(self.client, self.keys, self.list_key, force=True,
-                               chunk=self.settings.drain_chunk)
+                               chunk=self.settings.drain_chunk,
+                               recovering=Recovering(self.settings.max_recoveries,
+                                                     self.clock.now()))
         self.dirty = False
         return moved
 
@@ -259,8 +261,8 @@ class Worker:
         """RELEASE's arguments after the script (numkeys, keys, argv)."""
         keys = self.keys
         return (
-            7, self.list_key, keys.processing, keys.queue, keys.dead_letters, keys.committed,
-            keys.commit_log, keys.result(task_id or "-"),
+            8, self.list_key, keys.processing, keys.queue, keys.dead_letters, keys.committed,
+            keys.commit_log, keys.result(task_id or "-"), keys.recoveries,
             raw, task_id, action, data, self.settings.result_ttl,
             1 if self.settings.track_commits else 0,
         )

@@ -63,8 +63,9 @@ class NoReleaseWorker(Worker):
         script = scripts.RELEASE.replace("local held = redis.call('LREM', KEYS[1], 1, ARGV[1])",
                                          "local held = 1")
         held, remaining = self._call(
-            "EVAL", script, 7, self.list_key, keys.processing, keys.queue, keys.dead_letters,
-            keys.committed, keys.commit_log, keys.result(task_id or "-"), raw, task_id, action,
+            "EVAL", script, 8, self.list_key, keys.processing, keys.queue, keys.dead_letters,
+            keys.committed, keys.commit_log, keys.result(task_id or "-"), keys.recoveries, raw,
+            task_id, action,
             data, self.settings.result_ttl, 1 if self.settings.track_commits else 0,
         )
         return Release(bool(held), int(remaining), "committed")
@@ -139,17 +140,18 @@ class ProcessingSweepNoCustodyServer(Server):
 
 
 def _unbounded_drain(client: redis.Redis, keys: QueueKeys, list_key: str, *,
-                     force: bool, chunk: int = 100, length: int | None = None) -> int:
+                     force: bool, chunk: int = 100, length: int | None = None,
+                     recovering: recovery.Recovering = recovery.NOT_COUNTING) -> int:
     """6. Drains until the list is empty, whatever length was read up front: no end while
     something keeps appending."""
     owner = keys.owner_of(list_key)
     moved = 0
     while int(client.llen(list_key)) > 0:
         step = int(client.eval(
-            scripts.DRAIN_CHUNK, 5, list_key, keys.queue, keys.processing, keys.servers,
-            keys.incarnations, chunk, owner.server_id, owner.incarnation,
-            "force" if force else "dead-only",
-        ))
+            scripts.DRAIN_CHUNK, 7, list_key, keys.queue, keys.processing, keys.servers,
+            keys.incarnations, keys.recoveries, keys.dead_letters, chunk, owner.server_id,
+            owner.incarnation, "force" if force else "dead-only", *recovering.argv(),
+        )[0])
         if step <= 0:
             break
         moved += step

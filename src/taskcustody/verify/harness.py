@@ -40,7 +40,9 @@ and from what its steps returned.
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
+import json
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -58,6 +60,7 @@ from taskcustody_model.state import (
     DIRTY,
     ENQUEUED,
     IDLE,
+    POISONED,
     RECORDED,
     RUNNING,
     STOPPED,
@@ -217,7 +220,8 @@ class Harness:
         self.config = Config(self.bounds._replace(drain_steps=True), model_variant("correct"))
         self.make_client = make_client
         self.server_factory = server_factory
-        self.settings = settings
+        # Poison-pill detection as the model's bounds have it.
+        self.settings = dataclasses.replace(settings, max_recoveries=self.bounds.max_recoveries)
         self.keys = keys or QueueKeys("verify", prefix="tcv")
         self.real_redis = real_redis
         self.clock = ManualClock(start=1_000.0)
@@ -690,9 +694,11 @@ class Harness:
                 abandoned = True
             else:
                 key = proc.drains[0].key
-                queued = len(self.state.queue)
+                held = len(self._model_list(*key))
                 self._model(Action("drain_step", s, i))
-                if len(self.state.queue) > queued:  # it moved a task: the hook runs on both sides
+                # it moved a task (to the queue, or a poison pill to the dead letters): the hook
+                # runs on both sides
+                if len(self._model_list(*key)) < held:
                     moves_of[key] += 1
                     if budget > 0 and interleave is not None:
                         between = self._steps_during_drain(key, interleave, budget)
@@ -841,7 +847,10 @@ class Harness:
         pipe.zrange(keys.servers, 0, -1, withscores=True)
         pipe.hgetall(keys.incarnations)
         pipe.keys(f"{keys.inflight_prefix}*")
-        queue_raw, registry_raw, processing, commits, servers, incs, list_keys = pipe.execute()
+        pipe.hgetall(keys.recoveries)
+        pipe.lrange(keys.dead_letters, 0, -1)
+        (queue_raw, registry_raw, processing, commits, servers, incs, list_keys, counts,
+         dead) = pipe.execute()
         n = self.bounds.tasks
 
         def tid(raw: bytes | str) -> int:
@@ -892,11 +901,25 @@ class Harness:
             tuple(self._observe_proc(p) for p in self.procs[s])
             for s in range(self.bounds.servers)
         )
+        recoveries = [0] * n
+        for name, count in counts.items():
+            if ":" not in _text(name):  # (`<id>:from` names the holders that died)
+                recoveries[self.task_index(_text(name))] = int(count)
+        status = list(self.status)
+        for entry in dead:
+            letter = json.loads(entry)
+            if letter.get("poison"):
+                t = self.task_index(letter["task_id"])
+                status[t] = POISONED
+                # the dead letter keeps the count its recoveries reached
+                recoveries[t] = int(letter["recoveries"])
         return State(
             queue=queue, lists=tuple(lists), records=tuple(records), committed=tuple(committed),
             registry=tuple(registry), processes=processes, faults=self.state.faults,
             stalled_ever=self.state.stalled_ever, registered=registered,
-            status=tuple(self.status),
+            status=tuple(status), recoveries=tuple(recoveries),
+            # a ghost of the model (handler starts), not Redis state: see `check`
+            executions=self.state.executions,
         )
 
     def _model_key(self, real_key: str) -> ListKey:
@@ -956,11 +979,13 @@ class Harness:
         keys = self.keys
         commits = Counter(self.commits_before_wipes)
         commits.update(self._redis_commits())
-        want = {t: 0 if st == WIPED else 1 for t, st in enumerate(self.status)}
+        status = self.observe().status
+        want = {t: 0 if st in (WIPED, POISONED) else 1 for t, st in enumerate(status)}
         have = {t: commits[t] for t in want}
         if have != want:
             raise Mismatch("eventual", f"commits per task {have}, want {want} (exactly one "
-                                       "each, none for a task Redis itself lost)")
+                                       "each, none for a task Redis itself lost or a poison "
+                                       "pill)")
         if self.admin.llen(keys.queue):
             raise Mismatch("eventual", "the queue is not empty")
         for k in recovery.registered_lists(self.admin, keys):
@@ -987,7 +1012,7 @@ class Harness:
         places: Counter[int] = Counter(state.queue)
         for _, tasks in state.lists:
             places.update(tasks)
-        ours = [t for t, st in enumerate(self.status) if st == ENQUEUED]
+        ours = [t for t, st in enumerate(state.status) if st == ENQUEUED]
         lost = sum(1 for t in ours if commits[t] == 0 and places[t] == 0)
         return {
             "enqueued": self.enqueued,
@@ -1003,6 +1028,8 @@ class Harness:
             "recovered": self.recovered,
             # enqueued, then lost by Redis itself in a wipe: not the protocol's loss
             "lost-by-redis": sum(1 for st in self.status if st == WIPED),
+            # recovered once too often: dead-lettered as a poison pill (an end, like a commit)
+            "poison-pills": sum(1 for st in state.status if st == POISONED),
         }
 
 

@@ -35,8 +35,10 @@ from .harness import Harness, StepRecord
 ClientFactory = Callable[[], redis.Redis]
 
 #: 3 tasks (one of them enqueued during the run), 2 servers x 2 workers, 3 faults, Redis's own
-#: faults (a wipe) among them.
-DEFAULT_BOUNDS = Bounds(tasks=3, servers=2, workers=2, faults=3, late_tasks=1, redis_faults=True)
+#: faults (a wipe) among them, and poison-pill detection at its tightest (a task recovered twice
+#: is dead-lettered), so that a run can reach it.
+DEFAULT_BOUNDS = Bounds(tasks=3, servers=2, workers=2, faults=3, late_tasks=1, redis_faults=True,
+                        max_recoveries=1)
 #: The prefetching machine's: its pipelines' lost replies need the fault budget more than a wipe.
 PIPELINE_BOUNDS = Bounds(tasks=3, servers=2, workers=2, faults=3)
 
