@@ -80,17 +80,24 @@ def scan_lists(client: redis.Redis, keys: Any) -> list[str]:
     return sorted(k.decode() if isinstance(k, bytes) else k for k in found)
 
 
+def scan_registrations(client: redis.Redis, keys: Any) -> dict[str, float]:
+    """:func:`scan_lists` in the shape of ``recovery.registrations``. SCAN knows no registration
+    times: each list gets +inf, so the sweep's garbage collection never picks one (SCAN finds
+    only lists that exist, so there is nothing to forget)."""
+    return dict.fromkeys(scan_lists(client, keys), float("inf"))
+
+
 def scan_based(client: redis.Redis, keys: Any, me: Any) -> int:
     """The library's own sweep with one change: lists are found by SCAN, not from the registry
-    (``recovery.registered_lists`` swapped for :func:`scan_lists` for the call)."""
+    (``recovery.registrations`` swapped for :func:`scan_registrations` for the call)."""
     from taskcustody import recovery
 
-    original = recovery.registered_lists
-    recovery.registered_lists = scan_lists
+    original = recovery.registrations
+    recovery.registrations = scan_registrations
     try:
         return ours(client, keys, me)
     finally:
-        recovery.registered_lists = original
+        recovery.registrations = original
 
 
 def measure(sizes: list[int], reps: int, log: Any = print) -> dict[str, Any]:
