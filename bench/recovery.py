@@ -21,7 +21,7 @@ from typing import Any
 
 import redis
 
-from bench.harness import RedisServer
+from bench.harness import RedisServer, counts_since_reset
 
 QUEUE = "recq"
 WORKERS = 8
@@ -120,12 +120,10 @@ def measure(sizes: list[int], reps: int, log: Any = print) -> dict[str, Any]:
                     t0 = time.perf_counter()
                     moved = fn(client, keys, me)
                     times.append(time.perf_counter() - t0)
-                    stats = client.info("all")
-                    calls.append(sum(int(v["calls"]) for k, v in stats.items()
-                                     if k.startswith("cmdstat_")
-                                     and k not in ("cmdstat_config|resetstat", "cmdstat_info")))
-                    reads.append(int(stats["total_reads_processed"]) - 1)
-                    scans = int(stats.get("cmdstat_scan", {}).get("calls", 0))
+                    counts = counts_since_reset(client)
+                    calls.append(counts["commands"])
+                    reads.append(counts["reads"])
+                    scans = int(counts["by_command"].get("scan", 0))
                     if (name == "scan") != (scans > 0):
                         raise RuntimeError(f"{name}: {scans} SCAN calls; the baseline must "
                                            "SCAN and ours must not")
