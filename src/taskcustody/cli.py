@@ -176,7 +176,8 @@ def status(queue: str, prefix: str, redis_url: str, as_json: bool) -> None:
     """Show queue depth, in-flight tasks per server and worker, servers, records, dead letters."""
     keys = _keys(queue, prefix)
     client = _client(redis_url)
-    snap = _run(lambda: queue_status(client, keys, RedisClock(client).now()))
+    snap = _run(lambda: (check_server(client, keys),
+                         queue_status(client, keys, RedisClock(client).now()))[1])
     if as_json:
         click.echo(json.dumps(snap.to_dict(), indent=2, sort_keys=True))
         return
