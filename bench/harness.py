@@ -164,6 +164,52 @@ class Counts:
         }
 
 
+def counts_since_reset(admin: Any) -> dict[str, Any]:
+    """What the server did since `CONFIG RESETSTAT`, read with one `INFO all` on `admin` (whose
+    own RESETSTAT and INFO are left out): commands (including those Lua scripts ran), script
+    calls, socket reads (the INFO's own read subtracted) and the commands by name."""
+    info = normalise_info(admin.info("all"))
+    cmds = {k: v for k, v in info["commands"].items() if k not in HARNESS_COMMANDS}
+    return {
+        "commands": sum(cmds.values()),
+        "scripts": sum(v for k, v in cmds.items() if k in SCRIPT_COMMANDS),
+        "reads": info["reads"] - 1,
+        "by_command": dict(sorted(cmds.items(), key=lambda kv: -kv[1])),
+    }
+
+
+# --- client-side counting -------------------------------------------------------------------
+
+
+@dataclass
+class WriteCounter:
+    """Requests a client sent, counted on the client. redis-py sends a command, a pipeline or a
+    script call in one `send_packed_command` and reads its replies before it sends the next (for
+    the sequential code this counts), so writes are round trips. The server's
+    `total_reads_processed` can count more: it reads a large request in pieces."""
+
+    writes: int = 0
+
+
+def counting_client(client: Any) -> tuple[Any, WriteCounter]:
+    """A client configured like `client` (same URL, timeouts, retry policy) whose connections
+    count their writes. Send a first command before counting from zero: a new connection's
+    handshake (HELLO, CLIENT SETINFO) is writes too."""
+    import redis
+
+    counter = WriteCounter()
+    pool = client.connection_pool
+
+    class Counting(pool.connection_class):  # type: ignore[name-defined,misc]
+        def send_packed_command(self, command: Any, check_health: bool = True) -> None:
+            counter.writes += 1
+            super().send_packed_command(command, check_health)
+
+    counted = redis.Redis(connection_pool=redis.ConnectionPool(
+        connection_class=Counting, **pool.connection_kwargs))
+    return counted, counter
+
+
 # --- running a driver -----------------------------------------------------------------------
 
 

@@ -21,7 +21,7 @@ from typing import Any
 
 import redis
 
-from bench.harness import RedisServer
+from bench.harness import RedisServer, counts_since_reset
 
 QUEUE = "recq"
 WORKERS = 8
@@ -80,17 +80,24 @@ def scan_lists(client: redis.Redis, keys: Any) -> list[str]:
     return sorted(k.decode() if isinstance(k, bytes) else k for k in found)
 
 
+def scan_registrations(client: redis.Redis, keys: Any) -> dict[str, float]:
+    """:func:`scan_lists` in the shape of ``recovery.registrations``. SCAN knows no registration
+    times: each list gets +inf, so the sweep's garbage collection never picks one (SCAN finds
+    only lists that exist, so there is nothing to forget)."""
+    return dict.fromkeys(scan_lists(client, keys), float("inf"))
+
+
 def scan_based(client: redis.Redis, keys: Any, me: Any) -> int:
     """The library's own sweep with one change: lists are found by SCAN, not from the registry
-    (``recovery.registered_lists`` swapped for :func:`scan_lists` for the call)."""
+    (``recovery.registrations`` swapped for :func:`scan_registrations` for the call)."""
     from taskcustody import recovery
 
-    original = recovery.registered_lists
-    recovery.registered_lists = scan_lists
+    original = recovery.registrations
+    recovery.registrations = scan_registrations
     try:
         return ours(client, keys, me)
     finally:
-        recovery.registered_lists = original
+        recovery.registrations = original
 
 
 def measure(sizes: list[int], reps: int, log: Any = print) -> dict[str, Any]:
@@ -113,12 +120,10 @@ def measure(sizes: list[int], reps: int, log: Any = print) -> dict[str, Any]:
                     t0 = time.perf_counter()
                     moved = fn(client, keys, me)
                     times.append(time.perf_counter() - t0)
-                    stats = client.info("all")
-                    calls.append(sum(int(v["calls"]) for k, v in stats.items()
-                                     if k.startswith("cmdstat_")
-                                     and k not in ("cmdstat_config|resetstat", "cmdstat_info")))
-                    reads.append(int(stats["total_reads_processed"]) - 1)
-                    scans = int(stats.get("cmdstat_scan", {}).get("calls", 0))
+                    counts = counts_since_reset(client)
+                    calls.append(counts["commands"])
+                    reads.append(counts["reads"])
+                    scans = int(counts["by_command"].get("scan", 0))
                     if (name == "scan") != (scans > 0):
                         raise RuntimeError(f"{name}: {scans} SCAN calls; the baseline must "
                                            "SCAN and ours must not")

@@ -98,7 +98,17 @@ def real_redis() -> Iterator[RedisServerProcess]:
         yield server
 
 
-@pytest.fixture(params=["fakeredis", "real"])
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark every test that starts a real server `real_redis`, however it asks for one, so that
+    `-m real_redis` selects the real-Redis half of the suite (what .ci/matrix runs against each
+    server) and `-m "not real_redis"` the rest. A test asks through the `real_redis` fixture, or
+    through `backend`, whose real param carries the mark itself."""
+    for item in items:
+        if "real_redis" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.real_redis)
+
+
+@pytest.fixture(params=["fakeredis", pytest.param("real", marks=pytest.mark.real_redis)])
 def backend(request: pytest.FixtureRequest) -> Iterator[Backend]:
     if request.param == "fakeredis":
         yield Backend("fakeredis", None, fakeredis.FakeServer())

@@ -3,11 +3,13 @@ the checks before any work make of it."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import fakeredis
 import pytest
 import redis
+from click.testing import CliRunner
 
 from taskcustody import (
     QueueKeys,
@@ -18,6 +20,7 @@ from taskcustody import (
     connect,
     connect_fake,
 )
+from taskcustody.cli import main
 from taskcustody.connection import (
     MIN_VERSION,
     check_key_types,
@@ -25,6 +28,7 @@ from taskcustody.connection import (
     server_version,
 )
 from tests.conftest import Backend
+from tests.support.pre_hello_server import pre_hello_server
 
 
 class StubClient:
@@ -162,3 +166,32 @@ def test_connect_makes_clients_that_never_retry_and_time_out_after_the_block() -
     assert retry is not None and retry.get_retries() == 0
     default = connect("redis://127.0.0.1:1/0").connection_pool.connection_kwargs
     assert default["socket_timeout"] == default["socket_connect_timeout"] == 5.0  # 2 + 3
+
+
+# A server older than 6.0 has no HELLO, which redis-py 8 sends on connecting: INFO then fails
+# with "unknown command HELLO". The refusal must still name the version, not that error (the
+# worker used to say "no LMOVE: unknown command HELLO", status printed a traceback).
+OLD_REFUSAL = (r"Redis 5\.0\.6 found; taskcustody needs Redis 6\.2 or newer for BLMOVE and "
+               r"LMOVE")
+
+
+def test_a_server_without_hello_is_refused_naming_its_version(keys: QueueKeys) -> None:
+    with pre_hello_server("5.0.6") as url, pytest.raises(RedisTooOld, match=rf"^{OLD_REFUSAL}$"):
+        check_server(connect(url), keys)
+
+
+@pytest.mark.parametrize(("args", "exit_code"), [
+    (["status", "--queue", "q"], 1),
+    (["sweep", "--queue", "q"], 1),
+    (["enqueue", "--queue", "q", "{}"], 1),
+    # verify's exit 1 means "a property was violated"; a server it cannot use is exit 2.
+    (["verify", "--no-model-check", "--examples", "1", "--quiet"], 2),
+], ids=["status", "sweep", "enqueue", "verify"])
+def test_commands_refuse_a_server_without_hello_naming_its_version(
+    args: list[str], exit_code: int
+) -> None:
+    with pre_hello_server("5.0.6") as url:
+        result = CliRunner().invoke(main, [*args, "--redis-url", url])
+    assert result.exit_code == exit_code, result.output
+    assert result.exception is None or isinstance(result.exception, SystemExit)
+    assert len(re.findall(OLD_REFUSAL, result.output)) == 1

@@ -17,7 +17,6 @@ from . import recovery
 from .clock import RedisClock
 from .connection import check_server, connect
 from .errors import ReplicationTimeout, TaskCustodyError
-from .eviction import check_eviction_policy
 from .keys import QueueKeys
 from .producer import Producer
 from .recovery import ServerIdentity
@@ -230,7 +229,7 @@ def status(queue: str, prefix: str, redis_url: str, as_json: bool,
     keys = _keys(queue, prefix)
     client = _client(redis_url)
     # Refused like the other commands: a queue on an evicting server is one to fix, not to watch.
-    snap = _run(lambda: (check_eviction_policy(client, allow_evicting_policy=allow_evicting_policy),
+    snap = _run(lambda: (check_server(client, keys, allow_evicting_policy=allow_evicting_policy),
                          queue_status(client, keys, RedisClock(client).now()))[1])
     if as_json:
         click.echo(json.dumps(snap.to_dict(), indent=2, sort_keys=True))

@@ -61,10 +61,36 @@ def parse_version(text: str) -> tuple[int, ...]:
     return tuple(parts + [0] * (3 - len(parts)))
 
 
+def _refused_hello(exc: redis.ResponseError) -> bool:
+    """A server older than 6.0 has no HELLO, which redis-py 8 sends (`HELLO 3`) on connecting."""
+    return "hello" in str(exc).lower()
+
+
+def _info_over_resp2(client: redis.Redis) -> dict[str, Any]:
+    """INFO on a RESP2 connection like the client's own, for a server that refused HELLO: its
+    version is what the refusal must name, not the HELLO error."""
+    pool = client.connection_pool
+    # Same address, credentials and timeouts; not redis-py 8's maintenance notifications, which
+    # it refuses on a RESP2 connection.
+    kwargs = {key: value for key, value in pool.connection_kwargs.items()
+              if not key.startswith("maint_notifications")}
+    kwargs["protocol"] = 2
+    probe = redis.Redis(connection_pool=redis.ConnectionPool(
+        connection_class=pool.connection_class, **kwargs))
+    try:
+        info: dict[str, Any] = probe.info("server")
+        return info
+    finally:
+        probe.close()
+        probe.connection_pool.disconnect()
+
+
 def server_version(client: redis.Redis) -> str:
     try:
         info = client.info("server")
-    except redis.ResponseError:
+    except redis.ResponseError as exc:
+        if _refused_hello(exc):
+            return str(_info_over_resp2(client).get("redis_version", "unknown"))
         # fakeredis does not implement INFO; probe the commands we need instead.
         try:
             probe = "__taskcustody_probe__"
@@ -75,15 +101,21 @@ def server_version(client: redis.Redis) -> str:
     return str(info.get("redis_version", "unknown"))
 
 
-def check_server(client: redis.Redis, keys: QueueKeys, *,
-                 allow_evicting_policy: bool = False) -> str:
-    """Refuse to work against a server or a keyspace that would break the protocol: Redis < 6.2,
-    an eviction policy that may delete our keys (unless allowed), keys of the wrong type."""
+def check_version(client: redis.Redis) -> str:
+    """The server's version; RedisTooOld, naming it, if the server is older than 6.2."""
     version = server_version(client)
     if not version.startswith("unknown") and parse_version(version) < MIN_VERSION:
         raise RedisTooOld(
             f"Redis {version} found; taskcustody needs Redis 6.2 or newer for BLMOVE and LMOVE"
         )
+    return version
+
+
+def check_server(client: redis.Redis, keys: QueueKeys, *,
+                 allow_evicting_policy: bool = False) -> str:
+    """Refuse to work against a server or a keyspace that would break the protocol: Redis < 6.2,
+    an eviction policy that may delete our keys (unless allowed), keys of the wrong type."""
+    version = check_version(client)
     if not is_fakeredis(client):  # an in-process fake evicts nothing
         check_eviction_policy(client, allow_evicting_policy=allow_evicting_policy)
     check_key_types(client, keys)

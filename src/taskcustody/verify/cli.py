@@ -67,7 +67,8 @@ class _Progress:
 
 
 def _check_reachable(url: str) -> None:
-    from ..connection import connect
+    from ..connection import check_version, connect
+    from ..errors import RedisTooOld
     from .harness import VERIFY_SETTINGS
 
     try:
@@ -75,7 +76,11 @@ def _check_reachable(url: str) -> None:
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--redis-url") from exc
     try:
-        client.ping()
+        # Before any work: a server below the floor is named and refused (exit 2, like an
+        # unreachable one), not counted as a violation of the protocol.
+        check_version(client)
+    except RedisTooOld as exc:
+        raise click.BadParameter(str(exc), param_hint="--redis-url") from exc
     except redis.RedisError as exc:
         raise click.BadParameter(f"cannot reach {url}: {exc}", param_hint="--redis-url") from exc
     finally:
