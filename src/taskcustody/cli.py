@@ -129,7 +129,12 @@ def main() -> None:
 @click.option("--server-id", default=None,
               help="Exclusive server id (default: the host name). Restart with the same id to "
                    "recover this server's in-flight tasks at once.")
-@click.option("--max-attempts", default=3, show_default=True, type=click.IntRange(min=1))
+@click.option("--max-attempts", default=3, show_default=True, type=click.IntRange(min=1),
+              help="Handler runs (releases) before a failing task is dead-lettered.")
+@click.option("--max-recoveries", default=3, show_default=True, type=click.IntRange(min=0),
+              help="Times recovery may take a task back from a holder that died (a process "
+                   "killed by the task: OOM killer, segfault) before the task is dead-lettered "
+                   "as a poison pill.")
 @click.option("--block-timeout", default=2.0, show_default=True, type=click.FloatRange(min=0.01))
 @click.option("--heartbeat-interval", default=5.0, show_default=True,
               type=click.FloatRange(min=0.01), help="Seconds between heartbeats.")
@@ -147,7 +152,7 @@ def main() -> None:
 @registry_grace_option
 @click.option("--verbose", "-v", is_flag=True, help="Log every recovery action.")
 def worker(handler: str, queue: str, prefix: str, redis_url: str, workers: int, prefetch: int,
-           server_id: str | None, max_attempts: int, block_timeout: float,
+           server_id: str | None, max_attempts: int, max_recoveries: int, block_timeout: float,
            heartbeat_interval: float, server_ttl: float, sweep_interval: float,
            wait_for_id: float, track_commits: bool, allow_evicting_policy: bool,
            min_replicas: int, replica_timeout: float, registry_grace: float,
@@ -159,7 +164,8 @@ def worker(handler: str, queue: str, prefix: str, redis_url: str, workers: int, 
     logging.basicConfig(level=logging.INFO if verbose else logging.WARNING,
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
     fn = load_handler(handler)
-    settings = _settings(max_attempts=max_attempts, block_timeout=block_timeout,
+    settings = _settings(max_attempts=max_attempts, max_recoveries=max_recoveries,
+                         block_timeout=block_timeout,
                          heartbeat_interval=heartbeat_interval, server_ttl=server_ttl,
                          sweep_interval=sweep_interval, track_commits=track_commits,
                          prefetch=prefetch, allow_evicting_policy=allow_evicting_policy,
