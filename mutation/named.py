@@ -247,6 +247,18 @@ MUTANTS: tuple[NamedMutant, ...] = (
             ),
         ),
     ),
+    NamedMutant(
+        "recovery-count-not-incremented",
+        "bounded executions: recovery counts nothing (every recovery reads a count of 1), so a "
+        "task that kills each process that runs it is requeued for ever and takes the fleet down",
+        (
+            Edit(
+                SCRIPTS,
+                "  local n = redis.call('HINCRBY', counts, id, 1)\n",
+                "  local n = 1\n",
+            ),
+        ),
+    ),
 )
 
 

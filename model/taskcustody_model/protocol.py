@@ -73,6 +73,7 @@ class Action(NamedTuple):
 # The protocol's own steps (worker, then server) ...
 WORKER_STEPS = ("arm", "take", "record", "release", "reconcile")
 SERVER_STEPS = (
+    "count_recovery",
     "claim",
     "startup_drain",
     "heartbeat",
@@ -185,7 +186,9 @@ def registered_with(registered: tuple[ListKey, ...], *keys: ListKey) -> tuple[Li
     return tuple(sorted((*registered, *new))) if new else registered
 
 
-def _move_to_queue(state: State, key: ListKey, count: int, config: Config) -> State:
+def _move_to_queue(
+    state: State, key: ListKey, count: int, config: Config, by: tuple[int, int]
+) -> State:
     """``count`` times ``LMOVE key queue RIGHT RIGHT``, deleting the moved tasks' processing
     records if they name this list, and counting each task's recovery (one Lua chunk of the
     drain): a task recovered once too often goes to the dead letters instead of the queue."""
@@ -199,11 +202,11 @@ def _move_to_queue(state: State, key: ListKey, count: int, config: Config) -> St
         lists=with_list(state.lists, key, tasks[: len(tasks) - count]), records=records
     )
     for t in moved:
-        state = _recovered(state, t, config)
+        state = _recovered(state, t, config, by)
     return state
 
 
-def _recovered(state: State, t: int, config: Config) -> State:
+def _recovered(state: State, t: int, config: Config, by: tuple[int, int]) -> State:
     """Task ``t`` was just taken out of a holder's list by recovery: count it, in the same step,
     and requeue it -- or, past ``max_recoveries``, dead-letter it as a poison pill (a task that
     kills the process that runs it would otherwise walk through the whole fleet)."""
@@ -211,9 +214,16 @@ def _recovered(state: State, t: int, config: Config) -> State:
     if limit is None or not config.variant.counts_recoveries:
         return state._replace(queue=(*state.queue, t))
     n = state.recoveries[t] + 1
-    state = state._replace(recoveries=_set(state.recoveries, t, n))
     if n > limit:
         return state._replace(status=_set(state.status, t, POISONED))
+    if not config.variant.counts_in_recovering_step:
+        # design 11: the count is written later, by the recovering process (``count_recovery``)
+        s, i = by
+        proc = state.processes[s][i]
+        state = _with_process(state, s, i, proc._replace(
+            pending_counts=(*proc.pending_counts, t)))
+        return state._replace(queue=(*state.queue, t))
+    state = state._replace(recoveries=_set(state.recoveries, t, n))
     return state._replace(queue=(*state.queue, t))
 
 
@@ -291,6 +301,8 @@ def enabled_actions(state: State, config: Config) -> list[Action]:
                 # re-registers (after a stall) or discovers a newer incarnation.
                 if reg != (proc.inc, TTL):
                     add(Action("heartbeat", s, i))
+                if proc.pending_counts:
+                    add(Action("count_recovery", s, i))
                 if proc.phase == CLAIMED:
                     add(Action("startup_drain", s, i))
                 elif proc.drains:  # only with per-move drains: else a pass is one step
@@ -535,7 +547,7 @@ def apply(state: State, action: Action, config: Config) -> State:
         # reply was lost).  Nobody else appends to it, so draining it whole is one bounded drain.
         proc = state.processes[s][i]
         key = (s, proc.inc, w)
-        state = _move_to_queue(state, key, len(list_of(state, key)), config)
+        state = _move_to_queue(state, key, len(list_of(state, key)), config, (s, i))
         return _with_worker(state, s, i, w, Worker(DIRTY if lost else IDLE))
 
     if name == "crash_worker":
@@ -625,7 +637,7 @@ def apply(state: State, action: Action, config: Config) -> State:
         d, rest = proc.drains[0], proc.drains[1:]
         moves = _drain_would_move(state, d, v)
         if moves:
-            state = _move_to_queue(state, d.key, 1, config)
+            state = _move_to_queue(state, d.key, 1, config, (s, i))
             d = d._replace(moved=d.moved + 1)
         done = not moves or (v.drain_bounded and d.moved >= d.length)
         drains = rest if done else (d, *rest)
@@ -651,9 +663,18 @@ def apply(state: State, action: Action, config: Config) -> State:
                 state = state._replace(
                     lists=with_list(state.lists, holder, tuple(x for x in tasks if x != t)),
                 )
-                state = _recovered(state, t, config)
+                state = _recovered(state, t, config, (s, i))
             state = state._replace(records=_set(state.records, t, None))
         return state
+
+    if name == "count_recovery":
+        # design 11's second step: write the counts of what this process recovered
+        proc = state.processes[s][i]
+        recoveries = state.recoveries
+        for t in proc.pending_counts:
+            recoveries = _set(recoveries, t, recoveries[t] + 1)
+        state = state._replace(recoveries=recoveries)
+        return _with_process(state, s, i, proc._replace(pending_counts=()))
 
     if name == "crash_server":
         return _with_process(state, s, i, None)

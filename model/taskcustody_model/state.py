@@ -85,6 +85,9 @@ class Process(NamedTuple):
     #: the drains of the current startup drain or sweep pass, first one in progress
     drains: tuple[Drain, ...]
     workers: tuple[Worker, ...]
+    #: only in design 11 (``counts_recoveries_apart``): tasks this process recovered whose
+    #: recovery count it has not written yet (a crash in between loses the count)
+    pending_counts: tuple[int, ...] = ()
 
 
 class Registration(NamedTuple):

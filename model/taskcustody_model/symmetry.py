@@ -78,7 +78,8 @@ def canonical(state: State, n_workers: int) -> State:
         for w, wk in enumerate(proc.workers):
             workers[wm[w]] = wk
         return Process(
-            inc_map[s][proc.inc], proc.stalled, proc.phase, proc.drains, tuple(workers)
+            inc_map[s][proc.inc], proc.stalled, proc.phase, proc.drains, tuple(workers),
+            proc.pending_counts,
         )
 
     # Servers: sorted by everything they own, with names inside a server already canonical.
@@ -133,6 +134,8 @@ def canonical(state: State, n_workers: int) -> State:
             for wk in proc.workers:
                 if wk.task >= 0:
                     name.setdefault(wk.task, len(name))
+            for t in proc.pending_counts:
+                name.setdefault(t, len(name))
     n_tasks = len(state.committed)
     status = state.status or (0,) * n_tasks
     recoveries = state.recoveries or (0,) * n_tasks
@@ -167,7 +170,8 @@ def canonical(state: State, n_workers: int) -> State:
                     workers=tuple(
                         wk if wk.task < 0 else Worker(wk.phase, name[wk.task])
                         for wk in p.workers
-                    )
+                    ),
+                    pending_counts=tuple(name[t] for t in p.pending_counts),
                 )
                 for p in procs
             )
@@ -216,6 +220,7 @@ def rename(
                     p.phase,
                     tuple(Drain(key(d.key), d.length, d.moved) for d in p.drains),
                     tuple(ws),
+                    tuple(tasks[t] for t in p.pending_counts),
                 )
             )
         processes[servers[s]] = tuple(procs)

@@ -37,6 +37,9 @@ class Variant(NamedTuple):
     #: dead-letters a task recovered more than ``Bounds.max_recoveries`` times.  False: recoveries
     #: are never counted, so a task that kills every process that runs it is recovered for ever.
     counts_recoveries: bool = True
+    #: the count is written in the recovering step.  False: the recovering step reads the count
+    #: to decide, and a later step of the same process writes it, so a crash in between loses it.
+    counts_in_recovering_step: bool = True
 
 
 VARIANTS: dict[str, Variant] = {
@@ -93,6 +96,12 @@ VARIANTS: dict[str, Variant] = {
             "recoveries-not-counted",
             "10. recovery never counts how often it took a task back from a dead holder",
             counts_recoveries=False,
+        ),
+        Variant(
+            "count-after-recovery",
+            "11. recovery writes a task's recovery count in a later step than the one that "
+            "moves it",
+            counts_in_recovering_step=False,
         ),
     )
 }

@@ -110,3 +110,31 @@ def test_cli_exit_codes() -> None:
     assert ok.exit_code == 0, ok.output
     bad = runner.invoke(model_check, ["--variant", "no-release"])
     assert bad.exit_code == 1 and "1. server" in bad.output
+
+
+# -- poison pills (docs/protocol.md, section 9) ---------------------------------------------------
+
+#: One task, its holder dying (a stall: the worker runs on, judged dead) as often as 3 faults allow,
+#: and the tightest limit: a task recovered twice is dead-lettered.
+POISON_BOUNDS = Bounds(tasks=1, servers=2, workers=1, faults=3, processes_per_server=1,
+                       max_recoveries=1)
+
+
+def test_correct_dead_letters_a_task_recovered_too_often_and_bounds_its_executions() -> None:
+    """Every task commits once or is dead-lettered as a poison pill (never lost), and none starts
+    executing more than max_recoveries + 1 times (24,332 distinct states)."""
+    result = check(POISON_BOUNDS)
+    assert result.ok, result.violation and render_trace(result.violation)
+    assert result.distinct_states > 20_000
+
+
+@pytest.mark.parametrize("name", ["recoveries-not-counted", "count-after-recovery"])
+def test_recovery_that_does_not_count_in_its_own_step_is_rejected(name: str) -> None:
+    """Design 10 never counts; design 11 writes the count in a later step, so a second recovery
+    can read a count the first has not written yet (or that a crash in between lost). Both let a
+    task that keeps losing its holder run a third time: a stalled holder's task is recovered, the
+    stalled worker takes it back, and it is recovered again."""
+    result = check(POISON_BOUNDS, name)
+    assert result.violation is not None
+    assert (result.property, len(result.violation)) == ("bounded-executions", 11), render_trace(
+        result.violation)

@@ -9,6 +9,7 @@ from taskcustody_model.state import (
     DIRTY,
     ENQUEUED,
     IDLE,
+    POISONED,
     RECORDED,
     TAKEN,
     WAITING,
@@ -249,3 +250,37 @@ def test_done_needs_every_late_task_enqueued_and_the_registry_clean() -> None:
     st = step(step(step(st, "take", 1, 0, 0, cfg=WIPE_CFG), "record", 1, 0, 0, cfg=WIPE_CFG),
               "release", 1, 0, 0, cfg=WIPE_CFG)
     assert is_done(st)
+
+
+# -- poison pills (docs/protocol.md, section 9) ---------------------------------------------------
+
+POISON_CFG = Config(Bounds(tasks=1, servers=2, workers=1, faults=3, max_recoveries=1),
+                    variant("correct"))
+
+
+def _held_by_a_stalled_server_and_recovered(st: State) -> State:
+    st = step(step(st, "take", 0, 0, 0, cfg=POISON_CFG), "record", 0, 0, 0, cfg=POISON_CFG)
+    st = step(step(st, "stall_server", 0, 0, cfg=POISON_CFG), "advance_clock", cfg=POISON_CFG)
+    return step(st, "sweep", 1, 0, cfg=POISON_CFG)
+
+
+def test_a_recovery_counts_the_task_in_the_step_that_requeues_it() -> None:
+    st = _held_by_a_stalled_server_and_recovered(initial_state(POISON_CFG.bounds))
+    assert st.queue == (0,) and st.recoveries == (1,) and st.executions == (1,)
+
+
+def test_a_task_recovered_once_too_often_is_dead_lettered_instead_of_requeued() -> None:
+    st = _held_by_a_stalled_server_and_recovered(initial_state(POISON_CFG.bounds))
+    st = step(step(st, "release", 0, 0, 0, cfg=POISON_CFG), "take", 0, 0, 0, cfg=POISON_CFG)
+    st = step(step(st, "record", 0, 0, 0, cfg=POISON_CFG), "sweep", 1, 0, cfg=POISON_CFG)
+    assert st.status == (POISONED,) and st.queue == () and not st.lists
+    assert st.executions == (2,) and st.committed == (0,)
+    st = step(st, "release", 0, 0, 0, cfg=POISON_CFG)  # the stalled worker: custody lost
+    assert st.committed == (0,)
+
+
+def test_a_commit_deletes_the_recovery_count() -> None:
+    st = _held_by_a_stalled_server_and_recovered(initial_state(POISON_CFG.bounds))
+    st = step(step(st, "take", 1, 0, 0, cfg=POISON_CFG), "record", 1, 0, 0, cfg=POISON_CFG)
+    st = step(st, "release", 1, 0, 0, cfg=POISON_CFG)
+    assert st.committed == (1,) and st.recoveries == (0,)

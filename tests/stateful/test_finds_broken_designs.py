@@ -55,6 +55,9 @@ EXPECT: dict[str, Expect] = {
     # observed: 6 steps: a wipe, the reconciles, then a heartbeat that registers the server but
     # not its lists (the model's heartbeat registers both)
     "register-once": Expect(300, None, 8, ("conformance", "real:registered-custody")),
+    # observed: 2 steps: a take's reply is lost, the worker reconciles: the model counts the
+    # recovery, the demonstration does not
+    "recoveries-not-counted": Expect(200, None, 4, ("conformance",)),
 }
 
 
@@ -92,6 +95,17 @@ def test_gc_when_empty_is_found_by_the_model_check_part() -> None:
     assert result.model is not None and not result.model.ok
     assert result.model.property == "registered-custody"
     assert result.model.violation is not None and len(result.model.violation) <= 8
+    assert not result.ok
+
+
+def test_count_after_recovery_is_found_by_the_model_check_part() -> None:
+    """Design 11 needs a recovery whose count is still unwritten when the task is recovered
+    again; this implementation counts in the recovering step, so it has no such window for the
+    stateful run to drive: the model check is the part that finds it."""
+    result = verify(Options(variant="count-after-recovery", stateful=False))
+    assert result.model is not None and not result.model.ok
+    assert result.model.property == "bounded-executions"
+    assert result.model.violation is not None and len(result.model.violation) == 11
     assert not result.ok
 
 

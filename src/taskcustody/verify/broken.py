@@ -12,6 +12,7 @@ The names are the model's variant names (`taskcustody_model.variants`).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -216,6 +217,22 @@ class GcWhenEmptyServer(Server):
                               chunk=self.settings.drain_chunk, grace=0.0)
 
 
+class RecoveriesNotCountedServer(Server):
+    """10. Recovery never counts what it takes back from a dead holder: a task that kills every
+    process that runs it is recovered, and run again, for ever."""
+
+    def __init__(self, *args: Any, settings: Settings, **kwargs: Any) -> None:
+        super().__init__(*args, settings=dataclasses.replace(settings, max_recoveries=None),
+                         **kwargs)
+
+
+class CountAfterRecoveryServer(Server):
+    """11. Recovery writes a task's recovery count in a later step than the one that moves it.
+    The stateful run does not show this one (it would need a recovery whose count is still
+    unwritten when the task is recovered again, and this implementation has no such window to
+    drive); the model check finds it. The real server stands in for it here."""
+
+
 class DrainBeforePruneServer(Server):
     """7. The sweep drains before it prunes: a server that expired since the last pass is still
     registered when the drain looks, so its lists wait a whole period longer."""
@@ -241,6 +258,8 @@ BROKEN: dict[str, type[Server]] = {
     "drain-before-prune": DrainBeforePruneServer,
     "register-once": RegisterOnceServer,
     "gc-when-empty": GcWhenEmptyServer,
+    "recoveries-not-counted": RecoveriesNotCountedServer,
+    "count-after-recovery": CountAfterRecoveryServer,
 }
 
 

@@ -37,6 +37,13 @@ from .machine import RunStats, build_machine, default_bounds
 #: the correct design's 14,180 distinct states take about 6 s on one core.
 MODEL_BOUNDS = Bounds(tasks=2, servers=2, workers=2, faults=2, processes_per_server=1,
                       late_tasks=1, redis_faults=True)
+#: Designs that only show with poison-pill detection on: one task whose holder keeps dying.
+POISON_MODEL_BOUNDS = Bounds(tasks=1, servers=2, workers=1, faults=3, processes_per_server=1,
+                             max_recoveries=1)
+DESIGN_MODEL_BOUNDS = {
+    "recoveries-not-counted": POISON_MODEL_BOUNDS,
+    "count-after-recovery": POISON_MODEL_BOUNDS,
+}
 #: The stateful run's bounds (the conformance test's).
 #: Hypothesis shrinks for at most 300 s by default; a report does not need the last few steps.
 SHRINK_SECONDS = 60.0
@@ -61,7 +68,8 @@ class Options:
     redis_url: str | None = None
     model_check: bool = True
     stateful: bool = True
-    model_bounds: Bounds = MODEL_BOUNDS
+    #: the model check's bounds; None: `MODEL_BOUNDS`, or the design's own (`DESIGN_MODEL_BOUNDS`)
+    model_bounds: Bounds | None = None
     #: the stateful run's bounds; None: the machine's default (`machine.default_bounds`)
     bounds: Bounds | None = None
 
@@ -231,7 +239,8 @@ def verify(
         if on_phase:
             on_phase("model check")
         t = time.perf_counter()
-        result.model = check(options.model_bounds, options.variant, progress=on_model)
+        bounds = options.model_bounds or DESIGN_MODEL_BOUNDS.get(options.variant, MODEL_BOUNDS)
+        result.model = check(bounds, options.variant, progress=on_model)
         result.model_seconds = time.perf_counter() - t
 
     if fake:
