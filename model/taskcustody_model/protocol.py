@@ -215,7 +215,9 @@ def _recovered(state: State, t: int, config: Config, by: tuple[int, int]) -> Sta
         return state._replace(queue=(*state.queue, t))
     n = state.recoveries[t] + 1
     if n > limit:
-        return state._replace(status=_set(state.status, t, POISONED))
+        # (the count leaves the hash for the dead letter, which keeps it)
+        return state._replace(status=_set(state.status, t, POISONED),
+                              recoveries=_set(state.recoveries, t, n))
     if not config.variant.counts_in_recovering_step:
         # design 11: the count is written later, by the recovering process (``count_recovery``)
         s, i = by
@@ -728,6 +730,7 @@ def apply(state: State, action: Action, config: Config) -> State:
             records=(None,) * len(state.records),
             registry=(None,) * len(state.registry),
             registered=(),
+            recoveries=(0,) * len(state.recoveries),  # the counts were in Redis too
             processes=processes,
             status=status,
             stalled_ever=True,  # every live server looks dead until its next heartbeat

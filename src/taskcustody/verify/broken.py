@@ -111,7 +111,8 @@ class SweepDrainsLiveServer(Server):
         report.forgotten_lists = _collect_garbage(self)
         for key in recovery.registered_lists(self.client, self.keys):
             moved = recovery.drain_inflight(self.client, self.keys, key, force=True,
-                                            chunk=self.settings.drain_chunk)
+                                            chunk=self.settings.drain_chunk,
+                                            recovering=self.recovering())
             if moved:
                 report.drained_lists[key] = moved
         report.requeued_stuck, report.stale_records = self.requeue_stuck_processing_tasks()
@@ -241,7 +242,7 @@ class DrainBeforePruneServer(Server):
         report = RecoveryReport()
         report.drained_lists = recovery.recover_inflight(
             self.client, self.keys, self.identity, include_self=False,
-            chunk=self.settings.drain_chunk)
+            chunk=self.settings.drain_chunk, recovering=self.recovering())
         report.pruned = recovery.prune_inactive_servers(self.client, self.keys, self.clock.now())
         report.forgotten_lists = _collect_garbage(self)
         report.requeued_stuck, report.stale_records = self.requeue_stuck_processing_tasks()

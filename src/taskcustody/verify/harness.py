@@ -464,6 +464,9 @@ class Harness:
         commits = self._redis_commits()
         for t, n in commits.items():
             self.commits_before_wipes[t] += n
+        for t, status in enumerate(self.observe().status):
+            if status == POISONED:  # it ended before the wipe, in a dead letter
+                self.status[t] = POISONED
         for t, status in enumerate(self.status):
             if status == ENQUEUED and self.commits_before_wipes[t] == 0:
                 self.status[t] = WIPED
