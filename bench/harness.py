@@ -16,6 +16,7 @@ that window: no enqueueing, no idle polling after the drain, no worker shutdown.
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import ctypes
 import json
@@ -330,3 +331,25 @@ def _readline(proc: subprocess.Popen[str], deadline: float) -> str | None:
 
 def python_in_main_env() -> str:
     return sys.executable
+
+
+# -- the command lines of the single-purpose benches (registry_gc, sweep_load) ------------------
+
+
+def rerender(path: Path, render: Callable[[dict[str, Any]], str]) -> int:
+    """`--render JSON`: rewrite the .md beside a results file from it, measuring nothing."""
+    try:
+        result = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        print(f"cannot read {path}: {exc}", file=sys.stderr)
+        return 1
+    path.with_suffix(".md").write_text(render(result))
+    return 0
+
+
+def parse_sizes(ap: argparse.ArgumentParser, text: str) -> list[int]:
+    """`--sizes 0,1000,100000`, or one clear usage error."""
+    try:
+        return [int(s) for s in text.split(",")]
+    except ValueError:
+        ap.error(f"--sizes must be comma-separated integers, not {text!r}")

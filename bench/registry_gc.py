@@ -49,7 +49,14 @@ from typing import Any
 if __package__ in (None, ""):  # `python bench/registry_gc.py`
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.harness import BENCH_DIR, RedisServer, counting_client, counts_since_reset
+from bench.harness import (
+    BENCH_DIR,
+    RedisServer,
+    counting_client,
+    counts_since_reset,
+    parse_sizes,
+    rerender,
+)
 from taskcustody import QueueKeys, Settings, connect, recovery
 from taskcustody.envelope import new_task
 from taskcustody.keys import ListOwner
@@ -397,17 +404,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="only rewrite the .md next to JSON from it (no measurement)")
     args = ap.parse_args(argv)
     if args.render is not None:
-        try:
-            result = json.loads(args.render.read_text())
-        except (OSError, ValueError) as exc:
-            print(f"cannot read {args.render}: {exc}", file=sys.stderr)
-            return 1
-        args.render.with_suffix(".md").write_text(render(result))
-        return 0
-    try:
-        sizes = sorted({int(s) for s in args.sizes.split(",")})
-    except ValueError:
-        ap.error(f"--sizes must be comma-separated integers, not {args.sizes!r}")
+        return rerender(args.render, render)
+    sizes = sorted(set(parse_sizes(ap, args.sizes)))
     if any(s < 0 for s in sizes):
         ap.error("--sizes: no negative sizes")
     if args.rounds < 1 or args.cycle_tasks < 1 or args.writes_tasks < 1:

@@ -53,7 +53,7 @@ import redis
 if __package__ in (None, ""):  # `python bench/sweep_load.py`
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.harness import BENCH_DIR, RedisServer
+from bench.harness import BENCH_DIR, RedisServer, parse_sizes, rerender
 from taskcustody import ManualClock, QueueKeys, Server, Settings, connect
 from taskcustody.envelope import new_task
 from taskcustody.keys import ListOwner
@@ -384,17 +384,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="only rewrite the .md next to JSON from it (no measurement)")
     args = ap.parse_args(argv)
     if args.render is not None:
-        try:
-            result = json.loads(args.render.read_text())
-        except (OSError, ValueError) as exc:
-            print(f"cannot read {args.render}: {exc}", file=sys.stderr)
-            return 1
-        args.render.with_suffix(".md").write_text(render(result))
-        return 0
-    try:
-        sizes = [int(s) for s in args.sizes.split(",")]
-    except ValueError:
-        ap.error(f"--sizes must be comma-separated integers, not {args.sizes!r}")
+        return rerender(args.render, render)
+    sizes = parse_sizes(ap, args.sizes)
     if any(s < 2 for s in sizes):
         ap.error("--sizes: at least 2 servers (one dies, one recovers)")
     if args.intervals < 1 or args.sample < 1 or args.victims < 1:

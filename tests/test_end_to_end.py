@@ -7,7 +7,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -15,6 +14,7 @@ import redis
 
 from taskcustody import Producer, QueueKeys, connect
 from tests.support.redis_server import RedisServerProcess
+from tests.support.waiting import wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.real_redis]
 
@@ -33,15 +33,6 @@ def _start_server(url: str) -> subprocess.Popen[bytes]:
     )
 
 
-def _wait_for(predicate: object, what: str, limit: float = 120.0) -> None:
-    """Wait for a condition on Redis (a bounded poll, not a timed assertion)."""
-    deadline = time.monotonic() + limit
-    while not predicate():  # type: ignore[operator]
-        if time.monotonic() > deadline:
-            raise AssertionError(f"gave up waiting for {what}")
-        time.sleep(0.05)
-
-
 def test_sigkill_mid_run_and_restart_commits_every_task_exactly_once(
     real_redis: RedisServerProcess,
 ) -> None:
@@ -57,7 +48,7 @@ def test_sigkill_mid_run_and_restart_commits_every_task_exactly_once(
 
     first = _start_server(url)
     try:
-        _wait_for(lambda: committed() >= N // 4, "the first process to commit a quarter")
+        wait_for(lambda: committed() >= N // 4, "the first process to commit a quarter")
         first.send_signal(signal.SIGKILL)
         first.wait(30)
     finally:
@@ -67,7 +58,7 @@ def test_sigkill_mid_run_and_restart_commits_every_task_exactly_once(
     inflight_at_kill = sum(admin.llen(k) for k in admin.zrange(keys.inflight_registry, 0, -1))
     second = _start_server(url)
     try:
-        _wait_for(lambda: committed() >= N, "every task to commit")
+        wait_for(lambda: committed() >= N, "every task to commit")
         second.send_signal(signal.SIGTERM)
         assert second.wait(60) == 0
     finally:

@@ -176,7 +176,7 @@ def test_an_enqueue_is_one_round_trip_with_or_without_min_replicas(
         client = pair.client(settings)
         producer = Producer(client, keys, settings=settings)
         producer.enqueue(0)  # opens the pooled connection
-        conn = client.connection_pool.get_connection()
+        conn = client.connection_pool.get_connection("LPUSH")  # (redis-py 5 needs a name)
         counter = count_writes(conn)
         client.connection_pool.release(conn)
         producer.enqueue(1)

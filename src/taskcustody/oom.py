@@ -36,12 +36,17 @@ MAX_PAUSE = 5.0
 
 
 def is_oom(exc: BaseException) -> bool:
-    """A Redis OOM refusal (redis-py >= 4.2 raises OutOfMemoryError; older ones a ResponseError
-    whose text starts with the error code)."""
+    """A Redis OOM refusal. redis-py >= 4.2 raises OutOfMemoryError; older ones a ResponseError
+    whose text starts with the error code. Redis 6.2 refuses a command inside a script with a
+    script error that quotes it ("Error running script ... -OOM command not allowed when used
+    memory > 'maxmemory'"): the script stopped at its first write, so it wrote nothing."""
     oom_error = getattr(redis.exceptions, "OutOfMemoryError", None)
     if oom_error is not None and isinstance(exc, oom_error):
         return True
-    return isinstance(exc, redis.ResponseError) and str(exc).startswith("OOM ")
+    if not isinstance(exc, redis.ResponseError):
+        return False
+    text = str(exc)
+    return text.startswith("OOM ") or "-OOM command not allowed" in text
 
 
 class OomSpell:
