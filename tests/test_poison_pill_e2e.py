@@ -8,6 +8,8 @@ it. So with --max-recoveries M the pill is requeued M times and dead-lettered by
 recovery: it runs M+1 times, kills M+1 processes, and its dead letter says recoveries = M+1.
 After that the fleet runs on with no further deaths.
 
+Each process runs one worker: see WORKERS for why.
+
 Executions are counted outside Redis (the handler appends and fsyncs a line per execution to a
 file per process before it can die), commits by --track-commits. Nothing here waits on timing:
 conditions are polled with bounded deadlines, and a crash loop (more deaths than M+1) fails the
@@ -40,7 +42,10 @@ pytestmark = [pytest.mark.slow, pytest.mark.real_redis]
 
 ROOT = Path(__file__).resolve().parent.parent
 SLOTS = 3  # server processes, each restarted with its own fixed server id
-WORKERS = 2  # threads per process: a death also takes an ordinary task down with the pill
+# One worker per process, so that a process the pill kills held the pill alone. With more, the
+# task another worker held dies with the pill each time and is dead-lettered with it (3 runs of 8
+# with 2 workers): tests/test_poison_pill_bystanders.py.
+WORKERS = 1
 ORDINARY = 300  # before the pill is dead-lettered (the pill sits in the middle of them)
 AFTER = 50  # enqueued once the pill is dead-lettered: all must commit with no death
 MAX_RECOVERIES = 3
