@@ -95,6 +95,14 @@ class Fleet:
                 f"crash loop: {len(self.deaths)} process deaths {self.deaths}, more than the "
                 f"{self.max_recoveries + 1} runs the poison pill may have")
 
+    def heartbeats(self, keys: QueueKeys) -> dict[str, float]:
+        """Each slot's heartbeat deadline (0 while its id is not registered)."""
+        admin = redis.Redis.from_url(self.url)
+        try:
+            return {slot: float(admin.zscore(keys.servers, slot) or 0) for slot in self.procs}
+        finally:
+            admin.close()
+
     def stop(self) -> list[int]:
         for proc in self.procs.values():
             if proc.poll() is None:
@@ -183,6 +191,12 @@ def test_poison_pill_is_dead_lettered_after_max_recoveries_and_the_fleet_stops_d
         assert fleet.deaths == deaths_at_dead_letter
         assert fleet.procs == running
         assert all(proc.poll() is None for proc in fleet.procs.values())
+        # A SIGTERM before a server installed its handlers (a restart still in its startup drain)
+        # would kill it by default: stop only once each has heart-beaten, which comes after.
+        fleet.wait_for(lambda: all(fleet.heartbeats(keys).values()), "every server to claim")
+        deadlines = fleet.heartbeats(keys)
+        fleet.wait_for(lambda: all(fleet.heartbeats(keys)[s] > deadlines[s] for s in slots),
+                       "every server to heart-beat")
         exit_codes = fleet.stop()
     finally:
         fleet.kill_all()
@@ -197,7 +211,8 @@ def test_poison_pill_is_dead_lettered_after_max_recoveries_and_the_fleet_stops_d
           f"(ordinary {ordinary_runs}, pill {runs[POISON]}), process deaths={len(fleet.deaths)} "
           f"{fleet.deaths}, recoveries={recoveries_logged(logs)} (of the pill "
           f"{dead_letters()[0]['recoveries'] if dead_letters() else None}), "
-          f"server starts={fleet.starts}, duration={duration:.1f} s")
+          f"server starts={fleet.starts}, exit codes at stop={exit_codes}, "
+          f"duration={duration:.1f} s")
 
     # Every ordinary task committed exactly once; the pill never.
     assert sorted(commits) == sorted(ids)
