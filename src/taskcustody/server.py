@@ -51,7 +51,7 @@ class Server:
         self.handler = handler
         self.worker_count = workers
         self.settings = settings or Settings()
-        self.clock = clock or RedisClock(client)
+        self.clock = clock or RedisClock(client, key=keys.queue)
         self.incarnation: int | None = None
         self.stop_event = threading.Event()
         self.superseded = False
