@@ -19,6 +19,7 @@ every script and pipeline we send stays on that node. What this module adds is t
 from __future__ import annotations
 
 import random
+import weakref
 from typing import Any, cast
 
 import redis
@@ -147,6 +148,18 @@ class Backoff:
         self.count = 0
 
 
+# Whether a plain client's server is a cluster node, asked once per client (it cannot change
+# while the server runs): tag_keys runs after every step of a verify run.
+_node_kind: weakref.WeakKeyDictionary[Any, bool] = weakref.WeakKeyDictionary()
+
+
+def _cluster_node_cached(client: redis.Redis) -> bool:
+    known = _node_kind.get(client)
+    if known is None:
+        known = _node_kind[client] = is_cluster_node(client)
+    return known
+
+
 def tag_keys(client: redis.Redis, any_key: str, prefix: str) -> list[bytes]:
     """Every key starting with `prefix` in the slot of `any_key` (keys sharing one hash tag).
 
@@ -154,7 +167,7 @@ def tag_keys(client: redis.Redis, any_key: str, prefix: str) -> list[bytes]:
     which see one node only. On a single node: SCAN (bounded per call, unlike KEYS)."""
     node: Any = node_client(client, any_key)
     want = prefix.encode()
-    if is_cluster(client) or is_cluster_node(node):
+    if is_cluster(client) or _cluster_node_cached(node):
         slot = int(node.execute_command("CLUSTER KEYSLOT", any_key))
         # Keys this run adds meanwhile are its own business: the margin only spares a loop.
         count = int(node.execute_command("CLUSTER COUNTKEYSINSLOT", slot))
