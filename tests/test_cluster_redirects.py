@@ -55,7 +55,7 @@ def names(local_cluster: LocalCluster, prefix: str) -> list[str]:
 
 def test_a_blmove_blocked_on_a_master_that_fails_over_is_answered_unblocked(
         local_cluster: LocalCluster) -> None:
-    key = "{%s}:queue" % names(local_cluster, "pinfo")[0]
+    key = QueueKeys(names(local_cluster, "pinfo")[0]).queue
     master = local_cluster.owner_port(key)
     out: list[Any] = []
     t = threading.Thread(target=blocked_blmove, args=(master, key, out))
@@ -73,7 +73,7 @@ def test_a_blmove_blocked_on_a_master_that_fails_over_is_answered_unblocked(
 
 def test_a_blmove_blocked_while_its_slot_migrates_is_answered_moved_at_the_end(
         local_cluster: LocalCluster) -> None:
-    key = "{%s}:queue" % names(local_cluster, "pinmig")[0]
+    key = QueueKeys(names(local_cluster, "pinmig")[0]).queue
     source = local_cluster.owner_port(key)
     target = next(p for p in local_cluster.master_ports() if p != source)
     out: list[Any] = []
@@ -87,7 +87,7 @@ def test_a_blmove_blocked_while_its_slot_migrates_is_answered_moved_at_the_end(
 
 def test_a_half_migrated_slot_answers_ask_and_tryagain(local_cluster: LocalCluster) -> None:
     tag = names(local_cluster, "pinhalf")[0]
-    queue, other = "{%s}:queue" % tag, "{%s}:list" % tag
+    queue, other = f"{{{tag}}}:queue", f"{{{tag}}}:list"
     source = local_cluster.owner_port(queue)
     target = next(p for p in local_cluster.master_ports() if p != source)
     slot = local_cluster.keyslot(queue)
