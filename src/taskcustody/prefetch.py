@@ -16,6 +16,7 @@ ordinary blocking cycle (BLMOVE), so an idle worker still waits on the server, n
 from __future__ import annotations
 
 import hashlib
+import logging
 import threading
 from typing import Any
 
@@ -27,6 +28,8 @@ from .worker import REDIRECT_ATTEMPTS, Outcome, Release, Worker, run_until_stopp
 
 _TAKE = ("EVALSHA", hashlib.sha1(scripts.TAKE_AND_RECORD.encode()).hexdigest(), 4)
 _RELEASE = ("EVALSHA", hashlib.sha1(scripts.RELEASE.encode()).hexdigest())
+
+log = logging.getLogger("taskcustody.prefetch")
 
 _EVAL = "EVAL"
 _NOT_RUN = Outcome(False, error="worker interrupted")
@@ -204,6 +207,8 @@ class PrefetchingWorker:
                        and cluster.redirect_kind(r) is not None]
             if not refused:
                 break
+            log.info("prefetching worker %s: %d release(s) redirected (%s); sending them again",
+                     self.list_key, len(refused), replies[refused[0]])
             self.lead.pause(backoff.next())
             if any(cluster.redirect_kind(replies[i]) == cluster.MOVED for i in refused):
                 self.follow_slot()
