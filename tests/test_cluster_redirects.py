@@ -4,6 +4,7 @@ through: a failover (CLUSTER FAILOVER) and a live slot migration, on a throwaway
 
 from __future__ import annotations
 
+import signal
 import threading
 import time
 from typing import Any
@@ -12,7 +13,16 @@ import pytest
 import redis
 from click.testing import CliRunner
 
-from taskcustody import ManualClock, Producer, QueueKeys, Settings, Worker, cluster, connect
+from taskcustody import (
+    ManualClock,
+    Producer,
+    QueueKeys,
+    ReplicationTimeout,
+    Settings,
+    Worker,
+    cluster,
+    connect,
+)
 from taskcustody.cli import main
 from taskcustody.worker import run_until_stopped
 from tests.helpers import commits, make_server
@@ -243,3 +253,23 @@ def wait_for(condition: Any, timeout: float = 60.0) -> None:
         if time.monotonic() > deadline:
             raise AssertionError("condition not reached within the deadline")
         time.sleep(0.02)
+
+
+def test_min_replicas_waits_on_the_master_of_the_queues_slot(
+        local_cluster: LocalCluster) -> None:
+    """WAIT names no key: on a cluster it must go where the LPUSH went, and count that master's
+    replicas. With the owner's only replica stopped, an enqueue asking for one replica must fail
+    (a WAIT sent to another master would count that master's replica and pass)."""
+    keys = QueueKeys(names(local_cluster, "wait")[0])
+    client = connect(local_cluster.url(0))
+    producer = Producer(client, keys, settings=Settings(min_replicas=1, replica_timeout=0.3))
+    producer.enqueue({"n": 0})  # the replica is there: confirmed
+    replica_port = local_cluster.replica_of(local_cluster.owner_port(keys.queue))
+    replica = next(n for n in local_cluster.nodes if n.port == replica_port)
+    replica.signal(signal.SIGSTOP)
+    try:
+        with pytest.raises(ReplicationTimeout):
+            producer.enqueue({"n": 1})
+    finally:
+        replica.signal(signal.SIGCONT)
+    local_cluster.wait_ok()
