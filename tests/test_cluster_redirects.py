@@ -246,6 +246,47 @@ def test_a_worker_loop_resumes_after_a_failover_and_a_live_migration(
     w.close()
 
 
+def test_a_worker_blocked_on_an_empty_queue_follows_a_failover(
+        local_cluster: LocalCluster, caplog: pytest.LogCaptureFixture) -> None:
+    """Its BLMOVE is answered UNBLOCKED: the loop follows the slot to the new master and takes
+    the next task there, instead of crashing."""
+    keys = QueueKeys(names(local_cluster, "blk")[0])
+    settings = Settings(block_timeout=4, socket_timeout_margin=3.0, track_commits=True)
+    client = connect(local_cluster.url(0), settings)
+    runs: list[Any] = []
+    server = make_server(client, keys, "s1", ManualClock(), handler=runs.append,
+                         settings=settings)
+    server.claim()
+    w = server.make_worker(0)
+    stop = threading.Event()
+    crashed: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            run_until_stopped(w, stop, until_idle=False, register=w.register)
+        except BaseException as exc:
+            crashed.append(exc)
+
+    owner = local_cluster.owner_port(keys.queue)
+    t = threading.Thread(target=run)
+    t.start()
+    try:
+        blocked_until(owner, 1)
+        new_owner = local_cluster.failover(owner)
+        Producer(client, keys).enqueue({"n": 1}, task_id="t1")
+        wait_for(lambda: int(client.get(keys.committed) or 0) >= 1)
+    finally:
+        stop.set()
+        t.join(timeout=30)
+    assert not crashed
+    assert commits(client, keys) == {"t1": 1} and runs == [{"n": 1}]
+    assert w._conn.port == new_owner  # type: ignore[attr-defined]
+    # it was the UNBLOCKED reply that moved it (not a socket timeout: 7 s here)
+    assert any("UNBLOCKED" in r.getMessage() and "following the slot" in r.getMessage()
+               for r in caplog.records)
+    w.close()
+
+
 def wait_for(condition: Any, timeout: float = 60.0) -> None:
     """A set-up wait with a generous deadline (so a broken build fails instead of hanging)."""
     deadline = time.monotonic() + timeout
