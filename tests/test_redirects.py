@@ -4,6 +4,8 @@ same paths through a real failover and migration.)"""
 
 from __future__ import annotations
 
+from typing import Any
+
 import fakeredis
 import pytest
 import redis
@@ -121,3 +123,55 @@ def test_a_release_refused_too_often_is_left_to_the_loop(monkeypatch: pytest.Mon
     with pytest.raises(redis.exceptions.TryAgainError):
         worker._release_raw(b"{}", "t1", "ok", "")
     assert len(pauses) == REDIRECT_ATTEMPTS
+
+
+@pytest.mark.parametrize("error", [
+    TRYAGAIN, redis.exceptions.ClusterDownError("The cluster is down"),
+    redis.exceptions.ClusterError("TTL exhausted."),
+    redis.exceptions.SlotNotCoveredError("slot 9450 not covered"),
+], ids=lambda e: type(e).__name__)
+def test_the_heartbeat_loop_rides_out_a_resharding_or_failing_over_cluster(
+        error: Exception) -> None:
+    """A heartbeat refused by a redirect did not run: the loop logs it and beats again at the
+    next interval, instead of ending (a server whose heartbeat thread died would be judged dead
+    while its workers run)."""
+    from tests.test_server_run_lifecycle import drive_waits
+
+    client = connect_fake(fakeredis.FakeServer())
+    keys = QueueKeys("tq", prefix="test")
+    clock = ManualClock()
+    server = new_worker_server(client, keys, clock)
+    beats: list[float] = []
+    real = server.heartbeat
+
+    def heartbeat() -> None:
+        beats.append(clock.now())
+        if len(beats) == 2:
+            raise error
+        real()
+
+    server.heartbeat = heartbeat  # type: ignore[method-assign]
+    drive_waits(server, clock, stop_after=4)
+    server._background()
+    assert beats == [1000, 1005, 1010, 1015]  # every beat tried, the loop alive after the refusal
+    assert client.zscore(keys.servers, "s1") == 1015 + 15
+
+
+@pytest.mark.parametrize("error", [redis.exceptions.ClusterError("TTL exhausted."),
+                                   redis.exceptions.SlotNotCoveredError("not covered")],
+                         ids=lambda e: type(e).__name__)
+def test_a_cluster_client_giving_up_is_not_a_worker_crash(worker: Worker,
+                                                          error: Exception) -> None:
+    stop = Stop()
+    worker.follow_slot = lambda refresh=True: None  # type: ignore[method-assign]
+    dirty = script(worker, stop, [error, True])
+    run_until_stopped(worker, stop, until_idle=False)
+    assert dirty == [True, True, False]
+
+
+def new_worker_server(client: redis.Redis, keys: QueueKeys, clock: ManualClock) -> Any:
+    from tests.helpers import make_server
+
+    server = make_server(client, keys, "s1", clock)
+    server.claim()
+    return server

@@ -120,13 +120,16 @@ def redirect_kind(exc: BaseException) -> str | None:
     if isinstance(exc, redis.exceptions.MovedError):
         return MOVED
     if isinstance(exc, redis.exceptions.AskError | redis.exceptions.TryAgainError
-                  | redis.exceptions.ClusterDownError):
+                  | redis.exceptions.ClusterError):
+        # ClusterError: CLUSTERDOWN (a failover under way), or the cluster client gave up
+        # following redirects (its TTL): in both the command did not run.
         return BUSY
     if isinstance(exc, redis.ResponseError) and str(exc).startswith("UNBLOCKED"):
         # A blocked BLMOVE on a master that became a replica (a failover): not served.
         return MOVED
-    if isinstance(exc, redis.exceptions.ReadOnlyError):
-        # A write that reached a replica (a stale map outside cluster mode's MOVED).
+    if isinstance(exc, redis.exceptions.ReadOnlyError | redis.exceptions.RedisClusterException):
+        # A write that reached a replica, or a slot the client's map has no node for: re-read
+        # the map.
         return MOVED
     return None
 

@@ -472,7 +472,8 @@ def run_until_stopped(unit: Runnable, stop: Stop, until_idle: bool,
             stop.wait(min(1.0, unit.settings.block_timeout))
             _follow(unit)  # on a cluster the slot may have failed over to another node
             continue
-        except redis.ResponseError as exc:
+        except (redis.ResponseError, redis.exceptions.ClusterError,
+                redis.exceptions.RedisClusterException) as exc:
             kind = cluster.redirect_kind(exc)
             if kind is not None:
                 # The redirected command did not run (cluster.py); whatever ran before it in
@@ -487,6 +488,7 @@ def run_until_stopped(unit: Runnable, stop: Stop, until_idle: bool,
                 continue
             if not is_oom(exc):
                 raise
+            assert isinstance(exc, redis.ResponseError)
             # The refused command did not run (see oom.py). A refused take or reconcile left
             # nothing behind; a refused release would have left its task in our list, not
             # committed: dirty makes the next cycle drain it back to the queue (once memory
