@@ -302,3 +302,20 @@ def tags_on_distinct_masters(cluster: LocalCluster, prefix: str = "q") -> list[s
         if len(chosen) == len(masters):
             return [chosen[p] for p in masters]
     raise RuntimeError("could not place a queue on every master")
+
+
+def main() -> None:
+    """`python -m tests.support.redis_cluster`: start a throwaway cluster, print its nodes, and
+    stop every node by pid on Ctrl-C (for trying taskcustody on a cluster by hand)."""
+    with throwaway_cluster() as cluster:
+        masters = cluster.master_ports()
+        for port in cluster.ports:
+            role = "master" if port in masters else "replica"
+            print(f"redis://127.0.0.1:{port}/0  {role}", flush=True)
+        print("cluster_state:ok; Ctrl-C stops every node", flush=True)
+        with contextlib.suppress(KeyboardInterrupt):
+            signal.pause()
+
+
+if __name__ == "__main__":
+    main()
