@@ -184,6 +184,7 @@ class Worker:
         round trip of its own. `flush()` reads it at once."""
         self._deferred = ("EVAL", scripts.RECORD, 2, self.list_key, self.keys.processing,
                           task.raw, task.id, self.record_value())
+        self._record_refused = False  # an earlier task's refused record is moot now
         self._send("EVALSHA", _RECORD_SHA, *self._deferred[2:])
 
     def flush(self) -> None:
