@@ -22,6 +22,7 @@ from taskcustody import (
     Worker,
     cluster,
     connect,
+    scripts,
 )
 from taskcustody.cli import main
 from taskcustody.worker import run_until_stopped
@@ -198,6 +199,39 @@ def test_a_release_refused_by_a_failover_is_sent_to_the_new_master_and_commits_o
     assert runs == [{"n": 1}]
     assert commits(client, keys) == {"t1": 1}
     assert client.llen(w.list_key) == 0
+    w.close()
+
+
+def test_a_record_refused_by_a_failover_is_sent_again_before_the_release(
+        local_cluster: LocalCluster) -> None:
+    keys = QueueKeys(names(local_cluster, "recfo")[0])
+    client = connect(local_cluster.url(0))
+    w = _worker(client, keys, lambda payload: None)
+    Producer(client, keys).enqueue({"n": 1}, task_id="t1")
+    task = w.take(timeout=1)
+    assert task is not None
+    new_owner = local_cluster.failover(local_cluster.owner_port(keys.queue))
+    w.record(task)  # to the old master: refused (MOVED), its reply deferred
+    w.flush()
+    assert w._record_refused
+    assert client.hget(keys.processing, "t1") is None  # it did not run
+    sent: list[tuple[int, str, str]] = []
+    real_send = w._send
+
+    def send(*args: Any, **kw: Any) -> None:
+        script = args[1] if args[0] == "EVAL" else ""
+        sent.append((w._conn.port, str(args[0]),  # type: ignore[attr-defined]
+                     "record" if script == scripts.RECORD else ""))
+        real_send(*args, **kw)
+
+    w._send = send  # type: ignore[method-assign]
+    release = w.release(task, w.execute(task))
+    assert release.action == "committed"
+    # the record went again, to the new master, just before the release that then committed
+    first_on_new = [s for s in sent if s[0] == new_owner]
+    assert first_on_new[:2] == [(new_owner, "EVAL", "record"), (new_owner, "EVALSHA", "")] \
+        or first_on_new[:2] == [(new_owner, "EVAL", "record"), (new_owner, "EVAL", "")]
+    assert commits(client, keys) == {"t1": 1}
     w.close()
 
 
