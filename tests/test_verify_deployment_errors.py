@@ -100,3 +100,12 @@ def test_a_violation_is_still_a_violation() -> None:
                                        "--steps", "15", "--quiet", "--variant", "no-release"])
     assert result.exit_code == 1, result.output
     assert "VIOLATION" in result.output
+
+
+def test_the_node_url_of_a_cluster_run_keeps_the_seeds_credentials_and_scheme() -> None:
+    from taskcustody.verify.run import _with_address
+
+    assert _with_address("rediss://u:pw@seed:7000/0?ssl_cert_reqs=none", "10.0.0.2", 7002) == \
+        "rediss://u:pw@10.0.0.2:7002/0?ssl_cert_reqs=none"
+    assert _with_address("redis://127.0.0.1:7101/0", "127.0.0.1", 7102) == \
+        "redis://127.0.0.1:7102/0"

@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from importlib import metadata
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 import redis
 from hypothesis import HealthCheck, Phase, settings
@@ -340,12 +341,20 @@ def _node_url(url: str, keys: QueueKeys) -> str:
         if not cluster.is_cluster(seed):
             return url
         node = cluster.owner_node(seed, keys.queue)
-        return f"redis://{node.host}:{node.port}/0"
+        return _with_address(url, str(node.host), int(node.port))
     except redis.RedisError as exc:
         raise DeploymentError(f"cannot find the node of {keys.queue} through {url}: "
                               f"{describe(exc)}") from exc
     finally:
         seed.close()
+
+
+def _with_address(url: str, host: str, port: int) -> str:
+    """`url` with its host and port replaced (its scheme, user, password and options kept)."""
+    parts = urlsplit(url)
+    auth = parts.netloc.rpartition("@")[0]
+    netloc = f"{auth}@{host}:{port}" if auth else f"{host}:{port}"
+    return urlunsplit(parts._replace(netloc=netloc))
 
 
 def _cleanup(make_client: Callable[[], redis.Redis], keys: QueueKeys) -> None:
