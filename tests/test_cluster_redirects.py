@@ -171,6 +171,20 @@ def test_the_cli_names_the_slot_and_node_and_never_prints_a_traceback(
     assert isinstance(refused.exception, SystemExit)
 
 
+def test_a_wrong_type_key_on_a_cluster_is_named_with_its_slot_and_node(
+        local_cluster: LocalCluster) -> None:
+    keys = QueueKeys(names(local_cluster, "wt")[0])
+    owner = local_cluster.owner_port(keys.queue)
+    local_cluster.client(owner).set(keys.queue, "not a list")
+    seed = local_cluster.url(0)
+    result = CliRunner().invoke(main, ["enqueue", "-q", keys.queue_name, "--redis-url", seed,
+                                       '{"n": 1}'])
+    assert result.exit_code == 1
+    slot = local_cluster.keyslot(keys.queue)
+    assert f"(slot {slot} on 127.0.0.1:{owner}) holds a string" in result.output
+    assert "Traceback" not in result.output
+
+
 # -- the worker through a failover and a migration ----------------------------------------------
 
 def _worker(client: redis.Redis, keys: QueueKeys, handler: Any) -> Worker:

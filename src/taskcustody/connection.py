@@ -8,7 +8,7 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from .cluster import cluster_client, is_cluster_node, node_client
+from .cluster import cluster_client, is_cluster, is_cluster_node, node_client, route
 from .errors import RedisTooOld, WrongKeyType
 from .eviction import check_eviction_policy
 from .keys import QueueKeys
@@ -120,4 +120,6 @@ def check_key_types(client: redis.Redis, keys: QueueKeys) -> None:
     for (key, want), got in zip(expected.items(), pipe.execute(), strict=True):
         kind = got.decode() if isinstance(got, bytes) else str(got)
         if kind not in ("none", want):
-            raise WrongKeyType(f"key {key!r} holds a {kind}, but taskcustody needs a {want} there")
+            where = f" ({route(client, key)})" if is_cluster(client) else ""
+            raise WrongKeyType(
+                f"key {key!r}{where} holds a {kind}, but taskcustody needs a {want} there")
