@@ -42,6 +42,7 @@ CRITICAL: dict[str, tuple[str, ...]] = {
     "taskcustody.worker": (
         "Worker.register", "Worker.reconcile", "Worker.take", "Worker._take_args",
         "Worker.record", "Worker.release", "Worker.run_once", "Worker._release_raw",
+        "Worker._release_once",
         "Worker.verdict", "Worker.release_args", "Worker.released",
     ),
     "taskcustody.recovery": (

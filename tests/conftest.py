@@ -19,6 +19,7 @@ import redis
 from hypothesis import HealthCheck, settings
 
 from taskcustody import QueueKeys, Settings, connect, connect_fake
+from tests.support.redis_cluster import LocalCluster, throwaway_cluster
 from tests.support.redis_server import (
     RedisServerProcess,
     redis_server_binary,
@@ -96,6 +97,25 @@ def real_redis() -> Iterator[RedisServerProcess]:
         pytest.skip("no redis-server binary")
     with throwaway_redis_server() as server:
         yield server
+
+
+def cluster_binaries_present() -> bool:
+    import shutil
+
+    return redis_server_binary() is not None and shutil.which("redis-cli") is not None
+
+
+@pytest.fixture(scope="session")
+def local_cluster() -> Iterator[LocalCluster]:
+    """3 masters and 3 replicas on free ports, for the whole session (tests marked `cluster`
+    leave the cluster as they found it: every master serving slots, `cluster_state:ok`). In CI
+    (CI=true) a missing binary is a failure, not a skip."""
+    if not cluster_binaries_present():
+        if os.environ.get("CI"):
+            pytest.fail("CI: redis-server and redis-cli are needed for the cluster tests")
+        pytest.skip("no redis-server/redis-cli binary")
+    with throwaway_cluster() as cluster:
+        yield cluster
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -13,6 +13,7 @@ from typing import Any
 import click
 import redis
 
+from . import cluster as cluster_routing
 from . import recovery
 from .clock import RedisClock
 from .connection import check_server, connect
@@ -32,6 +33,10 @@ prefix_option = click.option("--prefix", default="taskcustody", show_default=Tru
 url_option = click.option("--redis-url", default=DEFAULT_URL, show_default=True,
                           envvar="TASKCUSTODY_REDIS_URL",
                           help="Redis URL (or $TASKCUSTODY_REDIS_URL).")
+cluster_option = click.option(
+    "--cluster/--no-cluster", "cluster", default=None,
+    help="Talk to a Redis Cluster (any node of it as --redis-url, a replica too), or to a single "
+         "node. Default: ask the node (INFO cluster).")
 allow_evicting_option = click.option(
     "--allow-evicting-policy", is_flag=True,
     help="Run even if Redis's maxmemory-policy is allkeys-* (it may evict a queue or an "
@@ -72,9 +77,10 @@ def _settings(**kwargs: Any) -> Settings:
         raise click.UsageError(str(exc)) from exc
 
 
-def _client(url: str, settings: Settings | None = None) -> redis.Redis:
+def _client(url: str, settings: Settings | None = None,
+            cluster: bool | None = None) -> redis.Redis:
     try:
-        return connect(url, settings)
+        return _run(lambda: connect(url, settings, cluster=cluster))  # type: ignore[no-any-return]
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--redis-url") from exc
 
@@ -100,13 +106,38 @@ class _Failure(click.ClickException):
     exit_code = 1
 
 
-def _run(action: Callable[[], Any]) -> Any:
+def _where(client: redis.Redis | None, keys: QueueKeys | None) -> str:
+    """` (slot N on host:port)` for a cluster client, ` (host:port)` otherwise."""
+    if client is None or keys is None:
+        return ""
+    try:
+        return f" ({cluster_routing.route(client, keys.queue)})"
+    except (redis.RedisError, redis.exceptions.RedisClusterException):
+        return ""
+
+
+def _run(action: Callable[[], Any], client: redis.Redis | None = None,
+         keys: QueueKeys | None = None) -> Any:
+    """Run `action`, turning what a deployment can do to it into one line and exit 1."""
     try:
         return action()
     except TaskCustodyError as exc:
         raise _Failure(str(exc)) from exc
+    except redis.exceptions.MovedError as exc:
+        # A single-node client (--no-cluster) pointed at a node that does not serve the slot.
+        raise _Failure(
+            f"slot {exc.slot_id} is served by {exc.host}:{exc.port}, not by the node of "
+            f"--redis-url{_where(client, keys)}: this is a Redis Cluster; drop --no-cluster (a "
+            "cluster client follows the slot map) or point --redis-url at that node"
+        ) from exc
+    except (redis.exceptions.AskError, redis.exceptions.TryAgainError,
+            redis.exceptions.ClusterDownError) as exc:
+        raise _Failure(f"the cluster is resharding or healing{_where(client, keys)}: {exc}; "
+                       "retry in a moment") from exc
+    except redis.exceptions.RedisClusterException as exc:
+        raise _Failure(f"Redis Cluster error{_where(client, keys)}: {exc}") from exc
     except (redis.ConnectionError, redis.TimeoutError) as exc:
-        raise _Failure(f"cannot reach Redis: {exc}") from exc
+        raise _Failure(f"cannot reach Redis{_where(client, keys)}: {exc}") from exc
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -150,13 +181,14 @@ def main() -> None:
 @allow_evicting_option
 @replication_options
 @registry_grace_option
+@cluster_option
 @click.option("--verbose", "-v", is_flag=True, help="Log every recovery action.")
 def worker(handler: str, queue: str, prefix: str, redis_url: str, workers: int, prefetch: int,
            server_id: str | None, max_attempts: int, max_recoveries: int, block_timeout: float,
            heartbeat_interval: float, server_ttl: float, sweep_interval: float,
            wait_for_id: float, track_commits: bool, allow_evicting_policy: bool,
            min_replicas: int, replica_timeout: float, registry_grace: float,
-           verbose: bool) -> None:
+           cluster: bool | None, verbose: bool) -> None:
     """Run a server with WORKERS threads executing HANDLER (MODULE:FUNCTION) on each payload.
 
     SIGTERM or SIGINT: stop taking, finish current tasks within the grace period, deregister.
@@ -171,11 +203,12 @@ def worker(handler: str, queue: str, prefix: str, redis_url: str, workers: int, 
                          prefetch=prefetch, allow_evicting_policy=allow_evicting_policy,
                          min_replicas=min_replicas, replica_timeout=replica_timeout,
                          registry_grace=registry_grace)
-    client = _client(redis_url, settings)
+    client = _client(redis_url, settings, cluster)
     sid = server_id or socket.gethostname().replace(":", "-")
-    srv = Server(client, _keys(queue, prefix), sid, fn, workers=workers, settings=settings,
-                 clock=RedisClock(client))
-    _run(lambda: srv.run(install_signals=True, wait_for_id=wait_for_id))
+    keys = _keys(queue, prefix)
+    srv = Server(client, keys, sid, fn, workers=workers, settings=settings,
+                 clock=RedisClock(client, key=keys.queue))
+    _run(lambda: srv.run(install_signals=True, wait_for_id=wait_for_id), client, keys)
 
 
 @main.command()
@@ -184,9 +217,10 @@ def worker(handler: str, queue: str, prefix: str, redis_url: str, workers: int, 
 @url_option
 @allow_evicting_option
 @replication_options
+@cluster_option
 @click.argument("payloads", nargs=-1, required=True)
 def enqueue(queue: str, prefix: str, redis_url: str, allow_evicting_policy: bool,
-            min_replicas: int, replica_timeout: float,
+            min_replicas: int, replica_timeout: float, cluster: bool | None,
             payloads: tuple[str, ...]) -> None:
     """Enqueue JSON PAYLOADS (or `-` to read one JSON payload per line from stdin).
 
@@ -209,11 +243,12 @@ def enqueue(queue: str, prefix: str, redis_url: str, allow_evicting_policy: bool
             raise click.BadParameter(f"payload {number} is not JSON ({exc}): {text[:60]!r}",
                                      param_hint="PAYLOADS") from exc
     keys = _keys(queue, prefix)
-    client = _client(redis_url, settings)
+    client = _client(redis_url, settings, cluster)
     try:
         ids = _run(lambda: (check_server(client, keys,
                                          allow_evicting_policy=allow_evicting_policy),
-                            Producer(client, keys, settings=settings).enqueue_many(parsed))[1])
+                            Producer(client, keys, settings=settings).enqueue_many(parsed))[1],
+                   client, keys)
     except _Failure as failure:
         short = failure.__cause__
         if isinstance(short, ReplicationTimeout):
@@ -229,14 +264,19 @@ def enqueue(queue: str, prefix: str, redis_url: str, allow_evicting_policy: bool
 @url_option
 @click.option("--json", "as_json", is_flag=True, help="Print the status as JSON.")
 @allow_evicting_option
+@cluster_option
 def status(queue: str, prefix: str, redis_url: str, as_json: bool,
-           allow_evicting_policy: bool) -> None:
+           allow_evicting_policy: bool, cluster: bool | None) -> None:
     """Show queue depth, in-flight tasks per server and worker, servers, records, dead letters."""
     keys = _keys(queue, prefix)
-    client = _client(redis_url)
-    # Refused like the other commands: a queue on an evicting server is one to fix, not to watch.
-    snap = _run(lambda: (check_server(client, keys, allow_evicting_policy=allow_evicting_policy),
-                         queue_status(client, keys, RedisClock(client).now()))[1])
+    client = _client(redis_url, cluster=cluster)
+    # Refused like the other commands: a queue on an evicting server (or too old a Redis, or a
+    # key of the wrong type) is one to fix, not to watch. (The version, the policy and the clock
+    # are those of the node that owns the queue's slot.)
+    snap = _run(lambda: (
+        check_server(client, keys, allow_evicting_policy=allow_evicting_policy),
+        queue_status(client, keys, RedisClock(client, key=keys.queue).now()))[1],
+        client, keys)
     if as_json:
         click.echo(json.dumps(snap.to_dict(), indent=2, sort_keys=True))
         return
@@ -259,18 +299,19 @@ def status(queue: str, prefix: str, redis_url: str, as_json: bool,
 @url_option
 @allow_evicting_option
 @registry_grace_option
+@cluster_option
 def sweep(queue: str, prefix: str, redis_url: str, allow_evicting_policy: bool,
-          registry_grace: float) -> None:
+          registry_grace: float, cluster: bool | None) -> None:
     """Run one recovery pass: prune expired servers, forget their empty in-flight lists once
     the grace has passed, drain the others, requeue stuck processing records. Never touches a
     live server's lists."""
     keys = _keys(queue, prefix)
-    client = _client(redis_url)
+    client = _client(redis_url, cluster=cluster)
     # The CLI holds no server id of its own: nothing is "self" here.
     me = ServerIdentity("taskcustody-cli", 0)
     report = _run(lambda: (check_server(client, keys, allow_evicting_policy=allow_evicting_policy),
-                           recovery.sweep(client, keys, RedisClock(client).now(), me,
-                                          grace=registry_grace))[1])
+                           recovery.sweep(client, keys, RedisClock(client, key=keys.queue).now(),
+                                          me, grace=registry_grace))[1], client, keys)
     click.echo(f"pruned {len(report.pruned)} server(s) {report.pruned}; forgot "
                f"{len(report.forgotten_lists)} dead empty list(s); requeued "
                f"{report.moved} task(s) from {len(report.drained_lists)} list(s); "

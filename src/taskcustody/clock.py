@@ -8,6 +8,8 @@ from typing import Protocol
 
 import redis
 
+from .cluster import node_client
+
 
 class Clock(Protocol):
     def now(self) -> float:
@@ -30,15 +32,19 @@ class RedisClock:
     and re-measured every `resync` seconds; in between, now() costs no I/O.
     """
 
-    def __init__(self, client: redis.Redis, resync: float = 5.0) -> None:
+    def __init__(self, client: redis.Redis, resync: float = 5.0, key: str | None = None) -> None:
         self._client = client
         self._resync = resync
+        # On a cluster, TIME goes to the master owning `key`'s slot (the queue's): every server
+        # of the queue then reads one node's clock (a cluster client would pick any node).
+        self._key = key
         self._lock = threading.Lock()
         self._offset: float  # set by the first now(): _synced_at starts as None
         self._synced_at: float | None = None
 
     def _redis_time(self) -> float:
-        seconds, micros = self._client.time()
+        client = self._client if self._key is None else node_client(self._client, self._key)
+        seconds, micros = client.time()
         return float(seconds) + float(micros) / 1_000_000
 
     def now(self) -> float:

@@ -8,6 +8,7 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
+from .cluster import cluster_client, is_cluster, is_cluster_node, node_client, route
 from .errors import RedisTooOld, WrongKeyType
 from .eviction import check_eviction_policy
 from .keys import QueueKeys
@@ -27,15 +28,31 @@ def no_retry() -> Retry:
     return Retry(NoBackoff(), 0)
 
 
-def connect(url: str, settings: Settings | None = None) -> redis.Redis:
+def connect(url: str, settings: Settings | None = None,
+            cluster: bool | None = None) -> redis.Redis:
+    """A client for `url`. A Redis Cluster node (`cluster_enabled:1`, asked with `INFO cluster`)
+    gets a cluster client seeded by it (any node works, a replica too); `cluster` True/False
+    overrides the detection. Retries are off either way (`no_retry`); a cluster client still
+    follows MOVED and ASK, which Redis answers without running the command."""
     settings = settings or Settings()
-    return redis.Redis.from_url(
-        url,
-        socket_timeout=settings.socket_timeout,
-        socket_connect_timeout=settings.socket_timeout,
-        retry=no_retry(),
-        decode_responses=False,
-    )
+    options: dict[str, Any] = {
+        "socket_timeout": settings.socket_timeout,
+        "socket_connect_timeout": settings.socket_timeout,
+        "retry": no_retry(),
+        "decode_responses": False,
+    }
+    if cluster is None:
+        probe = redis.Redis.from_url(url, **options)
+        try:
+            cluster = is_cluster_node(probe)
+        except (redis.ConnectionError, redis.TimeoutError):
+            # Unreachable now: a plain client, whose first command reports it (as before).
+            cluster = False
+        finally:
+            probe.close()
+    if cluster:
+        return cluster_client(url, **options)
+    return redis.Redis.from_url(url, **options)
 
 
 def connect_fake(server: Any = None) -> redis.Redis:
@@ -48,7 +65,10 @@ def connect_fake(server: Any = None) -> redis.Redis:
 
 
 def is_fakeredis(client: redis.Redis) -> bool:
-    module: str = client.connection_pool.connection_class.__module__
+    pool = getattr(client, "connection_pool", None)  # a RedisCluster has one pool per node
+    if pool is None:
+        return False
+    module: str = pool.connection_class.__module__
     return module.startswith("fakeredis")
 
 
@@ -114,10 +134,12 @@ def check_version(client: redis.Redis) -> str:
 def check_server(client: redis.Redis, keys: QueueKeys, *,
                  allow_evicting_policy: bool = False) -> str:
     """Refuse to work against a server or a keyspace that would break the protocol: Redis < 6.2,
-    an eviction policy that may delete our keys (unless allowed), keys of the wrong type."""
-    version = check_version(client)
-    if not is_fakeredis(client):  # an in-process fake evicts nothing
-        check_eviction_policy(client, allow_evicting_policy=allow_evicting_policy)
+    an eviction policy that may delete our keys (unless allowed), keys of the wrong type.
+    On a cluster the version and the policy are those of the master that owns the queue's slot."""
+    node = node_client(client, keys.queue)
+    version = check_version(node)
+    if not is_fakeredis(node):  # an in-process fake evicts nothing
+        check_eviction_policy(node, allow_evicting_policy=allow_evicting_policy)
     check_key_types(client, keys)
     return version
 
@@ -130,4 +152,6 @@ def check_key_types(client: redis.Redis, keys: QueueKeys) -> None:
     for (key, want), got in zip(expected.items(), pipe.execute(), strict=True):
         kind = got.decode() if isinstance(got, bytes) else str(got)
         if kind not in ("none", want):
-            raise WrongKeyType(f"key {key!r} holds a {kind}, but taskcustody needs a {want} there")
+            where = f" ({route(client, key)})" if is_cluster(client) else ""
+            raise WrongKeyType(
+                f"key {key!r}{where} holds a {kind}, but taskcustody needs a {want} there")

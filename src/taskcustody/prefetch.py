@@ -16,17 +16,20 @@ ordinary blocking cycle (BLMOVE), so an idle worker still waits on the server, n
 from __future__ import annotations
 
 import hashlib
+import logging
 import threading
 from typing import Any
 
 import redis
 
-from . import envelope, replication, scripts
+from . import cluster, envelope, replication, scripts
 from .errors import MalformedTask
-from .worker import Outcome, Release, Worker, run_until_stopped
+from .worker import REDIRECT_ATTEMPTS, Outcome, Release, Worker, run_until_stopped
 
 _TAKE = ("EVALSHA", hashlib.sha1(scripts.TAKE_AND_RECORD.encode()).hexdigest(), 4)
 _RELEASE = ("EVALSHA", hashlib.sha1(scripts.RELEASE.encode()).hexdigest())
+
+log = logging.getLogger("taskcustody.prefetch")
 
 _EVAL = "EVAL"
 _NOT_RUN = Outcome(False, error="worker interrupted")
@@ -53,10 +56,9 @@ class PrefetchingWorker:
         self.list_key = self.lead.list_key
         self.settings = self.lead.settings
         self.clock = self.lead.clock
-        pool = self.lead.client.connection_pool
-        self._conn: redis.connection.ConnectionInterface = pool.connection_class(
-            **pool.connection_kwargs
-        )
+        # Our pipelines' connection, to the node that owns the queue's slot (cluster.py).
+        self._conn: redis.connection.ConnectionInterface = cluster.own_connection(
+            self.lead.client, self.lead.keys.queue)
         # Settings.min_replicas: each pipeline ends with one WAIT (replication.py).
         self.replicas = replication.Shortfalls(self.settings, self.lead.clock, self.list_key)
 
@@ -134,6 +136,8 @@ class PrefetchingWorker:
         replies, error = self._pipeline(
             [(*_RELEASE, *args) for _, _, args in plans], scripts.RELEASE, replication.RELEASE
         )
+        if error is None:
+            replies, error = self._release_redirected(plans, replies)
         releases = []
         for k, reply in enumerate(replies):
             slot, action, _ = plans[k]
@@ -176,7 +180,47 @@ class PrefetchingWorker:
         for slot in self.slots:
             slot.close()
 
+    def follow_slot(self, refresh: bool = True) -> None:
+        """`Worker.follow_slot` for our pipelines' connection and every slot's (the lead's
+        blocking take uses its own): one refresh of the slot map, then each reconnects."""
+        self._conn.disconnect()  # type: ignore[no-untyped-call]
+        client = self.lead.client
+        if cluster.is_cluster(client):
+            if refresh:
+                cluster.refresh(client)
+            self._conn = cluster.own_connection(client, self.lead.keys.queue)
+        for slot in self.slots:
+            slot.follow_slot(refresh=False)
+
     # -- plumbing ----------------------------------------------------------------------------
+
+    def _release_redirected(
+        self, plans: list[tuple[Worker, str, tuple[Any, ...]]], replies: list[Any]
+    ) -> tuple[list[Any], Exception | None]:
+        """Send again the releases that a redirect refused (they did not run; cluster.py), as
+        `Worker._release_raw` does: on the new owner after MOVED, after a back-off for ASK or
+        TRYAGAIN. The handler does not run twice for them."""
+        backoff = cluster.Backoff()
+        replies = list(replies)
+        while backoff.count < REDIRECT_ATTEMPTS:
+            refused = [i for i, r in enumerate(replies) if isinstance(r, Exception)
+                       and cluster.redirect_kind(r) is not None]
+            if not refused:
+                break
+            log.info("prefetching worker %s: %d release(s) redirected (%s); sending them again",
+                     self.list_key, len(refused), replies[refused[0]])
+            self.lead.pause(backoff.next())
+            if any(cluster.redirect_kind(replies[i]) == cluster.MOVED for i in refused):
+                self.follow_slot()
+            again, error = self._pipeline([(*_RELEASE, *plans[i][2]) for i in refused],
+                                          scripts.RELEASE, replication.RELEASE)
+            for n, reply in enumerate(again):
+                replies[refused[n]] = reply
+            if error is not None:
+                # Lost with the connection: those releases and the ones after are unknown.
+                lost = refused[len(again)] if len(again) < len(refused) else len(replies)
+                return replies[:lost], error
+        return replies, None
 
     def _raise(self, error: Exception) -> None:
         if isinstance(error, redis.ResponseError):

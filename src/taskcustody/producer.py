@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable
 from typing import Any
 
 import redis
 
+from . import cluster
 from .clock import Clock, WallClock
 from .envelope import new_task
 from .errors import RedisOutOfMemory, ReplicationTimeout
@@ -14,6 +16,9 @@ from .keys import QueueKeys
 from .oom import is_oom
 from .replication import acknowledged, refuse_fakeredis, wait_command
 from .settings import Settings
+
+#: Times an LPUSH + WAIT refused by a cluster redirect is sent again.
+REDIRECT_ATTEMPTS = 5
 
 
 class Producer:
@@ -68,10 +73,7 @@ class Producer:
             return
         # LPUSH and WAIT in one pipeline: one round trip. Not MULTI: inside a transaction WAIT
         # does not block, it only reports the replicas that already have the write.
-        pipe = self.client.pipeline(transaction=False)
-        pipe.lpush(self.keys.queue, *raws)
-        pipe.wait(self.settings.min_replicas, self.settings.replica_timeout_ms)
-        pushed, reply = pipe.execute(raise_on_error=False)
+        pushed, reply = self._push_and_wait(raws)
         if isinstance(pushed, Exception):
             raise pushed  # e.g. WRONGTYPE: nothing was enqueued
         acks, reason = acknowledged(reply)
@@ -79,3 +81,21 @@ class Producer:
             raise ReplicationTimeout(acks, self.settings.min_replicas,
                                      self.settings.replica_timeout, unconfirmed=ids,
                                      confirmed=before, unsent=after, reason=reason)
+
+    def _push_and_wait(self, raws: list[bytes]) -> tuple[Any, Any]:
+        """LPUSH + WAIT on the node that serves the queue. On a cluster WAIT names no key, so
+        a cluster pipeline would send it to any node: both go to the slot's master instead
+        (cluster.node_client), and a redirect (the LPUSH did not run) re-reads the slot map
+        and sends them again, a few times."""
+        for attempt in range(REDIRECT_ATTEMPTS):
+            node = cluster.node_client(self.client, self.keys.queue)
+            pipe = node.pipeline(transaction=False)
+            pipe.lpush(self.keys.queue, *raws)
+            pipe.wait(self.settings.min_replicas, self.settings.replica_timeout_ms)
+            pushed, reply = pipe.execute(raise_on_error=False)
+            kind = cluster.redirect_kind(pushed) if isinstance(pushed, Exception) else None
+            if kind is None or attempt == REDIRECT_ATTEMPTS - 1:
+                break
+            time.sleep(cluster.Backoff().next() * (attempt + 1))
+            cluster.refresh(self.client)
+        return pushed, reply

@@ -12,6 +12,7 @@ import redis
 
 from . import recovery, scripts
 from .clock import Clock, RedisClock
+from .cluster import redirect_kind
 from .connection import check_server
 from .errors import RedisOutOfMemory, ServerIdHeld, Superseded
 from .keys import ListOwner, QueueKeys, check_name
@@ -51,7 +52,7 @@ class Server:
         self.handler = handler
         self.worker_count = workers
         self.settings = settings or Settings()
-        self.clock = clock or RedisClock(client)
+        self.clock = clock or RedisClock(client, key=keys.queue)
         self.incarnation: int | None = None
         self.stop_event = threading.Event()
         self.superseded = False
@@ -314,9 +315,18 @@ class Server:
                 return
             except (redis.ConnectionError, redis.TimeoutError) as exc:
                 log.warning("heartbeat/sweep failed: %s", exc)
-            except redis.ResponseError as exc:
+            except (redis.ResponseError, redis.exceptions.ClusterError,
+                    redis.exceptions.RedisClusterException) as exc:
+                if redirect_kind(exc) is not None:
+                    # A cluster failing over or resharding (the command did not run; the
+                    # cluster client re-reads its slot map): the next beat tries again.
+                    log.warning("heartbeat/sweep redirected: %s", exc)
+                    self.stop_event.wait(self.settings.heartbeat_interval)
+                    waited += self.settings.heartbeat_interval
+                    continue
                 if not is_oom(exc):
                     raise
+                assert isinstance(exc, redis.ResponseError)
                 # HEARTBEAT's HSET is refused while memory is full: a spell longer than
                 # server_ttl gets us pruned by another server's sweep, and the next heartbeat
                 # that works registers us again (or finds us superseded).

@@ -12,6 +12,7 @@ import hashlib
 import json
 import logging
 import threading
+import time
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -19,7 +20,7 @@ from typing import Any, Protocol
 
 import redis
 
-from . import envelope, replication, scripts
+from . import cluster, envelope, replication, scripts
 from .clock import Clock
 from .connection import is_fakeredis
 from .envelope import Task
@@ -30,6 +31,10 @@ from .recovery import Recovering, drain_inflight
 from .settings import Settings
 
 log = logging.getLogger("taskcustody.worker")
+
+#: Times a release refused by a redirect is sent again before the loop takes over (with the
+#: back-off capped at cluster.MAX_BACKOFF, some 20 s of a migration or failover).
+REDIRECT_ATTEMPTS = 30
 
 Handler = Callable[[Any], Any]
 
@@ -90,11 +95,15 @@ class Worker:
         # worker drains its own list before taking work.
         self.dirty = True
         # A connection of our own, outside the pool: it is held for the worker's whole life and
-        # would otherwise count against the pool's limit forever.
-        pool = client.connection_pool
-        self._conn: redis.connection.ConnectionInterface = pool.connection_class(
-            **pool.connection_kwargs
-        )
+        # would otherwise count against the pool's limit forever. On a cluster it goes to the
+        # master that owns the queue's slot (`follow_slot` moves it when the slot moves).
+        self._conn: redis.connection.ConnectionInterface = cluster.own_connection(
+            client, keys.queue)
+        # Redirects (cluster.py): a release refused by MOVED/ASK/TRYAGAIN did not run and is sent
+        # again, after `pause` (injected by tests) for ASK/TRYAGAIN. A deferred record refused
+        # the same way is sent again before it.
+        self.pause: Callable[[float], None] = time.sleep
+        self._record_refused = False
         self._unread_replies = 0
         self._deferred: tuple[Any, ...] = ()
         self._registration_error: redis.ResponseError | None = None
@@ -192,6 +201,7 @@ class Worker:
         round trip of its own. `flush()` reads it at once."""
         self._deferred = ("EVAL", scripts.RECORD, 2, self.list_key, self.keys.processing,
                           task.raw, task.id, self.record_value())
+        self._record_refused = False  # an earlier task's refused record is moot now
         self._send("EVALSHA", _RECORD_SHA, *self._deferred[2:])
 
     def flush(self) -> None:
@@ -253,6 +263,20 @@ class Worker:
     def close(self) -> None:
         self._conn.disconnect()  # type: ignore[no-untyped-call]
 
+    def follow_slot(self, refresh: bool = True) -> None:
+        """After MOVED, UNBLOCKED or a lost connection on a cluster: re-read the slot map and
+        reconnect our own connection to the master that owns the queue's slot now. What we sent
+        on the old connection either did not run (a redirect) or is unknown (a lost reply), so
+        we are dirty: the next cycle reconciles our list before taking. On a single node only
+        the connection is dropped (it reconnects on the next command)."""
+        self.dirty = True
+        self._unread_replies = 0
+        self._conn.disconnect()  # type: ignore[no-untyped-call]
+        if cluster.is_cluster(self.client):
+            if refresh:
+                cluster.refresh(self.client)
+            self._conn = cluster.own_connection(self.client, self.keys.queue)
+
     # -- plumbing ----------------------------------------------------------------------------
 
     def release_args(
@@ -277,7 +301,32 @@ class Worker:
         return Release(True, int(remaining), names[action])
 
     def _release_raw(self, raw: bytes, task_id: str, action: str, data: str) -> Release:
+        """Release, sent again while Redis redirects it (it did not run): after MOVED or
+        UNBLOCKED on the new owner, after ASK or TRYAGAIN (a migration) on the same one after a
+        back-off. Retrying here, not in the loop, spares the handler a second run. After
+        REDIRECT_ATTEMPTS the redirect is raised: the loop marks us dirty and the reconcile
+        gives the task back to the queue."""
         args = self.release_args(raw, task_id, action, data)
+        backoff = cluster.Backoff()
+        while True:
+            try:
+                return self._release_once(args, action)
+            except redis.ResponseError as exc:
+                kind = cluster.redirect_kind(exc)
+                if kind is None or backoff.count >= REDIRECT_ATTEMPTS:
+                    raise
+                log.info("worker %s: release redirected (%s); sending it again", self.list_key,
+                         exc)
+                self.pause(backoff.next())
+                if kind == cluster.MOVED:
+                    self.follow_slot()
+
+    def _release_once(self, args: tuple[Any, ...], action: str) -> Release:
+        if self._record_refused and self._deferred:
+            # The record was refused by a redirect (it did not run): send it again first, so
+            # that it precedes the release as it did.
+            self._record_refused = False
+            self._send(*self._deferred)
         try:
             try:
                 self._then_wait(replication.RELEASE)
@@ -373,6 +422,11 @@ class Worker:
             # The script cache was flushed (a Redis restart): NOSCRIPT means the record did not
             # run, so sending the whole script is safe.
             return True
+        if cluster.redirect_kind(exc) is not None and self._deferred:
+            # Refused by a redirect: it did not run. It goes again before the next release
+            # (`_release_once`), on the connection to the slot's owner.
+            self._record_refused = True
+            return False
         log.warning("worker %s: deferred command failed: %s", self.list_key, exc)
         return False
 
@@ -393,6 +447,8 @@ class Runnable(Protocol):
 
     def run_once(self, timeout: float | None = None) -> bool: ...
 
+    def follow_slot(self, refresh: bool = True) -> None: ...
+
 
 class Stop(Protocol):
     """The stop event's part the loop uses (a threading.Event; tests record the waits)."""
@@ -410,6 +466,7 @@ def run_until_stopped(unit: Runnable, stop: Stop, until_idle: bool,
     `oom_log_interval`, and carries on when memory frees."""
     oom = OomSpell(log, f"worker {unit.list_key}", unit.clock, unit.settings.oom_log_interval,
                    first_pause=min(1.0, unit.settings.block_timeout))
+    redirected = cluster.Backoff()
     if register is not None:
         # The unit's set-up (loading its scripts) comes before any take, whatever: the first
         # attempt is made even if already stopped, and under OOM it is retried until it works
@@ -431,10 +488,25 @@ def run_until_stopped(unit: Runnable, stop: Stop, until_idle: bool,
             log.warning("worker %s: Redis unreachable (%s); will reconcile", unit.list_key, exc)
             unit.dirty = True
             stop.wait(min(1.0, unit.settings.block_timeout))
+            _follow(unit)  # on a cluster the slot may have failed over to another node
             continue
-        except redis.ResponseError as exc:
+        except (redis.ResponseError, redis.exceptions.ClusterError,
+                redis.exceptions.RedisClusterException) as exc:
+            kind = cluster.redirect_kind(exc)
+            if kind is not None:
+                # The redirected command did not run (cluster.py); whatever ran before it in
+                # this cycle is in our list: dirty, so the next cycle reconciles first. Never a
+                # crash, never the handler's failure.
+                if redirected.count == 0:
+                    log.warning("worker %s: %s; following the slot", unit.list_key, exc)
+                unit.dirty = True
+                stop.wait(redirected.next())
+                if kind == cluster.MOVED:
+                    _follow(unit)
+                continue
             if not is_oom(exc):
                 raise
+            assert isinstance(exc, redis.ResponseError)
             # The refused command did not run (see oom.py). A refused take or reconcile left
             # nothing behind; a refused release would have left its task in our list, not
             # committed: dirty makes the next cycle drain it back to the queue (once memory
@@ -444,5 +516,15 @@ def run_until_stopped(unit: Runnable, stop: Stop, until_idle: bool,
             stop.wait(oom.refused(exc))
             continue
         oom.recovered()
+        redirected.reset()
         if until_idle and not handled:
             return
+
+
+def _follow(unit: Runnable) -> None:
+    """Reconnect to the slot's owner; if the cluster cannot tell it now, the next cycle fails
+    again and we come back here."""
+    try:
+        unit.follow_slot()
+    except (redis.RedisError, redis.exceptions.RedisClusterException) as exc:
+        log.warning("worker %s: cannot read the cluster's slot map (%s)", unit.list_key, exc)

@@ -16,6 +16,7 @@ import redis
 from taskcustody_model import Progress
 from taskcustody_model.variants import VARIANTS, variant_listing
 
+from .deployment import DeploymentError, deployment_error, describe
 from .machine import RunStats
 from .report import html_report, text_report
 from .run import Options, default_examples, verify
@@ -87,6 +88,13 @@ def _check_reachable(url: str) -> None:
         client.close()
 
 
+def _deployment_failed(message: str) -> None:
+    """Exit 2: the deployment stopped the run; nothing was found about the protocol."""
+    click.echo(f"Error: {message}", err=True)
+    click.echo("No property was checked to the end: this is not a violation.", err=True)
+    sys.exit(2)
+
+
 @click.command(name="verify")
 @click.option("--examples", type=click.IntRange(1, 1_000_000), default=None,
               show_default="200; 300-600 for a --variant whose derandomized search needs more",
@@ -113,17 +121,23 @@ def _check_reachable(url: str) -> None:
 @click.option("--prefetch", is_flag=True,
               help="Also drive the prefetching worker (Settings.prefetch > 1): a process's "
                    "workers take, and release, in one pipeline, with a reply lost at any slot.")
+@click.option("--queue", default=None, metavar="NAME",
+              help="With --redis-url: the queue name (hash tag) of the run's keys, instead of "
+                   "verify-<pid>. On a Redis Cluster it picks the slot, so the master, the run "
+                   "happens on.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress on stderr.")
 def verify_command(examples: int | None, steps: int, seed: int | None, variant: str,
                    redis_url: str | None, report_file: Path | None, model_check: bool,
-                   stateful: bool, shrink_seconds: float, prefetch: bool, quiet: bool) -> None:
+                   stateful: bool, shrink_seconds: float, prefetch: bool, queue: str | None,
+                   quiet: bool) -> None:
     """Verify the custody protocol: the bounded model check, then the model drives the real
     implementation step by step with faults injected (dropped replies, worker and server
     crashes, stalls, clock moves), comparing Redis with the model after every step.
 
     Exit status: 0 verified; 1 a property was violated (with --variant: the broken design was
-    caught, as it should be; its counterexample is printed as numbered steps); 2 usage errors
-    or an unreachable Redis.
+    caught, as it should be; its counterexample is printed as numbered steps); 2 usage errors,
+    or the deployment stopped the run (Redis unreachable, a cluster redirect, a key of the
+    wrong type): never reported as a violation.
     """
     if variant == "list":
         click.echo(variant_listing())
@@ -136,15 +150,29 @@ def verify_command(examples: int | None, steps: int, seed: int | None, variant: 
         raise click.UsageError("--no-model-check and --no-stateful: nothing to run")
     if examples is None:
         examples = default_examples(variant)
+    if queue is not None:
+        from ..keys import QueueKeys
+
+        try:
+            QueueKeys(queue)
+        except ValueError as exc:
+            raise click.BadParameter(str(exc), param_hint="--queue") from exc
     options = Options(examples=examples, steps=steps, seed=seed, variant=variant,
                       redis_url=redis_url, model_check=model_check, stateful=stateful,
-                      shrink_seconds=shrink_seconds, prefetch=prefetch)
+                      shrink_seconds=shrink_seconds, prefetch=prefetch, queue=queue)
     if redis_url is not None:
         _check_reachable(redis_url)
     progress = _Progress(quiet, examples)
     try:
         result = verify(options, on_model=progress.on_model, on_example=progress.on_example,
                         on_phase=progress.on_phase)
+    except DeploymentError as exc:
+        _deployment_failed(str(exc))
+    except Exception as exc:
+        cause = deployment_error(exc)
+        if cause is None:
+            raise
+        _deployment_failed(f"the run was stopped by the deployment: {describe(cause)}")
     finally:
         progress.end()
     click.echo(text_report(result))

@@ -81,7 +81,7 @@ from taskcustody_model.state import (
 )
 from taskcustody_model.variants import variant as model_variant
 
-from .. import recovery, scripts
+from .. import cluster, recovery, scripts
 from ..clock import ManualClock
 from ..envelope import Task
 from ..errors import ServerIdHeld, Superseded
@@ -289,10 +289,14 @@ class Harness:
 
     def wipe(self) -> None:
         """Delete this run's keys, nothing else (with `--redis-url` the server is the user's)."""
-        pattern = self.keys.base.replace("[", "\\[").replace("]", "\\]") + ":*"
-        found = list(self.admin.scan_iter(match=pattern, count=1000))
+        found = self._keys_starting(self.keys.base + ":")
         if found:
             self.admin.delete(*found)
+
+    def _keys_starting(self, prefix: str) -> list[bytes]:
+        """This run's keys that start with `prefix` (all in one slot: on a cluster node they are
+        listed with CLUSTER GETKEYSINSLOT, never KEYS or SCAN; see cluster.tag_keys)."""
+        return cluster.tag_keys(self.admin, self.keys.queue, prefix)
 
     def _new_client(self, label: str) -> redis.Redis:
         client = self.make_client()
@@ -849,11 +853,11 @@ class Harness:
         pipe.hgetall(keys.commit_log)
         pipe.zrange(keys.servers, 0, -1, withscores=True)
         pipe.hgetall(keys.incarnations)
-        pipe.keys(f"{keys.inflight_prefix}*")
         pipe.hgetall(keys.recoveries)
         pipe.lrange(keys.dead_letters, 0, -1)
-        (queue_raw, registry_raw, processing, commits, servers, incs, list_keys, counts,
+        (queue_raw, registry_raw, processing, commits, servers, incs, counts,
          dead) = pipe.execute()
+        list_keys = self._keys_starting(keys.inflight_prefix)
         n = self.bounds.tasks
 
         def tid(raw: bytes | str) -> int:

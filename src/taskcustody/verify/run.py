@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from importlib import metadata
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 import redis
 from hypothesis import HealthCheck, Phase, settings
@@ -28,8 +29,10 @@ from hypothesis.stateful import get_state_machine_test
 from taskcustody_model import Bounds, CheckResult, Progress, check
 from taskcustody_model.variants import VARIANTS
 
+from .. import cluster
 from ..connection import connect, connect_fake
 from ..keys import QueueKeys
+from .deployment import DeploymentError, deployment_error, describe
 from .harness import VERIFY_SETTINGS, Mismatch, StepRecord
 from .machine import RunStats, build_machine, default_bounds
 
@@ -80,6 +83,9 @@ class Options:
     shrink: bool = True
     #: also drive the prefetching worker's pipelined takes and releases
     prefetch: bool = False
+    #: the queue (hash tag) of a run on a real Redis; None: verify-<pid>. On a cluster it picks
+    #: the master the run happens on (every key of the run is in that tag's slot).
+    queue: str | None = None
 
     def command(self) -> str:
         """The command line that repeats this run."""
@@ -93,6 +99,8 @@ class Options:
             args.append("--prefetch")
         if self.redis_url:
             args += ["--redis-url", self.redis_url]
+        if self.queue:
+            args += ["--queue", self.queue]
         if not self.model_check:
             args.append("--no-model-check")
         if not self.stateful:
@@ -254,20 +262,23 @@ def verify(
         keys = QueueKeys("verify", prefix="tcv")
     else:
         assert options.redis_url is not None
-        url = options.redis_url
+        # A queue of its own, so that the run touches nothing else on the user's server.
+        keys = QueueKeys(options.queue or f"verify-{os.getpid()}", prefix="taskcustody-verify")
+        url = _node_url(options.redis_url, keys)
 
         def make_client() -> redis.Redis:
-            return connect(url, VERIFY_SETTINGS)
+            return connect(url, VERIFY_SETTINGS, cluster=False)
 
-        # A queue of its own, so that the run touches nothing else on the user's server.
-        keys = QueueKeys(f"verify-{os.getpid()}", prefix="taskcustody-verify")
-
-    probe = make_client()
     try:
-        probe.ping()
-        result.versions = versions(probe, fake)
-    finally:
-        probe.close()
+        probe = make_client()
+        try:
+            probe.ping()
+            result.versions = versions(probe, fake)
+        finally:
+            probe.close()
+    except redis.RedisError as exc:
+        raise DeploymentError(f"cannot set up the run on {options.redis_url}: "
+                              f"{describe(exc)}") from exc
 
     if options.stateful:
         if on_phase:
@@ -317,6 +328,11 @@ def _stateful(options: Options, make_client: Callable[[], redis.Redis], keys: Qu
                 with_reporter(reporter):
             test()
     except Exception as exc:  # the finding: a property or conformance failure, or a crash
+        cause = deployment_error(exc)
+        if cause is not None:
+            # Not a finding: the deployment failed the run (deployment.py).
+            raise DeploymentError(f"the run was stopped by the deployment, not by the "
+                                  f"protocol: {describe(cause)}") from cause
         kind = exc.kind if isinstance(exc, Mismatch) else type(exc).__name__
         message = exc.message if isinstance(exc, Mismatch) else str(exc)
         notes = [str(n) for n in getattr(exc, "__notes__", [])]
@@ -325,11 +341,37 @@ def _stateful(options: Options, make_client: Callable[[], redis.Redis], keys: Qu
     return None
 
 
+def _node_url(url: str, keys: QueueKeys) -> str:
+    """The URL the run talks to: `url` itself, or on a cluster the master that owns the run's
+    slot (found through a cluster client seeded by `url`, which may be any node). The run needs
+    a connection it can inject faults into, and every key it touches is in that one slot."""
+    seed = connect(url, VERIFY_SETTINGS)
+    try:
+        if not cluster.is_cluster(seed):
+            return url
+        node = cluster.owner_node(seed, keys.queue)
+        return _with_address(url, str(node.host), int(node.port))
+    except redis.RedisError as exc:
+        raise DeploymentError(f"cannot find the node of {keys.queue} through {url}: "
+                              f"{describe(exc)}") from exc
+    finally:
+        seed.close()
+
+
+def _with_address(url: str, host: str, port: int) -> str:
+    """`url` with its host and port replaced (its scheme, user, password and options kept)."""
+    parts = urlsplit(url)
+    auth = parts.netloc.rpartition("@")[0]
+    netloc = f"{auth}@{host}:{port}" if auth else f"{host}:{port}"
+    return urlunsplit(parts._replace(netloc=netloc))
+
+
 def _cleanup(make_client: Callable[[], redis.Redis], keys: QueueKeys) -> None:
+    """Delete the run's keys: on a cluster those of its slot, on the master that owns it
+    (`cluster.tag_keys`), never found with KEYS or SCAN on some node."""
     client = make_client()
     try:
-        pattern = keys.base + ":*"
-        found = list(client.scan_iter(match=pattern, count=1000))
+        found = cluster.tag_keys(client, keys.queue, keys.base + ":")
         if found:
             client.delete(*found)
     finally:
