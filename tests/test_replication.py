@@ -9,6 +9,7 @@ so every WAIT returns 0 after its timeout (the state a lagging replica is in).
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import signal
@@ -43,13 +44,26 @@ from tests.support.redis_server import (
     wait_for_replication_link,
 )
 
+
 # A replica that runs answers a WAIT within milliseconds; the generous timeout (and the socket
 # timeout above it) keeps a loaded machine from turning that into a shortfall.
-REPLICATED = Settings(**{**TEST_SETTINGS.__dict__, "socket_timeout_margin": 10.0,
-                         "min_replicas": 1, "replica_timeout": 5.0})
+# (Built when a test asks, not at import: a settings check that a mutant breaks must fail the
+# tests that need these, not the collection of the whole suite.)
+@functools.cache
+def replicated() -> Settings:
+    return Settings(**{**TEST_SETTINGS.__dict__, "socket_timeout_margin": 10.0,
+                       "min_replicas": 1, "replica_timeout": 5.0})
+
+
 # Against a stopped replica: every WAIT returns short after 50 ms.
-IMPATIENT = Settings(**{**TEST_SETTINGS.__dict__, "min_replicas": 1, "replica_timeout": 0.05})
-UNREPLICATED = Settings(**{**REPLICATED.__dict__, "min_replicas": 0})
+@functools.cache
+def impatient() -> Settings:
+    return Settings(**{**TEST_SETTINGS.__dict__, "min_replicas": 1, "replica_timeout": 0.05})
+
+
+@functools.cache
+def unreplicated() -> Settings:
+    return Settings(**{**replicated().__dict__, "min_replicas": 0})
 
 
 class Pair:
@@ -58,11 +72,12 @@ class Pair:
         self.replica = replica
         self.stopped = False
 
-    def client(self, settings: Settings = REPLICATED) -> redis.Redis:
+    def client(self, settings: Settings | None = None) -> redis.Redis:
+        settings = settings or replicated()
         return connect(self.primary.url, settings)
 
     def replica_client(self) -> redis.Redis:
-        return connect(self.replica.url, REPLICATED)
+        return connect(self.replica.url, replicated())
 
     def stop_replica(self) -> None:
         """SIGSTOP the replica, and return once the kernel reports it stopped (state T), so that
@@ -135,7 +150,7 @@ pytestmark = pytest.mark.real_redis
 
 
 def test_an_acknowledged_enqueue_is_on_the_replica(pair: Pair, keys: QueueKeys) -> None:
-    task_id = Producer(pair.client(), keys, settings=REPLICATED).enqueue({"job": 1})
+    task_id = Producer(pair.client(), keys, settings=replicated()).enqueue({"job": 1})
     # No waiting here: WAIT returned 1, so the replica had applied the LPUSH already.
     assert ids_in(pair.replica_client(), keys.queue) == [task_id]
     assert pair.waits() == 1
@@ -144,10 +159,10 @@ def test_an_acknowledged_enqueue_is_on_the_replica(pair: Pair, keys: QueueKeys) 
 def test_an_enqueue_the_replica_does_not_acknowledge_raises_and_says_the_task_is_queued(
     pair: Pair, keys: QueueKeys
 ) -> None:
-    client = pair.client(IMPATIENT)
+    client = pair.client(impatient())
     pair.stop_replica()
     with pytest.raises(ReplicationTimeout) as caught:
-        Producer(client, keys, settings=IMPATIENT).enqueue({"job": 1}, task_id="t1")
+        Producer(client, keys, settings=impatient()).enqueue({"job": 1}, task_id="t1")
     short = caught.value
     assert (short.acknowledged, short.wanted, short.unconfirmed) == (0, 1, ["t1"])
     assert "0 of 1 replica(s)" in str(short) and "ARE in the primary's queue" in str(short)
@@ -158,10 +173,10 @@ def test_an_enqueue_the_replica_does_not_acknowledge_raises_and_says_the_task_is
 def test_enqueue_many_stops_at_the_first_unacknowledged_batch_naming_every_task(
     pair: Pair, keys: QueueKeys
 ) -> None:
-    client = pair.client(IMPATIENT)
+    client = pair.client(impatient())
     pair.stop_replica()
     with pytest.raises(ReplicationTimeout) as caught:
-        Producer(client, keys, settings=IMPATIENT).enqueue_many(range(5), batch_size=2)
+        Producer(client, keys, settings=impatient()).enqueue_many(range(5), batch_size=2)
     short = caught.value
     assert (len(short.confirmed), len(short.unconfirmed), len(short.unsent)) == (0, 2, 3)
     assert sorted(ids_in(client, keys.queue)) == sorted(short.unconfirmed)
@@ -172,7 +187,7 @@ def test_an_enqueue_is_one_round_trip_with_or_without_min_replicas(
     pair: Pair, keys: QueueKeys
 ) -> None:
     writes = {}
-    for settings in (UNREPLICATED, REPLICATED):
+    for settings in (unreplicated(), replicated()):
         client = pair.client(settings)
         producer = Producer(client, keys, settings=settings)
         producer.enqueue(0)  # opens the pooled connection
@@ -225,7 +240,7 @@ def test_a_take_and_a_release_each_add_one_wait_and_no_round_trip(
     pair: Pair, keys: QueueKeys
 ) -> None:
     writes = {}
-    for settings in (UNREPLICATED, REPLICATED):
+    for settings in (unreplicated(), replicated()):
         client = pair.client(settings)
         client.flushall()
         Producer(client, keys).enqueue_many([1, 2])
@@ -255,7 +270,7 @@ def test_a_release_answered_noscript_reads_its_wait_and_stays_in_step(
 ) -> None:
     client = pair.client()
     Producer(client, keys).enqueue_many([1, 2])
-    worker = one_worker(client, keys, REPLICATED)
+    worker = one_worker(client, keys, replicated())
     task = worker.take(timeout=1)
     assert task is not None
     worker.record(task)
@@ -273,10 +288,10 @@ def test_a_release_answered_noscript_reads_its_wait_and_stays_in_step(
 def test_a_worker_whose_replica_is_stopped_commits_every_task_once_and_warns_once(
     pair: Pair, keys: QueueKeys, caplog: pytest.LogCaptureFixture
 ) -> None:
-    client = pair.client(IMPATIENT)
+    client = pair.client(impatient())
     ids = Producer(client, keys).enqueue_many([1, 2, 3])
     ran: list[Any] = []
-    worker = one_worker(client, keys, IMPATIENT, ran.append)
+    worker = one_worker(client, keys, impatient(), ran.append)
     pair.stop_replica()
     with caplog.at_level(logging.WARNING, logger="taskcustody.replication"):
         while worker.run_once(timeout=0.05):
@@ -294,9 +309,9 @@ def test_a_worker_whose_replica_is_stopped_commits_every_task_once_and_warns_onc
 def test_a_short_wait_after_a_release_is_named_as_such_and_the_commit_stands(
     pair: Pair, keys: QueueKeys, caplog: pytest.LogCaptureFixture
 ) -> None:
-    client = pair.client(IMPATIENT)
+    client = pair.client(impatient())
     task_id = Producer(client, keys).enqueue(1)
-    worker = one_worker(client, keys, IMPATIENT)
+    worker = one_worker(client, keys, impatient())
     clock = worker.clock
     assert isinstance(clock, ManualClock)
     worker.reconcile()  # a new worker starts dirty
@@ -321,7 +336,7 @@ def test_a_prefetching_worker_ends_each_pipeline_with_one_wait_and_no_round_trip
     pair: Pair, keys: QueueKeys
 ) -> None:
     writes = {}
-    for base in (UNREPLICATED, REPLICATED):
+    for base in (unreplicated(), replicated()):
         settings = Settings(**{**base.__dict__, "prefetch": 4})
         client = pair.client(settings)
         client.flushall()
@@ -345,7 +360,7 @@ def test_a_prefetching_worker_ends_each_pipeline_with_one_wait_and_no_round_trip
 def test_a_prefetching_worker_whose_replica_is_stopped_commits_every_task_once(
     pair: Pair, keys: QueueKeys, caplog: pytest.LogCaptureFixture
 ) -> None:
-    settings = Settings(**{**IMPATIENT.__dict__, "prefetch": 4})
+    settings = Settings(**{**impatient().__dict__, "prefetch": 4})
     client = pair.client(settings)
     ids = Producer(client, keys).enqueue_many(range(6))
     clock = ManualClock()
@@ -374,7 +389,7 @@ def test_short_waits_are_counted_and_logged_once_per_interval(
     caplog: pytest.LogCaptureFixture
 ) -> None:
     clock = ManualClock()
-    shortfalls = Shortfalls(REPLICATED, clock, "w0")
+    shortfalls = Shortfalls(replicated(), clock, "w0")
     with caplog.at_level(logging.WARNING, logger="taskcustody.replication"):
         shortfalls.check(1, "take")  # enough replicas: nothing
         shortfalls.check(0, "take")
@@ -396,7 +411,7 @@ def test_when_a_replicated_cycle_returns_its_commit_is_on_the_replica(
 ) -> None:
     client = pair.client()
     task_id = Producer(client, keys).enqueue(1)
-    worker = one_worker(client, keys, REPLICATED, lambda p: {"double": p * 2})
+    worker = one_worker(client, keys, replicated(), lambda p: {"double": p * 2})
     assert worker.run_once(timeout=1)
     # No waiting here: the release's WAIT returned 1, so the replica has the commit.
     replica = pair.replica_client()
