@@ -14,13 +14,15 @@ import click
 import redis
 
 from . import recovery
+from .cli_errors import Failure, MappedErrors, as_click, check_url
 from .clock import RedisClock
-from .connection import check_server, connect
+from .connection import check_key_types, check_server, connect
 from .errors import ReplicationTimeout, TaskCustodyError
 from .eviction import check_eviction_policy
 from .keys import QueueKeys
 from .producer import Producer
 from .recovery import ServerIdentity
+from .redis_errors import reachable
 from .server import Server
 from .settings import Settings
 from .status import queue_status
@@ -74,6 +76,7 @@ def _settings(**kwargs: Any) -> Settings:
 
 
 def _client(url: str, settings: Settings | None = None) -> redis.Redis:
+    check_url(url)
     try:
         return connect(url, settings)
     except ValueError as exc:
@@ -95,22 +98,24 @@ def load_handler(spec: str) -> Callable[[Any], Any]:
     return handler  # type: ignore[no-any-return]
 
 
-class _Failure(click.ClickException):
-    """A runtime failure (Redis unreachable, refused id): exit 1 with the message."""
-
-    exit_code = 1
+_Failure = Failure  # a runtime failure: exit 1 with one line (cli_errors.py)
 
 
 def _run(action: Callable[[], Any]) -> Any:
+    """Run a command's work, its errors mapped to one line and an exit code (cli_errors.py)."""
     try:
         return action()
-    except TaskCustodyError as exc:
-        raise _Failure(str(exc)) from exc
-    except (redis.ConnectionError, redis.TimeoutError) as exc:
-        raise _Failure(f"cannot reach Redis: {exc}") from exc
+    except Exception as exc:
+        mapped = as_click(exc)
+        if mapped is None:
+            raise
+        raise mapped from exc
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+# `dead` and `result` live in cli_dead.py, which imports this module's options: loaded when used.
+@click.group(cls=MappedErrors, context_settings={"help_option_names": ["-h", "--help"]},
+             lazy_commands={"dead": "taskcustody.cli_dead:dead",
+                            "result": "taskcustody.cli_dead:result"})
 @click.version_option(package_name="taskcustody")
 def main() -> None:
     """A Redis task queue that never loses a task and never hands one task to two workers."""
@@ -141,6 +146,10 @@ def main() -> None:
 @click.option("--wait-for-id", default=0.0, show_default=True, type=click.FloatRange(min=0),
               help="If a live process holds the server id, wait this long for its lease to "
                    "lapse instead of failing at once.")
+@click.option("--result-ttl", default=Settings.result_ttl, show_default=True,
+              type=click.IntRange(min=0),
+              help="Seconds a task's result is kept after it commits, for `taskcustody result` "
+                   "(every committed task leaves one key that long); 0 stores no results.")
 @click.option("--track-commits", is_flag=True,
               help="Keep a per-task commit count (for verification runs).")
 @allow_evicting_option
@@ -150,7 +159,7 @@ def main() -> None:
 def worker(handler: str, queue: str, prefix: str, redis_url: str, workers: int, prefetch: int,
            server_id: str | None, max_attempts: int, block_timeout: float,
            heartbeat_interval: float, server_ttl: float, sweep_interval: float,
-           wait_for_id: float, track_commits: bool, allow_evicting_policy: bool,
+           wait_for_id: float, result_ttl: int, track_commits: bool, allow_evicting_policy: bool,
            min_replicas: int, replica_timeout: float, registry_grace: float,
            verbose: bool) -> None:
     """Run a server with WORKERS threads executing HANDLER (MODULE:FUNCTION) on each payload.
@@ -165,7 +174,7 @@ def worker(handler: str, queue: str, prefix: str, redis_url: str, workers: int, 
                          sweep_interval=sweep_interval, track_commits=track_commits,
                          prefetch=prefetch, allow_evicting_policy=allow_evicting_policy,
                          min_replicas=min_replicas, replica_timeout=replica_timeout,
-                         registry_grace=registry_grace)
+                         registry_grace=registry_grace, result_ttl=result_ttl)
     client = _client(redis_url, settings)
     sid = server_id or socket.gethostname().replace(":", "-")
     srv = Server(client, _keys(queue, prefix), sid, fn, workers=workers, settings=settings,
@@ -199,8 +208,8 @@ def enqueue(queue: str, prefix: str, redis_url: str, allow_evicting_policy: bool
     parsed = []
     for number, text in enumerate(lines, 1):
         try:
-            parsed.append(json.loads(text))
-        except json.JSONDecodeError as exc:
+            parsed.append(json.loads(text, parse_constant=_no_constant))
+        except (json.JSONDecodeError, ValueError) as exc:
             raise click.BadParameter(f"payload {number} is not JSON ({exc}): {text[:60]!r}",
                                      param_hint="PAYLOADS") from exc
     keys = _keys(queue, prefix)
@@ -218,6 +227,11 @@ def enqueue(queue: str, prefix: str, redis_url: str, allow_evicting_policy: bool
     click.echo("\n".join(ids))
 
 
+def _no_constant(name: str) -> Any:
+    """Python's json accepts NaN and Infinity; JSON (and so an envelope) cannot hold them."""
+    raise ValueError(f"{name} is not JSON")
+
+
 @main.command()
 @queue_option
 @prefix_option
@@ -230,8 +244,13 @@ def status(queue: str, prefix: str, redis_url: str, as_json: bool,
     keys = _keys(queue, prefix)
     client = _client(redis_url)
     # Refused like the other commands: a queue on an evicting server is one to fix, not to watch.
-    snap = _run(lambda: (check_eviction_policy(client, allow_evicting_policy=allow_evicting_policy),
-                         queue_status(client, keys, RedisClock(client).now()))[1])
+    def snapshot() -> Any:
+        reachable(client)  # a wrong URL named first: the policy check swallows refusals
+        check_eviction_policy(client, allow_evicting_policy=allow_evicting_policy)
+        check_key_types(client, keys)
+        return queue_status(client, keys, RedisClock(client).now())
+
+    snap = _run(snapshot)
     if as_json:
         click.echo(json.dumps(snap.to_dict(), indent=2, sort_keys=True))
         return

@@ -6,11 +6,13 @@ from typing import Any
 
 import redis
 from redis.backoff import NoBackoff
+from redis.exceptions import NoPermissionError
 from redis.retry import Retry
 
 from .errors import RedisTooOld, WrongKeyType
 from .eviction import check_eviction_policy
 from .keys import QueueKeys
+from .redis_errors import is_unknown_command, reachable
 from .settings import Settings
 
 MIN_VERSION = (6, 2, 0)
@@ -64,12 +66,18 @@ def parse_version(text: str) -> tuple[int, ...]:
 def server_version(client: redis.Redis) -> str:
     try:
         info = client.info("server")
-    except redis.ResponseError:
-        # fakeredis does not implement INFO; probe the commands we need instead.
+    except redis.ResponseError as refused:
+        # fakeredis does not implement INFO; probe the commands we need instead. Only then, and
+        # when INFO is unknown (renamed) or forbidden (ACL): any other refusal (a database index
+        # out of range, say) says nothing about the version.
+        if not (is_unknown_command(refused) or isinstance(refused, NoPermissionError)):
+            raise
         try:
             probe = "__taskcustody_probe__"
             client.lmove(probe, probe, "RIGHT", "LEFT")
         except redis.ResponseError as exc:
+            if not is_unknown_command(exc):
+                raise
             raise RedisTooOld(f"this server has no LMOVE (Redis < 6.2?): {exc}") from exc
         return "unknown (no INFO; LMOVE present)"
     return str(info.get("redis_version", "unknown"))
@@ -78,7 +86,9 @@ def server_version(client: redis.Redis) -> str:
 def check_server(client: redis.Redis, keys: QueueKeys, *,
                  allow_evicting_policy: bool = False) -> str:
     """Refuse to work against a server or a keyspace that would break the protocol: Redis < 6.2,
-    an eviction policy that may delete our keys (unless allowed), keys of the wrong type."""
+    an eviction policy that may delete our keys (unless allowed), keys of the wrong type. A URL
+    that reaches no Redis database is named first (redis_errors.reachable)."""
+    reachable(client)
     version = server_version(client)
     if not version.startswith("unknown") and parse_version(version) < MIN_VERSION:
         raise RedisTooOld(
