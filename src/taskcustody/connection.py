@@ -12,7 +12,7 @@ from redis.retry import Retry
 from .errors import RedisTooOld, WrongKeyType
 from .eviction import check_eviction_policy
 from .keys import QueueKeys
-from .redis_errors import is_unknown_command, reachable
+from .redis_errors import is_unknown_command, reachable, refuse_replica
 from .settings import Settings
 
 MIN_VERSION = (6, 2, 0)
@@ -94,6 +94,7 @@ def check_server(client: redis.Redis, keys: QueueKeys, *,
         raise RedisTooOld(
             f"Redis {version} found; taskcustody needs Redis 6.2 or newer for BLMOVE and LMOVE"
         )
+    refuse_replica(client)
     if not is_fakeredis(client):  # an in-process fake evicts nothing
         check_eviction_policy(client, allow_evicting_policy=allow_evicting_policy)
     check_key_types(client, keys)
