@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import json
 from collections import Counter
 
@@ -20,7 +21,7 @@ from taskcustody import (
     requeue_dead_letters,
 )
 from taskcustody.cli import main
-from taskcustody.deadletters import requeue_one
+from taskcustody.deadletters import parse, requeue_one
 from taskcustody.envelope import decode
 from tests.conftest import TEST_SETTINGS, Backend
 from tests.helpers import commits, ids_in, make_server
@@ -207,3 +208,22 @@ def test_cli_dead_list_show_requeue_purge(real_redis: RedisServerProcess) -> Non
     assert client.llen(keys.dead_letters) == 0
     empty = runner.invoke(main, ["dead", "list", *common])
     assert empty.output.strip() == "no dead letters in queue cli"
+
+
+def test_a_poison_pill_counts_its_recoveries_as_attempts() -> None:
+    # The format recovery writes for a task that killed the processes running it (issue 11).
+    raw = b'{"id":"p1","payload":{"n":1},"attempts":1,"enqueued_at":0}'
+    entry = json.dumps({"raw": base64.b64encode(raw).decode(), "task_id": "p1", "at": 5,
+                        "poison": True, "recoveries": 4, "holders": ["a#1:w0"],
+                        "error": "poison pill: recovered 4 times from holders that died"})
+    letter = parse(entry.encode())
+    assert letter.attempts == 5  # 1 failed release + 4 runs that died
+    assert letter.to_dict()["poison"] is True and letter.to_dict()["recoveries"] == 4
+    assert letter.requeueable
+
+
+@pytest.mark.parametrize("command", [["dead", "list"], ["dead", "show"], ["dead", "requeue"],
+                                     ["dead", "purge"], ["result"]])
+def test_every_dead_letter_and_result_command_has_help(command: list[str]) -> None:
+    result = CliRunner().invoke(main, [*command, "--help"])
+    assert result.exit_code == 0 and "Usage" in result.output

@@ -58,13 +58,19 @@ class DeadLetter:
     task_id: str | None
     at: float | None
     task: Task | None  # `raw` read as an envelope; None when it is not one
+    # A poison pill (dead-lettered by recovery: it killed the processes that ran it): how many
+    # times it was recovered. None for a task dead-lettered by its worker's release.
+    recoveries: int | None = None
 
     @property
     def attempts(self) -> int:
         """How many times the handler ran: the envelope counts the failed attempts before the
-        last one, and the last one failed too. 0 for bytes that never were a task."""
+        last one, and the last one failed too; a poison pill ran once per recovery on top of the
+        attempts its envelope counts. 0 for bytes that never were a task."""
         if self.task is None or self.task_id is None:
             return 0
+        if self.recoveries is not None:
+            return self.task.attempts + self.recoveries
         return self.task.attempts + 1
 
     @property
@@ -83,6 +89,9 @@ class DeadLetter:
         raw bytes, as text when they are UTF-8, else base64."""
         out: dict[str, Any] = {"task_id": self.task_id, "error": self.error, "at": self.at,
                                "attempts": self.attempts}
+        if self.recoveries is not None:
+            out["poison"] = True
+            out["recoveries"] = self.recoveries
         if self.task is not None:
             out["payload"] = self.task.payload
             out["enqueued_at"] = self.task.enqueued_at
@@ -106,8 +115,10 @@ def parse(entry: bytes) -> DeadLetter:
         task: Task | None = envelope.decode(raw)
     except MalformedTask:
         task = None
+    recoveries = body.get("recoveries") if body.get("poison") else None
     return DeadLetter(entry, raw, error, task_id if isinstance(task_id, str) else None,
-                      float(at) if isinstance(at, (int, float)) else None, task)
+                      float(at) if isinstance(at, (int, float)) else None, task,
+                      recoveries if isinstance(recoveries, int) else None)
 
 
 def list_dead_letters(client: redis.Redis, keys: QueueKeys,
