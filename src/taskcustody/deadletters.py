@@ -123,7 +123,7 @@ def parse(entry: bytes) -> DeadLetter:
 
 def list_dead_letters(client: redis.Redis, keys: QueueKeys,
                       limit: int | None = None) -> list[DeadLetter]:
-    """The dead letters, newest first (at most `limit`)."""
+    """The dead letters, newest first (at most `limit`), read in one LRANGE."""
     if limit is not None and limit <= 0:
         return []
     with named_errors(client, keys, keys.dead_letters):

@@ -35,11 +35,17 @@ _CLUSTER_ERRORS: tuple[type[Exception], ...] = (
 )
 
 
+def _kwargs(client: redis.Redis | None) -> dict[str, Any]:
+    """A client's connection settings; empty for a client without one pool (a cluster client)."""
+    pool = getattr(client, "connection_pool", None)
+    return dict(getattr(pool, "connection_kwargs", {}) or {})
+
+
 def where(client: redis.Redis | None) -> str:
-    """host:port (or the socket path) and database of a client, for messages."""
-    if client is None:
+    """host:port (or the socket path) of a client, for messages."""
+    kwargs = _kwargs(client)
+    if not kwargs:
         return "Redis"
-    kwargs = client.connection_pool.connection_kwargs
     if kwargs.get("path"):
         return f"Redis at unix:{kwargs['path']}"
     return f"Redis at {kwargs.get('host', 'localhost')}:{kwargs.get('port', 6379)}"
@@ -93,12 +99,13 @@ def translate(exc: BaseException, client: redis.Redis | None = None,
     if isinstance(exc, TaskCustodyError):
         return exc
     server = where(client)
-    db: Any = client.connection_pool.connection_kwargs.get("db", 0) if client else "?"
+    db: Any = _kwargs(client).get("db", "?")
     if isinstance(exc, rx.InvalidResponse):
         return NotRedis(f"{server} does not speak the Redis protocol ({exc}): is the URL's "
                         "port that of a Redis server?")
     if isinstance(exc, (rx.AuthenticationError, rx.AuthenticationWrongNumberOfArgsError)):
-        if client is not None and client.connection_pool.connection_kwargs.get("password") is None:
+        settings = _kwargs(client)
+        if settings and settings.get("password") is None:
             # redis-py's text here is about HELLO, which the user never sent.
             return AuthenticationFailed(f"{server} requires a password and the URL gives none: "
                                         "redis://[USER]:PASSWORD@host:port/db")

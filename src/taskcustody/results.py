@@ -42,7 +42,8 @@ class MonotonicClock:
 
 def decode_result(stored: bytes) -> Any:
     """A stored result is JSON (a value JSON cannot hold was stored as {"unserialisable_result":
-    its repr}). Results stored by 0.1 for a handler returning None do not exist: see README."""
+    its repr}). Workers older than `get_result` stored nothing when a handler returned None: a
+    waiter on such a task times out."""
     return json.loads(stored)
 
 
