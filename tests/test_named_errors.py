@@ -120,7 +120,7 @@ def test_a_port_that_answers_http_is_named(keys: QueueKeys) -> None:
         (rx.AskError("3999 127.0.0.1:7001"), ClusterRedirect, "(ASK"),
         (rx.ClusterDownError("Hash slot not served"), ClusterRedirect, "(CLUSTERDOWN"),
         (rx.ClusterCrossSlotError("Keys in request don't hash to the same slot"),
-         ClusterRedirect, "(CLUSTERCROSSSLOT"),
+         ClusterRedirect, "(CROSSSLOT"),
         (rx.ReadOnlyError("You can't write against a read only replica."), ReadOnlyReplica,
          "refuses writes"),
         (rx.NoPermissionError("this user has no permissions to run the 'lmove' command"),

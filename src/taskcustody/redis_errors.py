@@ -9,6 +9,7 @@ CLI maps whatever reaches it through the same function (cli_errors.py).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -30,8 +31,10 @@ from .errors import (
 from .keys import QueueKeys
 from .oom import is_oom
 
-_CLUSTER_ERRORS: tuple[type[Exception], ...] = (
-    rx.AskError, rx.ClusterDownError, rx.ClusterCrossSlotError, rx.TryAgainError,
+# Redis's error codes for the cluster errors (MovedError first: it is a kind of AskError).
+_CLUSTER_ERRORS: tuple[tuple[type[Exception], str], ...] = (
+    (rx.MovedError, "MOVED"), (rx.AskError, "ASK"), (rx.ClusterDownError, "CLUSTERDOWN"),
+    (rx.ClusterCrossSlotError, "CROSSSLOT"), (rx.TryAgainError, "TRYAGAIN"),
 )
 
 
@@ -41,11 +44,19 @@ def _kwargs(client: redis.Redis | None) -> dict[str, Any]:
     return dict(getattr(pool, "connection_kwargs", {}) or {})
 
 
+_PIPELINE_PREFIX = re.compile(r"^Command # \d+ \(.*?\) of pipeline caused error: ", re.S)
+
+
+def reply_text(exc: BaseException) -> str:
+    """Redis's reply, without the prefix redis-py adds to an error inside a pipeline."""
+    return _PIPELINE_PREFIX.sub("", str(exc))
+
+
 def where(client: redis.Redis | None) -> str:
     """host:port (or the socket path) of a client, for messages."""
     kwargs = _kwargs(client)
     if not kwargs:
-        return "Redis"
+        return "the server"
     if kwargs.get("path"):
         return f"Redis at unix:{kwargs['path']}"
     return f"Redis at {kwargs.get('host', 'localhost')}:{kwargs.get('port', 6379)}"
@@ -99,9 +110,10 @@ def translate(exc: BaseException, client: redis.Redis | None = None,
     if isinstance(exc, TaskCustodyError):
         return exc
     server = where(client)
+    text = reply_text(exc)
     db: Any = _kwargs(client).get("db", "?")
     if isinstance(exc, rx.InvalidResponse):
-        return NotRedis(f"{server} does not speak the Redis protocol ({exc}): is the URL's "
+        return NotRedis(f"{server} does not speak the Redis protocol ({text}): is the URL's "
                         "port that of a Redis server?")
     if isinstance(exc, (rx.AuthenticationError, rx.AuthenticationWrongNumberOfArgsError)):
         settings = _kwargs(client)
@@ -109,20 +121,20 @@ def translate(exc: BaseException, client: redis.Redis | None = None,
             # redis-py's text here is about HELLO, which the user never sent.
             return AuthenticationFailed(f"{server} requires a password and the URL gives none: "
                                         "redis://[USER]:PASSWORD@host:port/db")
-        return AuthenticationFailed(f"{server} refused the credentials ({exc}): check the "
+        return AuthenticationFailed(f"{server} refused the credentials ({text}): check the "
                                     "user and password in the URL")
     if isinstance(exc, rx.NoPermissionError):
-        return NoPermission(f"the Redis user may not run a command taskcustody needs ({exc}): "
+        return NoPermission(f"the Redis user may not run a command taskcustody needs ({text}): "
                             "grant it, or use another user")
     if isinstance(exc, rx.ReadOnlyError):
-        return ReadOnlyReplica(f"{server} is a replica and refuses writes ({exc}): point the "
+        return ReadOnlyReplica(f"{server} is a replica and refuses writes ({text}): point the "
                                "URL at the primary")
-    if isinstance(exc, (rx.MovedError, *_CLUSTER_ERRORS)):
-        code = type(exc).__name__.removesuffix("Error").upper()
-        return ClusterRedirect(f"{server} is a Redis Cluster node ({code} {exc}): connect to "
+    for kind, code in _CLUSTER_ERRORS:
+        if not isinstance(exc, kind):
+            continue
+        return ClusterRedirect(f"{server} is a Redis Cluster node ({code} {text}): connect to "
                                "the cluster in cluster mode, or check that it is up")
     if isinstance(exc, redis.ResponseError):
-        text = str(exc)
         if "DB index is out of range" in text or "invalid DB index" in text:
             return NoSuchDatabase(f"{server} has no database {db} ({text}): use an index below "
                                   "its 'databases' setting (16 by default)")
