@@ -102,8 +102,8 @@ def cluster_node() -> Iterator[RedisServerProcess]:
     conf = f"taskcustody-test-nodes-{port}.conf"
     node = RedisServerProcess(port=port, extra_args=("--cluster-enabled", "yes",
                                                      "--cluster-config-file", conf))
-    node.start()
     try:
+        node.start()
         yield node
     finally:
         node.stop()
