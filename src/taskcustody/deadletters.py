@@ -170,7 +170,8 @@ def requeue_dead_letters(client: redis.Redis, keys: QueueKeys,
     if wanted is not None:
         present = {letter.task_id for letter in letters}
         report.missing = [t for t in wanted if t not in present]
-        letters = [letter for letter in letters if letter.task_id in set(wanted)]
+        chosen = set(wanted)
+        letters = [letter for letter in letters if letter.task_id in chosen]
     for letter in letters:
         if not letter.requeueable:
             report.not_tasks.append(letter)
