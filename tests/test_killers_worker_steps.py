@@ -5,6 +5,7 @@ order (pinned against surviving mutants of worker.py)."""
 from __future__ import annotations
 
 import base64
+import dataclasses
 import json
 import re
 from typing import Any
@@ -44,10 +45,38 @@ def _cycle(client: redis.Redis, keys: QueueKeys, result: Any) -> bytes | None:
 # -- what a commit stores ------------------------------------------------------------------------
 
 
-def test_a_handler_returning_none_stores_no_result(backend: Backend, keys: QueueKeys) -> None:
+def test_a_handler_returning_none_stores_json_null(backend: Backend, keys: QueueKeys) -> None:
+    # A waiter (results.get_result) must tell "committed, returned None" from "not done yet".
+    assert _cycle(backend.client(), keys, None) == b"null"
+
+
+def test_result_ttl_zero_stores_no_result(backend: Backend, keys: QueueKeys) -> None:
     client = backend.client()
-    assert _cycle(client, keys, None) is None
+    clock = ManualClock()
+    Producer(client, keys, clock).enqueue("p")
+    worker = Worker(client, keys, OWNER, lambda p: {"big": "result"}, clock,
+                    dataclasses.replace(TEST_SETTINGS, result_ttl=0))
+    worker.register()
+    try:
+        assert worker.run_once() is True
+    finally:
+        worker.close()
+    assert client.get(keys.committed) == b"1"
     assert list(client.scan_iter(match=keys.result_prefix + "*")) == []
+
+
+def test_a_result_expires_after_result_ttl(backend: Backend, keys: QueueKeys) -> None:
+    client = backend.client()
+    clock = ManualClock()
+    task_id = Producer(client, keys, clock).enqueue("p")
+    worker = Worker(client, keys, OWNER, lambda p: 1, clock,
+                    dataclasses.replace(TEST_SETTINGS, result_ttl=777))
+    worker.register()
+    try:
+        assert worker.run_once() is True
+    finally:
+        worker.close()
+    assert 0 < client.ttl(keys.result(task_id)) <= 777
 
 
 def test_a_json_result_is_stored_as_json(backend: Backend, keys: QueueKeys) -> None:

@@ -7,17 +7,35 @@ startup and dead servers' lists periodically. See the README and docs/design.md.
 
 from .clock import Clock, ManualClock, RedisClock, WallClock
 from .connection import check_server, connect, connect_fake
+from .deadletters import (
+    DeadLetter,
+    RequeueReport,
+    dead_letter,
+    list_dead_letters,
+    purge_dead_letters,
+    requeue_dead_letters,
+)
 from .envelope import Task
 from .errors import (
+    AuthenticationFailed,
+    BadPayload,
+    ClusterRedirect,
+    DeadLetterNotFound,
     EvictingPolicy,
     InvalidName,
     MalformedTask,
+    NoPermission,
+    NoSuchDatabase,
+    NotRedis,
+    ReadOnlyReplica,
     RedisOutOfMemory,
     RedisTooOld,
     ReplicationTimeout,
+    ResultTimeout,
     ServerIdHeld,
     Superseded,
     TaskCustodyError,
+    TaskFailed,
     WrongKeyType,
 )
 from .keys import ListOwner, QueueKeys
@@ -30,26 +48,38 @@ from .recovery import (
     requeue_stuck_processing_tasks,
     sweep,
 )
+from .results import TaskHandle, get_result
 from .server import Server
 from .settings import Settings
 from .status import queue_status
 from .worker import Outcome, Release, Worker
 
 __all__ = [
+    "AuthenticationFailed",
+    "BadPayload",
     "Clock",
+    "ClusterRedirect",
+    "DeadLetter",
+    "DeadLetterNotFound",
     "EvictingPolicy",
     "InvalidName",
     "ListOwner",
     "MalformedTask",
     "ManualClock",
+    "NoPermission",
+    "NoSuchDatabase",
+    "NotRedis",
     "Outcome",
     "Producer",
     "QueueKeys",
+    "ReadOnlyReplica",
     "RedisClock",
     "RedisOutOfMemory",
     "RedisTooOld",
     "Release",
     "ReplicationTimeout",
+    "RequeueReport",
+    "ResultTimeout",
     "Server",
     "ServerIdHeld",
     "ServerIdentity",
@@ -57,16 +87,23 @@ __all__ = [
     "Superseded",
     "Task",
     "TaskCustodyError",
+    "TaskFailed",
+    "TaskHandle",
     "WallClock",
     "Worker",
     "WrongKeyType",
     "check_server",
     "connect",
     "connect_fake",
+    "dead_letter",
     "drain_inflight",
+    "get_result",
+    "list_dead_letters",
     "prune_inactive_servers",
+    "purge_dead_letters",
     "queue_status",
     "recover_inflight",
+    "requeue_dead_letters",
     "requeue_stuck_processing_tasks",
     "sweep",
 ]

@@ -15,6 +15,7 @@ import redis
 
 from . import cluster as cluster_routing
 from . import recovery
+from .cli_errors import Failure, MappedErrors, as_click, check_url
 from .clock import RedisClock
 from .connection import check_server, connect
 from .errors import ReplicationTimeout, TaskCustodyError
@@ -79,6 +80,7 @@ def _settings(**kwargs: Any) -> Settings:
 
 def _client(url: str, settings: Settings | None = None,
             cluster: bool | None = None) -> redis.Redis:
+    check_url(url)
     try:
         return _run(lambda: connect(url, settings, cluster=cluster))  # type: ignore[no-any-return]
     except ValueError as exc:
@@ -100,10 +102,7 @@ def load_handler(spec: str) -> Callable[[Any], Any]:
     return handler  # type: ignore[no-any-return]
 
 
-class _Failure(click.ClickException):
-    """A runtime failure (Redis unreachable, refused id): exit 1 with the message."""
-
-    exit_code = 1
+_Failure = Failure  # a runtime failure: exit 1 with one line (cli_errors.py)
 
 
 def _where(client: redis.Redis | None, keys: QueueKeys | None) -> str:
@@ -118,11 +117,10 @@ def _where(client: redis.Redis | None, keys: QueueKeys | None) -> str:
 
 def _run(action: Callable[[], Any], client: redis.Redis | None = None,
          keys: QueueKeys | None = None) -> Any:
-    """Run `action`, turning what a deployment can do to it into one line and exit 1."""
+    """Run a command's work, its errors mapped to one line and an exit code (cli_errors.py);
+    a cluster's redirects and resharding name the slot and its node."""
     try:
         return action()
-    except TaskCustodyError as exc:
-        raise _Failure(str(exc)) from exc
     except redis.exceptions.MovedError as exc:
         # A single-node client (--no-cluster) pointed at a node that does not serve the slot.
         raise _Failure(
@@ -136,11 +134,17 @@ def _run(action: Callable[[], Any], client: redis.Redis | None = None,
                        "retry in a moment") from exc
     except redis.exceptions.RedisClusterException as exc:
         raise _Failure(f"Redis Cluster error{_where(client, keys)}: {exc}") from exc
-    except (redis.ConnectionError, redis.TimeoutError) as exc:
-        raise _Failure(f"cannot reach Redis{_where(client, keys)}: {exc}") from exc
+    except Exception as exc:
+        mapped = as_click(exc)
+        if mapped is None:
+            raise
+        raise mapped from exc
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+# `dead` and `result` live in cli_dead.py, which imports this module's options: loaded when used.
+@click.group(cls=MappedErrors, context_settings={"help_option_names": ["-h", "--help"]},
+             lazy_commands={"dead": "taskcustody.cli_dead:dead",
+                            "result": "taskcustody.cli_dead:result"})
 @click.version_option(package_name="taskcustody")
 def main() -> None:
     """A Redis task queue that never loses a task and never hands one task to two workers."""
@@ -176,6 +180,10 @@ def main() -> None:
 @click.option("--wait-for-id", default=0.0, show_default=True, type=click.FloatRange(min=0),
               help="If a live process holds the server id, wait this long for its lease to "
                    "lapse instead of failing at once.")
+@click.option("--result-ttl", default=Settings.result_ttl, show_default=True,
+              type=click.IntRange(min=0),
+              help="Seconds a task's result is kept after it commits, for `taskcustody result` "
+                   "(every committed task leaves one key that long); 0 stores no results.")
 @click.option("--track-commits", is_flag=True,
               help="Keep a per-task commit count (for verification runs).")
 @allow_evicting_option
@@ -186,7 +194,7 @@ def main() -> None:
 def worker(handler: str, queue: str, prefix: str, redis_url: str, workers: int, prefetch: int,
            server_id: str | None, max_attempts: int, max_recoveries: int, block_timeout: float,
            heartbeat_interval: float, server_ttl: float, sweep_interval: float,
-           wait_for_id: float, track_commits: bool, allow_evicting_policy: bool,
+           wait_for_id: float, result_ttl: int, track_commits: bool, allow_evicting_policy: bool,
            min_replicas: int, replica_timeout: float, registry_grace: float,
            cluster: bool | None, verbose: bool) -> None:
     """Run a server with WORKERS threads executing HANDLER (MODULE:FUNCTION) on each payload.
@@ -202,7 +210,7 @@ def worker(handler: str, queue: str, prefix: str, redis_url: str, workers: int, 
                          sweep_interval=sweep_interval, track_commits=track_commits,
                          prefetch=prefetch, allow_evicting_policy=allow_evicting_policy,
                          min_replicas=min_replicas, replica_timeout=replica_timeout,
-                         registry_grace=registry_grace)
+                         registry_grace=registry_grace, result_ttl=result_ttl)
     client = _client(redis_url, settings, cluster)
     sid = server_id or socket.gethostname().replace(":", "-")
     keys = _keys(queue, prefix)
@@ -238,8 +246,8 @@ def enqueue(queue: str, prefix: str, redis_url: str, allow_evicting_policy: bool
     parsed = []
     for number, text in enumerate(lines, 1):
         try:
-            parsed.append(json.loads(text))
-        except json.JSONDecodeError as exc:
+            parsed.append(json.loads(text, parse_constant=_no_constant))
+        except (json.JSONDecodeError, ValueError) as exc:
             raise click.BadParameter(f"payload {number} is not JSON ({exc}): {text[:60]!r}",
                                      param_hint="PAYLOADS") from exc
     keys = _keys(queue, prefix)
@@ -256,6 +264,11 @@ def enqueue(queue: str, prefix: str, redis_url: str, allow_evicting_policy: bool
             click.echo("\n".join(short.confirmed + short.unconfirmed))
         raise
     click.echo("\n".join(ids))
+
+
+def _no_constant(name: str) -> Any:
+    """Python's json accepts NaN and Infinity; JSON (and so an envelope) cannot hold them."""
+    raise ValueError(f"{name} is not JSON")
 
 
 @main.command()

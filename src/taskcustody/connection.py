@@ -6,12 +6,14 @@ from typing import Any
 
 import redis
 from redis.backoff import NoBackoff
+from redis.exceptions import NoPermissionError
 from redis.retry import Retry
 
 from .cluster import cluster_client, is_cluster, is_cluster_node, node_client, route
 from .errors import RedisTooOld, WrongKeyType
 from .eviction import check_eviction_policy
 from .keys import QueueKeys
+from .redis_errors import is_unknown_command, reachable, refuse_replica
 from .settings import Settings
 
 MIN_VERSION = (6, 2, 0)
@@ -108,14 +110,20 @@ def _info_over_resp2(client: redis.Redis) -> dict[str, Any]:
 def server_version(client: redis.Redis) -> str:
     try:
         info = client.info("server")
-    except redis.ResponseError as exc:
-        if _refused_hello(exc):
+    except redis.ResponseError as refused:
+        if _refused_hello(refused):
             return str(_info_over_resp2(client).get("redis_version", "unknown"))
-        # fakeredis does not implement INFO; probe the commands we need instead.
+        # fakeredis does not implement INFO; probe the commands we need instead. Only then, and
+        # when INFO is unknown (renamed) or forbidden (ACL): any other refusal (a database index
+        # out of range, say) says nothing about the version.
+        if not (is_unknown_command(refused) or isinstance(refused, NoPermissionError)):
+            raise
         try:
             probe = "__taskcustody_probe__"
             client.lmove(probe, probe, "RIGHT", "LEFT")
         except redis.ResponseError as exc:
+            if not is_unknown_command(exc):
+                raise
             raise RedisTooOld(f"this server has no LMOVE (Redis < 6.2?): {exc}") from exc
         return "unknown (no INFO; LMOVE present)"
     return str(info.get("redis_version", "unknown"))
@@ -134,10 +142,14 @@ def check_version(client: redis.Redis) -> str:
 def check_server(client: redis.Redis, keys: QueueKeys, *,
                  allow_evicting_policy: bool = False) -> str:
     """Refuse to work against a server or a keyspace that would break the protocol: Redis < 6.2,
-    an eviction policy that may delete our keys (unless allowed), keys of the wrong type.
-    On a cluster the version and the policy are those of the master that owns the queue's slot."""
+    a replica, an eviction policy that may delete our keys (unless allowed), keys of the wrong
+    type. A URL that reaches no Redis database is named first (redis_errors.reachable). On a
+    cluster the version, the role and the policy are those of the master that owns the queue's
+    slot."""
+    reachable(client)
     node = node_client(client, keys.queue)
     version = check_version(node)
+    refuse_replica(node)
     if not is_fakeredis(node):  # an in-process fake evicts nothing
         check_eviction_policy(node, allow_evicting_policy=allow_evicting_policy)
     check_key_types(client, keys)

@@ -7,7 +7,7 @@ import uuid
 from dataclasses import dataclass, replace
 from typing import Any
 
-from .errors import MalformedTask
+from .errors import BadPayload, MalformedTask
 
 
 @dataclass(frozen=True)
@@ -39,7 +39,7 @@ def encode(task: Task) -> bytes:
         }
         return json.dumps(body, separators=(",", ":"), allow_nan=False).encode()
     except (TypeError, ValueError) as exc:
-        raise ValueError(f"payload is not JSON-serialisable: {exc}") from exc
+        raise BadPayload(f"payload is not JSON-serialisable: {exc}") from exc
 
 
 def decode(raw: bytes) -> Task:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import redis
+
 
 class TaskCustodyError(Exception):
     """Base of every error this library raises on purpose."""
@@ -19,8 +21,9 @@ class Superseded(TaskCustodyError):
     """A newer incarnation claimed our server id while we were stalled: we must stop taking."""
 
 
-class WrongKeyType(TaskCustodyError):
-    """A key of the queue holds a value of the wrong Redis type."""
+class WrongKeyType(TaskCustodyError, redis.ResponseError):
+    """A key of the queue holds a value of the wrong Redis type. A redis-py ResponseError too: the
+    library used to let the raw WRONGTYPE through in some places, and callers may catch that."""
 
 
 class MalformedTask(TaskCustodyError):
@@ -81,3 +84,59 @@ class ReplicationTimeout(TaskCustodyError):
             f"{wanted} replica(s): they may run, or be lost if the primary fails over; "
             f"enqueueing them again may run them twice"
         )
+
+
+# -- errors a user causes through the server or the keyspace (redis_errors.translate names them) --
+
+
+class BadPayload(TaskCustodyError, ValueError):
+    """A payload JSON cannot hold (NaN, infinities, sets, objects): nothing was enqueued. A
+    ValueError too, as the plain ValueError raised before it was."""
+
+
+class NotRedis(TaskCustodyError):
+    """What answered at the URL does not speak the Redis protocol (an HTTP server, say)."""
+
+
+class NoSuchDatabase(TaskCustodyError, redis.ResponseError):
+    """The URL names a database index the server does not have (`databases` in redis.conf)."""
+
+
+class AuthenticationFailed(TaskCustodyError, redis.AuthenticationError):
+    """Redis refused the credentials (NOAUTH, WRONGPASS, or a password it does not expect). A
+    redis-py AuthenticationError (so a ConnectionError) too, as before."""
+
+
+class NoPermission(TaskCustodyError, redis.ResponseError):
+    """The Redis user may not run a command taskcustody needs (ACL: NOPERM)."""
+
+
+class ReadOnlyReplica(TaskCustodyError, redis.ResponseError):
+    """The URL points at a read-only replica: taskcustody writes, so it needs the primary."""
+
+
+class ClusterRedirect(TaskCustodyError, redis.ResponseError):
+    """A Redis Cluster node answered MOVED/ASK/CLUSTERDOWN/CROSSSLOT to a plain client: the queue
+    lives in a cluster and must be reached in cluster mode (or the cluster is down)."""
+
+
+class TaskFailed(TaskCustodyError):
+    """The task was dead-lettered (its handler failed `max_attempts` times, or its envelope was
+    malformed): it will not produce a result unless requeued."""
+
+    def __init__(self, task_id: str, error: str, attempts: int) -> None:
+        first = error.strip().splitlines()[-1] if error.strip() else "no error text"
+        super().__init__(f"task {task_id} failed after {attempts} attempt(s) and was "
+                         f"dead-lettered: {first}")
+        self.task_id = task_id
+        self.error = error
+        self.attempts = attempts
+
+
+class ResultTimeout(TaskCustodyError, TimeoutError):
+    """No result within the timeout: the task is still queued or running, its result expired
+    (`Settings.result_ttl`), or no task of that id ever committed."""
+
+
+class DeadLetterNotFound(TaskCustodyError, LookupError):
+    """No dead letter holds that task id."""

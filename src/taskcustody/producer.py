@@ -14,7 +14,9 @@ from .envelope import new_task
 from .errors import RedisOutOfMemory, ReplicationTimeout
 from .keys import QueueKeys
 from .oom import is_oom
+from .redis_errors import translate
 from .replication import acknowledged, refuse_fakeredis, wait_command
+from .results import TaskHandle
 from .settings import Settings
 
 #: Times an LPUSH + WAIT refused by a cluster redirect is sent again.
@@ -38,6 +40,11 @@ class Producer:
         self._push([task.raw], [task.id], [], [])
         return task.id
 
+    def submit(self, payload: Any, task_id: str | None = None) -> TaskHandle:
+        """`enqueue`, returning a handle: `.id`, and `.result(timeout)` to wait for the task's
+        result (results.get_result). Results are kept `Settings.result_ttl` seconds."""
+        return TaskHandle(self.enqueue(payload, task_id), self.client, self.keys)
+
     def enqueue_many(self, payloads: Iterable[Any], batch_size: int = 10_000) -> list[str]:
         """Enqueue many payloads, one LPUSH (one round trip) per batch. Every payload is encoded
         before anything is sent, so a bad payload enqueues nothing of its batch. With
@@ -58,9 +65,14 @@ class Producer:
         enqueue, so the caller can retry."""
         try:
             self._lpush(raws, ids, before, after)
-        except redis.ResponseError as exc:
+        except redis.RedisError as exc:
             if not is_oom(exc):
-                raise
+                # WRONGTYPE (the queue key holds something else), a read-only replica, a port
+                # that answers HTTP...: named (redis_errors.py).
+                ours = translate(exc, self.client, self.keys, (self.keys.queue,))
+                if ours is exc:
+                    raise
+                raise ours from exc
             done = f"; {len(before)} earlier task(s) were enqueued" if before else ""
             raise RedisOutOfMemory(
                 f"Redis is out of memory ({exc}): {len(raws)} task(s) not enqueued{done}; retry "

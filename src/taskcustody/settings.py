@@ -30,6 +30,9 @@ class Settings:
     # counted apart from max_attempts, which counts releases.
     max_recoveries: int | None = 3
     drain_chunk: int = 100
+    # Seconds a task's result (its handler's return value, JSON) is kept after it commits, for
+    # results.get_result / `taskcustody result`; every committed task leaves one key for that long.
+    # 0: store no results at all.
     result_ttl: int = 86_400
     shutdown_grace: float = 30.0
     # Tasks a worker thread takes in one round trip while the queue is busy (each into an
@@ -74,6 +77,8 @@ class Settings:
             raise ValueError("prefetch must be >= 1")
         if self.oom_log_interval <= 0:
             raise ValueError("oom_log_interval must be > 0")
+        if self.result_ttl < 0:
+            raise ValueError("result_ttl must be >= 0 (0 stores no results)")
         if self.drain_chunk < 1:
             raise ValueError("drain_chunk must be >= 1")
         if self.registry_grace != 0 and (

@@ -9,6 +9,7 @@ import redis
 
 from .keys import QueueKeys
 from .recovery import ServerIdentity, _text, parse_record, registered_lists
+from .redis_errors import named_errors
 
 
 @dataclass
@@ -26,6 +27,12 @@ class QueueStatus:
 
 
 def queue_status(client: redis.Redis, keys: QueueKeys, now: float) -> QueueStatus:
+    """The snapshot. A key of the wrong type, a wrong URL...: our named errors, not redis-py's."""
+    with named_errors(client, keys, *keys.all_fixed_keys()):
+        return _snapshot(client, keys, now)
+
+
+def _snapshot(client: redis.Redis, keys: QueueKeys, now: float) -> QueueStatus:
     pipe = client.pipeline(transaction=False)
     pipe.llen(keys.queue)
     pipe.zrange(keys.servers, 0, -1, withscores=True)

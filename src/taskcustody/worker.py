@@ -60,9 +60,8 @@ class Release:
 
 def _result_json(result: Any) -> str:
     """The stored result. A value JSON cannot hold is stored as its repr: the task still commits
-    (it ran), and failing here would skip the release."""
-    if result is None:
-        return ""
+    (it ran), and failing here would skip the release. None is stored too (as JSON null): a
+    waiter (results.get_result) must tell "returned None" from "not done yet"."""
     try:
         return json.dumps(result, allow_nan=False)
     except (TypeError, ValueError):
@@ -224,7 +223,8 @@ class Worker:
     def verdict(self, task: Task, outcome: Outcome) -> tuple[str, str]:
         """What the release does with a task the handler ran: (action, data) for RELEASE."""
         if outcome.ok:
-            return "ok", _result_json(outcome.result)
+            # result_ttl 0: store no result (RELEASE skips an empty one).
+            return "ok", _result_json(outcome.result) if self.settings.result_ttl else ""
         if task.attempts + 1 < self.settings.max_attempts:
             return "retry", task.retried().raw.decode()
         return "dead", self._dead_letter(task.raw, outcome.error, task.id)
