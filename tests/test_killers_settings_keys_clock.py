@@ -79,6 +79,7 @@ def test_all_fixed_keys_is_the_exact_type_map(keys: QueueKeys) -> None:
         "test:{tq}:servers": "zset",
         "test:{tq}:incarnations": "hash",
         "test:{tq}:processing": "hash",
+        "test:{tq}:recoveries": "hash",
         "test:{tq}:dead": "list",
         "test:{tq}:committed": "string",
         "test:{tq}:commits": "hash",
@@ -110,6 +111,9 @@ def test_all_fixed_keys_match_the_types_a_live_queue_creates(
     try:
         assert worker.run_once() is True
         assert worker.run_once() is True
+        # a task whose holder dies: its restart reconciles it (a counted recovery)
+        assert worker.take() is not None
+        worker.reconcile()
         task = worker.take()
         assert task is not None
         worker.record(task)

@@ -156,9 +156,8 @@ while out[1] < limit do
   local ok, task = pcall(cjson.decode, raw)
   local id = nil
   if ok and type(task) == 'table' and type(task['id']) == 'string' then id = task['id'] end
-  if id and record_owned_by(KEYS[3], id, KEYS[1]) then
-    redis.call('HDEL', KEYS[3], id)
-  end
+  -- The first write is one that may grow memory (the count, or the move), so that a Redis out
+  -- of memory refuses the whole step rather than running it after a deletion.
   local dead = recovered(KEYS[6], id, raw, holder, ARGV[5], ARGV[6])
   if dead then
     redis.call('RPOP', KEYS[1])
@@ -168,6 +167,9 @@ while out[1] < limit do
     out[#out + 1] = cjson.decode(dead)['holders']
   else
     redis.call('LMOVE', KEYS[1], KEYS[2], 'RIGHT', 'RIGHT')
+  end
+  if id and record_owned_by(KEYS[3], id, KEYS[1]) then
+    redis.call('HDEL', KEYS[3], id)
   end
 end
 return out
