@@ -155,7 +155,8 @@ class Result:
     def counts(self) -> dict[str, int]:
         """Jepsen-style counts, summed over the examples that recovered (a failing run: the
         failing example's own)."""
-        keys = ("enqueued", "committed", "lost", "duplicated", "double-assigned", "recovered")
+        keys = ("enqueued", "committed", "lost", "duplicated", "double-assigned", "recovered",
+                "lost-by-redis", "poison-pills")
         src: dict[str, int] = dict(self.stats.tallies)
         if self.failure is not None:
             src = self.failure.tallies
