@@ -299,7 +299,9 @@ def test_a_worker_blocked_on_an_empty_queue_follows_a_failover(
     """Its BLMOVE is answered UNBLOCKED: the loop follows the slot to the new master and takes
     the next task there, instead of crashing."""
     keys = QueueKeys(names(local_cluster, "blk")[0])
-    settings = Settings(block_timeout=4, socket_timeout_margin=3.0, track_commits=True)
+    # A block far longer than a failover takes, even on a loaded machine: the take must still be
+    # waiting when the failover answers it (no timing luck).
+    settings = Settings(block_timeout=30, socket_timeout_margin=5.0, track_commits=True)
     client = connect(local_cluster.url(0), settings)
     runs: list[Any] = []
     server = make_server(client, keys, "s1", ManualClock(), handler=runs.append,
@@ -329,7 +331,7 @@ def test_a_worker_blocked_on_an_empty_queue_follows_a_failover(
     assert not crashed
     assert commits(client, keys) == {"t1": 1} and runs == [{"n": 1}]
     assert w._conn.port == new_owner  # type: ignore[attr-defined]
-    # it was the UNBLOCKED reply that moved it (not a socket timeout: 7 s here)
+    # it was the UNBLOCKED reply that moved it (not a socket timeout: 35 s here)
     assert any("UNBLOCKED" in r.getMessage() and "following the slot" in r.getMessage()
                for r in caplog.records)
     w.close()

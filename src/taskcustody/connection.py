@@ -47,8 +47,9 @@ def connect(url: str, settings: Settings | None = None,
         probe = redis.Redis.from_url(url, **options)
         try:
             cluster = is_cluster_node(probe)
-        except (redis.ConnectionError, redis.TimeoutError):
-            # Unreachable now: a plain client, whose first command reports it (as before).
+        except redis.RedisError:
+            # Unreachable now, or not a Redis we can ask (an HTTP port, a refused password, a
+            # refused HELLO): a plain client, whose first command reports it by name (as before).
             cluster = False
         finally:
             probe.close()

@@ -26,6 +26,10 @@ class DeploymentError(Exception):
 def _is_deployment(exc: BaseException) -> bool:
     if isinstance(exc, InjectedDrop):
         return False
+    # Our own refusals: a server too old, an evicting policy, a key of the wrong type. (First:
+    # some of them are also the redis-py errors they name, e.g. WrongKeyType a ResponseError.)
+    if isinstance(exc, TaskCustodyError):
+        return True
     if isinstance(exc, redis.ConnectionError | redis.TimeoutError
                   | redis.exceptions.RedisClusterException | redis.exceptions.AskError
                   | redis.exceptions.TryAgainError | redis.exceptions.ClusterError
@@ -35,8 +39,7 @@ def _is_deployment(exc: BaseException) -> bool:
     if isinstance(exc, redis.ResponseError):
         text = str(exc)
         return is_oom(exc) or text.startswith(("WRONGTYPE", "UNBLOCKED", "LOADING", "MASTERDOWN"))
-    # Our own refusals: a server too old, an evicting policy, a key of the wrong type.
-    return isinstance(exc, TaskCustodyError)
+    return False
 
 
 def _chain(exc: BaseException) -> list[BaseException]:
