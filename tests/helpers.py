@@ -44,3 +44,24 @@ def dead_letters(client: redis.Redis, keys: QueueKeys) -> list[dict[str, Any]]:
 def parse_record_owner(client: redis.Redis, keys: QueueKeys, task_id: str) -> str | None:
     value = client.hget(keys.processing, task_id)
     return None if value is None else value.decode().partition(" ")[0]
+
+
+class Stop:
+    """A stop event that records each pause asked for and calls `hook(n)` at the n-th (1-based)
+    instead of sleeping."""
+
+    def __init__(self, hook: Callable[[int], None] = lambda n: None) -> None:
+        self.flag = False
+        self.waits: list[float | None] = []
+        self.hook = hook
+
+    def is_set(self) -> bool:
+        return self.flag
+
+    def set(self) -> None:
+        self.flag = True
+
+    def wait(self, timeout: float | None = None) -> bool:
+        self.waits.append(timeout)
+        self.hook(len(self.waits))
+        return self.flag

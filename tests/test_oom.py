@@ -35,7 +35,7 @@ from taskcustody.oom import MAX_PAUSE, OomSpell, is_oom
 from taskcustody.prefetch import PrefetchingWorker
 from taskcustody.worker import Outcome, Worker
 from tests.conftest import TEST_SETTINGS
-from tests.helpers import all_custody, commits, ids_in, make_server
+from tests.helpers import Stop, all_custody, commits, ids_in, make_server
 from tests.support.redis_server import (
     RedisServerProcess,
     redis_server_binary,
@@ -98,27 +98,6 @@ def fill(admin: redis.Redis) -> None:
 def free(admin: redis.Redis) -> None:
     admin.delete(FILLER)
     assert not is_full(admin)
-
-
-class Stop:
-    """A stop event that records each pause asked for and calls `hook(n)` at the n-th (1-based)
-    instead of sleeping."""
-
-    def __init__(self, hook: Callable[[int], None] = lambda n: None) -> None:
-        self.flag = False
-        self.waits: list[float | None] = []
-        self.hook = hook
-
-    def is_set(self) -> bool:
-        return self.flag
-
-    def set(self) -> None:
-        self.flag = True
-
-    def wait(self, timeout: float | None = None) -> bool:
-        self.waits.append(timeout)
-        self.hook(len(self.waits))
-        return self.flag
 
 
 def free_at(admin: redis.Redis, n: int, also: Callable[[int], None] = lambda n: None

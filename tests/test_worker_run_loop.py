@@ -12,27 +12,9 @@ import redis
 
 from taskcustody import ManualClock, QueueKeys, Settings, Worker, connect_fake, scripts
 from tests.conftest import TEST_SETTINGS, Backend
-from tests.helpers import make_server
+from tests.helpers import Stop, make_server
 
 WORKER_LOG = "taskcustody.worker"
-
-
-class Stop:
-    """A stop event that records each pause asked for instead of sleeping."""
-
-    def __init__(self) -> None:
-        self.flag = False
-        self.waits: list[float | None] = []
-
-    def is_set(self) -> bool:
-        return self.flag
-
-    def set(self) -> None:
-        self.flag = True
-
-    def wait(self, timeout: float | None = None) -> bool:
-        self.waits.append(timeout)
-        return self.flag
 
 
 def new_worker(client: redis.Redis, keys: QueueKeys, settings: Settings = TEST_SETTINGS
