@@ -104,7 +104,8 @@ def own_connection(client: redis.Redis, key: str) -> redis.connection.Connection
     It is built like the pool's connections, so it has their timeouts, and retries off (no_retry,
     connection.py): a blind retry of a BLMOVE takes a second task."""
     pool = node_client(client, key).connection_pool
-    return cast(redis.connection.ConnectionInterface,
+    # (The type by name: redis-py 5.0 has no ConnectionInterface at run time.)
+    return cast("redis.connection.ConnectionInterface",
                 pool.connection_class(**pool.connection_kwargs))
 
 

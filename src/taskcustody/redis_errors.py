@@ -180,7 +180,9 @@ def reachable(client: redis.Redis) -> None:
         with named_errors(client):
             client.ping()
     except (TaskCustodyError, redis.ResponseError) as exc:
-        # A server older than 6.0 refuses the HELLO that redis-py 8 sends on connecting: that
-        # is a Redis too old, which the version check names (connection.check_version).
-        if "hello" not in str(exc.__cause__ or exc).lower():
+        # A server older than 6.0 refuses the HELLO that redis-py 8 sends on connecting
+        # ("unknown command `HELLO`"): that is a Redis too old, which the version check names
+        # (connection.check_version). (Not a HELLO refused for want of a password.)
+        text = str(exc.__cause__ or exc).lower()
+        if not ("unknown command" in text and "hello" in text):
             raise
