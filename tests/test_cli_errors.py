@@ -208,8 +208,7 @@ CASES = [
     Case("read-only-replica", lambda e: e.url(e.replica), 1, "is a replica"),
     # (A node of a healthy cluster is no error any more: the commands detect the cluster and
     # follow its slot map; `--no-cluster` at the wrong node is tests/test_cluster_*'s case.)
-    Case("cluster-down", lambda e: e.url(e.cluster), 1,
-         "Redis Cluster error: All slots are not covered"),
+    Case("cluster-down", lambda e: e.url(e.cluster), 1, "Redis Cluster error: "),
     Case("queue-key-is-a-string", lambda e: e.plain.url, 1,
          f"key '{KEYS.queue}' holds a string, but taskcustody needs a list",
          lambda c: c.set(KEYS.queue, "oops")),

@@ -54,7 +54,13 @@ def connect(url: str, settings: Settings | None = None,
         finally:
             probe.close()
     if cluster:
-        return cluster_client(url, **options)
+        try:
+            return cluster_client(url, **options)
+        except (redis.RedisError, redis.exceptions.RedisClusterException):
+            raise
+        except Exception as exc:  # redis-py 5 fails on a cluster that serves no slot (IndexError)
+            raise redis.exceptions.RedisClusterException(
+                f"the Redis Cluster at {url} cannot be used: {exc!r}") from exc
     return redis.Redis.from_url(url, **options)
 
 
