@@ -123,6 +123,9 @@ def test_a_port_that_answers_http_is_named(keys: QueueKeys) -> None:
          ClusterRedirect, "(CROSSSLOT"),
         (rx.ReadOnlyError("You can't write against a read only replica."), ReadOnlyReplica,
          "refuses writes"),
+        (rx.ResponseError(  # Redis 6.2, refusing a write inside a script
+            "Error running script (call to f_6797): @user_script:3: @user_script: 3: -READONLY "
+            "You can't write against a read only replica."), ReadOnlyReplica, "refuses writes"),
         (rx.NoPermissionError("this user has no permissions to run the 'lmove' command"),
          NoPermission, "may not run"),
         (rx.ResponseError("DB index is out of range"), NoSuchDatabase, "no database"),

@@ -126,7 +126,9 @@ def translate(exc: BaseException, client: redis.Redis | None = None,
     if isinstance(exc, rx.NoPermissionError):
         return NoPermission(f"the Redis user may not run a command taskcustody needs ({text}): "
                             "grant it, or use another user")
-    if isinstance(exc, rx.ReadOnlyError):
+    if isinstance(exc, rx.ReadOnlyError) or (
+            # Redis 6.2 refuses a write inside a script with a script error quoting READONLY
+            isinstance(exc, redis.ResponseError) and "-READONLY " in str(exc)):
         return ReadOnlyReplica(f"{server} is a replica and refuses writes ({text}): point the "
                                "URL at the primary")
     for kind, code in _CLUSTER_ERRORS:
