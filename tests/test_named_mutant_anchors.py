@@ -3,7 +3,8 @@ on, occurs exactly once in today's tree, and the mutated file still compiles.
 
 The mutation gate checks the same at its start, but it runs last in CI, after the whole suite; a
 refactor that moves a protocol line should fail here, in the suite the developer runs, with the
-mutant's name."""
+mutant's name. The gate's suite runs and mutmut's leave this file out: under a mutant it fails by
+construction, which would pass for a kill."""
 
 from __future__ import annotations
 
