@@ -72,6 +72,33 @@ _RELEASE_SHA = hashlib.sha1(scripts.RELEASE.encode()).hexdigest()
 _RECORD_SHA = hashlib.sha1(scripts.RECORD.encode()).hexdigest()
 
 
+def log_release(list_key: str, task_id: str, done: Release, data: str | bytes, error: str,
+                max_attempts: int) -> None:
+    """One log line per release: a retry and a lost custody (warning), a dead letter (error), a
+    commit (debug), each with the task's id (also as the `task_id` field of a JSON line)."""
+    extra = {"task_id": task_id, "action": done.action}
+    if done.action == "committed":
+        log.debug("task %s committed by %s", task_id, list_key, extra=extra)
+    elif done.action == "retried":
+        try:
+            attempts = int(json.loads(data)["attempts"])
+        except (ValueError, KeyError, TypeError):
+            attempts = 0
+        log.warning("task %s failed (attempt %d of %d), requeued for a retry: %s", task_id,
+                    attempts, max_attempts, error or "worker interrupted", extra=extra)
+    elif done.action == "dead-lettered":
+        if not error:
+            try:
+                error = str(json.loads(data)["error"])
+            except (ValueError, KeyError, TypeError):
+                error = "?"
+        log.error("task %s dead-lettered: %s", task_id, error, extra=extra)
+    else:
+        log.warning("task %s: lost custody in %s (judged dead and drained meanwhile; recovery "
+                    "requeued it): this run's result is not committed", task_id, list_key,
+                    extra=extra)
+
+
 class Worker:
     def __init__(
         self,
@@ -218,7 +245,10 @@ class Worker:
 
     def release(self, task: Task, outcome: Outcome) -> Release:
         """Give up custody, and commit, retry or dead-letter -- only if we still held it."""
-        return self._release_raw(task.raw, task.id, *self.verdict(task, outcome))
+        action, data = self.verdict(task, outcome)
+        done = self._release_raw(task.raw, task.id, action, data)
+        log_release(self.list_key, task.id, done, data, outcome.error, self.settings.max_attempts)
+        return done
 
     def verdict(self, task: Task, outcome: Outcome) -> tuple[str, str]:
         """What the release does with a task the handler ran: (action, data) for RELEASE."""
