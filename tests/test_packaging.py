@@ -55,10 +55,12 @@ def test_the_extras_split_runtime_tests_and_development_tools() -> None:
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     core = " ".join(project["dependencies"])
     extras = project["optional-dependencies"]
-    for tool in ("hypothesis", "fakeredis", "lupa", "pytest", "mypy", "ruff", "mutmut"):
+    for tool in ("hypothesis", "fakeredis", "lupa", "prometheus", "pytest", "mypy", "ruff",
+                 "mutmut"):
         assert tool not in core
     assert {d.split(">")[0] for d in extras["verify"]} == {"fakeredis", "lupa", "hypothesis"}
-    assert extras["test"] == ["taskcustody[verify]", "pytest>=8"]
+    assert extras["test"] == ["taskcustody[verify,metrics]", "pytest>=8"]
+    assert extras["metrics"] == ["prometheus-client>=0.17"]
     assert {d.split(">")[0] for d in extras["dev"]} == {"taskcustody[test]", "mypy", "ruff",
                                                         "mutmut"}
     # CI installs what it runs: the static checks and the mutation gate need the dev extra.

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import logging
 import os
 import sys
 from collections.abc import Callable
@@ -208,14 +209,20 @@ def main() -> None:
                    "poison pill and recovered task; debug adds every commit.")
 @click.option("--log-format", type=click.Choice(logs.FORMATS), default="text",
               show_default=True, help="json: one object per line, the task id as `task_id`.")
+@click.option("--metrics-port", default=None, type=click.IntRange(1, 65535),
+              help="Serve Prometheus metrics on this port (/metrics; needs the metrics extra: "
+                   "pip install 'taskcustody[metrics]').")
+@click.option("--metrics-addr", default="0.0.0.0", show_default=True,
+              help="Address the metrics endpoint listens on.")
 @click.option("--verbose", "-v", is_flag=True, help="Same as --log-level debug.")
 def worker(handler: str, queue: str, prefix: str, redis_url: str, workers: int, prefetch: int,
            server_id: str | None, max_attempts: int, max_recoveries: int, block_timeout: float,
            heartbeat_interval: float, server_ttl: float, sweep_interval: float,
            wait_for_id: float | None, shutdown_grace: float, result_ttl: int,
            track_commits: bool, allow_evicting_policy: bool, min_replicas: int,
-           replica_timeout: float, registry_grace: float, cluster: bool | None, log_level: str,
-           log_format: str, verbose: bool) -> None:
+           replica_timeout: float, registry_grace: float, cluster: bool | None,
+           metrics_port: int | None, metrics_addr: str, log_level: str, log_format: str,
+           verbose: bool) -> None:
     """Run a server with WORKERS threads executing HANDLER (MODULE:FUNCTION) on each payload.
     The current directory is on the handler's import path.
 
@@ -241,7 +248,25 @@ def worker(handler: str, queue: str, prefix: str, redis_url: str, workers: int, 
     keys = _keys(queue, prefix)
     srv = Server(client, keys, sid, fn, workers=workers, settings=settings,
                  clock=RedisClock(client, key=keys.queue))
+    if metrics_port is not None:
+        _serve_metrics(client, keys, srv, metrics_port, metrics_addr)
     _run(lambda: srv.run(install_signals=True, wait_for_id=wait_for_id), client, keys)
+
+
+def _serve_metrics(client: redis.Redis, keys: QueueKeys, srv: Server, port: int,
+                   addr: str) -> None:
+    from .metrics import EXTRA_MESSAGE, Metrics
+
+    try:
+        import prometheus_client  # noqa: F401
+    except ImportError as exc:
+        raise _Failure(EXTRA_MESSAGE) from exc
+    try:
+        Metrics(client, keys, srv).serve(port, addr)
+    except OSError as exc:
+        raise _Failure(f"cannot serve metrics on {addr}:{port}: {exc}") from exc
+    logging.getLogger("taskcustody.metrics").info(
+        "metrics on http://%s:%d/metrics", addr, port)
 
 
 @main.command()

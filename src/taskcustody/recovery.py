@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 import redis
 
-from . import scripts
+from . import events, scripts
 from .keys import ListOwner, QueueKeys
 
 #: Lists per round trip when a pass reads lengths or collects garbage.
@@ -148,6 +148,10 @@ def drain_inflight(
         if step <= 0:
             break
         _log_poison_pills(reply, list_key)
+        if events.listeners:
+            pills = (len(reply) - 1) // 3
+            events.emit("recovered", list_key=list_key, count=step - pills)
+            events.emit("poison-pill", list_key=list_key, count=pills)
         if logging_tasks:
             _log_requeued(reply, peek, step, list_key, "startup drain" if force else "sweep")
         moved += step
@@ -349,6 +353,9 @@ def requeue_stuck_processing_tasks(
             )
         )
         requeued += result == 1
+        if events.listeners and result in (1, 3):
+            events.emit("recovered" if result == 1 else "poison-pill", list_key=list_key,
+                        count=1)
         if result == 1:
             log.info("recovery (sweep): task %s requeued from %s (stuck processing record)",
                      _text(task_id), list_key,

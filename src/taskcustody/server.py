@@ -73,6 +73,9 @@ class Server:
         self.settings = settings or Settings()
         self.clock = clock or RedisClock(client, key=keys.queue)
         self.incarnation: int | None = None
+        # The injected clock's time of our last registration that Redis accepted (claim or
+        # heartbeat); None before the first (metrics.py reports its age).
+        self.last_heartbeat: float | None = None
         self.stop_event = threading.Event()
         self.superseded = False
         # What a second SIGINT/SIGTERM calls (with install_signals): exit without cleanup.
@@ -108,6 +111,7 @@ class Server:
             )
         self.incarnation = int(incarnation)
         self.superseded = False
+        self.last_heartbeat = now
         return self.incarnation
 
     def heartbeat(self) -> None:
@@ -127,6 +131,7 @@ class Server:
                 f"server id {self.server_id!r} was claimed by a newer process while this one "
                 "stalled; stopping"
             )
+        self.last_heartbeat = now
 
     def deregister(self) -> None:
         if self.incarnation is not None:

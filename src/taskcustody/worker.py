@@ -20,7 +20,7 @@ from typing import Any, Protocol
 
 import redis
 
-from . import cluster, envelope, replication, scripts
+from . import cluster, envelope, events, replication, scripts
 from .clock import Clock
 from .connection import is_fakeredis
 from .envelope import Task
@@ -76,6 +76,8 @@ def log_release(list_key: str, task_id: str, done: Release, data: str | bytes, e
                 max_attempts: int) -> None:
     """One log line per release: a retry and a lost custody (warning), a dead letter (error), a
     commit (debug), each with the task's id (also as the `task_id` field of a JSON line)."""
+    if events.listeners:
+        events.emit("released", list_key=list_key, task_id=task_id, action=done.action)
     extra = {"task_id": task_id, "action": done.action}
     if done.action == "committed":
         log.debug("task %s committed by %s", task_id, list_key, extra=extra)
@@ -237,11 +239,16 @@ class Worker:
             self._call("PING")
 
     def execute(self, task: Task) -> Outcome:
+        started = time.perf_counter()
         try:
             return Outcome(True, self.handler(task.payload))
         except Exception as exc:  # the handler's failure is data, not our crash
             text = "".join(traceback.format_exception_only(exc)).strip()
             return Outcome(False, error=text)
+        finally:
+            if events.listeners:
+                events.emit("handled", list_key=self.list_key,
+                            seconds=time.perf_counter() - started)
 
     def release(self, task: Task, outcome: Outcome) -> Release:
         """Give up custody, and commit, retry or dead-letter -- only if we still held it."""
