@@ -130,8 +130,8 @@ def test_lost_custody_and_the_startup_drain_each_log_one_line_with_the_task_id(
         ("taskcustody.recovery", logging.INFO,
          f"recovery (startup drain): task {task_id} requeued from {worker.list_key}"),
         ("taskcustody.worker", logging.WARNING,
-         f"task {task_id}: lost custody in {worker.list_key} (judged dead and drained meanwhile; "
-         "recovery requeued it): this run's result is not committed"),
+         f"task {task_id}: lost custody in {worker.list_key} (judged dead meanwhile: recovery "
+         "took it back): this run's result is not committed"),
     ]
 
 
@@ -243,3 +243,30 @@ def test_configure_replaces_the_root_handlers_and_checks_its_arguments() -> None
     finally:
         root.handlers[:] = saved[0]
         root.setLevel(saved[1])
+
+
+class Interrupt(BaseException):
+    """What a SIGINT or a thread's death looks like to a handler: not an Exception."""
+
+
+def test_an_interrupted_batch_logs_the_task_it_ran_and_the_one_it_never_reached(
+    backend: Backend, keys: QueueKeys, caplog: pytest.LogCaptureFixture
+) -> None:
+    client = backend.client()
+    first, second = Producer(client, keys).enqueue_many(["p", "q"])
+
+    def interrupted(payload: object) -> None:
+        raise Interrupt
+
+    settings = Settings(**{**vars(TEST_SETTINGS), "prefetch": 2})
+    server = Server(client, keys, "s1", interrupted, workers=1, settings=settings,
+                    clock=ManualClock())
+    (runner,) = server.start()
+    with caplog.at_level(logging.INFO, logger="taskcustody"), pytest.raises(Interrupt):
+        runner.run_once(timeout=0.05)
+    runner.close()
+    assert lines(caplog, "taskcustody.worker") == [
+        f"task {first} failed (attempt 1 of 3), requeued for a retry: worker interrupted",
+        f"task {second} requeued as it was: not run: the worker stopped before it reached this "
+        "task",
+    ]

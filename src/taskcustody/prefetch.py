@@ -24,7 +24,15 @@ import redis
 
 from . import cluster, envelope, replication, scripts
 from .errors import MalformedTask
-from .worker import REDIRECT_ATTEMPTS, Outcome, Release, Worker, log_release, run_until_stopped
+from .worker import (
+    NOT_REACHED,
+    REDIRECT_ATTEMPTS,
+    Outcome,
+    Release,
+    Worker,
+    log_release,
+    run_until_stopped,
+)
 
 _TAKE = ("EVALSHA", hashlib.sha1(scripts.TAKE_AND_RECORD.encode()).hexdigest(), 4)
 _RELEASE = ("EVALSHA", hashlib.sha1(scripts.RELEASE.encode()).hexdigest())
@@ -139,7 +147,7 @@ class PrefetchingWorker:
             action, data = batch.verdicts[i] if i < len(batch.verdicts) else ("retry", raw)
             plans.append((slot, action, slot.release_args(raw, recorded_id, action, data)))
             logged.append((recorded_id, data, batch.errors[i] if i < len(batch.errors)
-                           else "not run: the worker stopped before it reached this task"))
+                           else NOT_REACHED))
         replies, error = self._pipeline(
             [(*_RELEASE, *args) for _, _, args in plans], scripts.RELEASE, replication.RELEASE
         )

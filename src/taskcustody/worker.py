@@ -72,6 +72,10 @@ _RELEASE_SHA = hashlib.sha1(scripts.RELEASE.encode()).hexdigest()
 _RECORD_SHA = hashlib.sha1(scripts.RECORD.encode()).hexdigest()
 
 
+#: The error of a prefetched task that its batch never reached (requeued unchanged).
+NOT_REACHED = "not run: the worker stopped before it reached this task"
+
+
 def log_release(list_key: str, task_id: str, done: Release, data: str | bytes, error: str,
                 max_attempts: int) -> None:
     """One log line per release: a retry and a lost custody (warning), a dead letter (error), a
@@ -86,8 +90,11 @@ def log_release(list_key: str, task_id: str, done: Release, data: str | bytes, e
             attempts = int(json.loads(data)["attempts"])
         except (ValueError, KeyError, TypeError):
             attempts = 0
-        log.warning("task %s failed (attempt %d of %d), requeued for a retry: %s", task_id,
-                    attempts, max_attempts, error or "worker interrupted", extra=extra)
+        if error == NOT_REACHED:
+            log.info("task %s requeued as it was: %s", task_id, error, extra=extra)
+        else:
+            log.warning("task %s failed (attempt %d of %d), requeued for a retry: %s", task_id,
+                        attempts, max_attempts, error or "worker interrupted", extra=extra)
     elif done.action == "dead-lettered":
         if not error:
             try:
@@ -96,9 +103,8 @@ def log_release(list_key: str, task_id: str, done: Release, data: str | bytes, e
                 error = "?"
         log.error("task %s dead-lettered: %s", task_id, error, extra=extra)
     else:
-        log.warning("task %s: lost custody in %s (judged dead and drained meanwhile; recovery "
-                    "requeued it): this run's result is not committed", task_id, list_key,
-                    extra=extra)
+        log.warning("task %s: lost custody in %s (judged dead meanwhile: recovery took it "
+                    "back): this run's result is not committed", task_id, list_key, extra=extra)
 
 
 class Worker:
