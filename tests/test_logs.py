@@ -19,7 +19,7 @@ from taskcustody.recovery import Recovering, drain_inflight
 from taskcustody.server import Server
 from tests.conftest import TEST_SETTINGS, Backend
 from tests.helpers import make_server
-from tests.support.redis_server import RedisServerProcess
+from tests.support.redis_server import RedisServerProcess, free_port
 
 
 def lines(caplog: pytest.LogCaptureFixture, logger: str, level: int | None = None) -> list[str]:
@@ -270,3 +270,18 @@ def test_an_interrupted_batch_logs_the_task_it_ran_and_the_one_it_never_reached(
         f"task {second} requeued as it was: not run: the worker stopped before it reached this "
         "task",
     ]
+
+
+def test_the_worker_command_leaves_no_logging_behind_when_invoked_in_process() -> None:
+    from click.testing import CliRunner
+
+    from taskcustody.cli import main
+
+    root = logging.getLogger()
+    before = root.handlers[:], root.level
+    # Fails at once (nothing listens on that port), after the command configured its logging.
+    result = CliRunner().invoke(main, ["worker", "json:dumps", "-q", "q", "--redis-url",
+                                       f"redis://127.0.0.1:{free_port()}/0", "--log-level",
+                                       "debug"])
+    assert result.exit_code == 1
+    assert (root.handlers[:], root.level) == before

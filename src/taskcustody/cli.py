@@ -229,7 +229,8 @@ def worker(handler: str, queue: str, prefix: str, redis_url: str, workers: int, 
     SIGTERM or SIGINT: stop taking, finish current tasks within --shutdown-grace, deregister.
     A second one exits at once (its tasks are recovered as after a crash).
     """
-    logs.configure("debug" if verbose else log_level, log_format)
+    logs.configure_while(click.get_current_context(), "debug" if verbose else log_level,
+                         log_format)
     fn = load_handler(handler)
     settings = _settings(max_attempts=max_attempts, max_recoveries=max_recoveries,
                          block_timeout=block_timeout,

@@ -63,6 +63,22 @@ def configure(level: str = "info", fmt: str = "text") -> logging.Handler:
     return handler
 
 
+def configure_while(ctx: Any, level: str = "info", fmt: str = "text") -> logging.Handler:
+    """`configure` for as long as the click context `ctx` lasts: the root logger's handlers and
+    level are put back when it closes (a command invoked in-process, e.g. by a test's CliRunner,
+    leaves no logging behind it)."""
+    root = logging.getLogger()
+    handlers, old_level = root.handlers[:], root.level
+    handler = configure(level, fmt)
+
+    def restore() -> None:
+        root.handlers[:] = handlers
+        root.setLevel(old_level)
+
+    ctx.call_on_close(restore)
+    return handler
+
+
 def redact_url(url: str) -> str:
     """`url` with its password (if any) replaced by `***`."""
     parts = urlsplit(url)
