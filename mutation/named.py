@@ -155,9 +155,8 @@ MUTANTS: tuple[NamedMutant, ...] = (
             ),
             Edit(
                 RECOVERY,
-                "                keys.incarnations, min(chunk, budget - moved), "
-                "owner.server_id,\n",
-                "                keys.incarnations, chunk, owner.server_id,\n",
+                "        limit = min(chunk, budget - moved)\n",
+                "        limit = chunk\n",
             ),
         ),
     ),
