@@ -14,8 +14,12 @@ import pytest
 from tests.support.redis_server import throwaway_redis_server
 
 ROOT = Path(__file__).resolve().parent.parent
-README = (ROOT / "README.md").read_text()
+README_PATH = ROOT / "README.md"
+# The mutation gate runs the suite in a copy without the README (mutation/gate.py, COPIED).
+README = README_PATH.read_text() if README_PATH.exists() else ""
 EXAMPLE_URL = "redis://127.0.0.1:6379/0"
+
+pytestmark = pytest.mark.skipif(not README, reason="no README.md (e.g. the mutation gate's copy)")
 
 
 def section(heading: str) -> str:
