@@ -155,9 +155,8 @@ MUTANTS: tuple[NamedMutant, ...] = (
             ),
             Edit(
                 RECOVERY,
-                "            keys.incarnations, keys.recoveries, keys.dead_letters, "
-                "min(chunk, budget - moved),\n",
-                "            keys.incarnations, keys.recoveries, keys.dead_letters, chunk,\n",
+                "        limit = min(chunk, budget - moved)\n",
+                "        limit = chunk\n",
             ),
         ),
     ),

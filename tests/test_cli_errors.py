@@ -333,12 +333,13 @@ def test_runtime_errors_of_one_command(env: Env, plain: redis.Redis) -> None:
     assert_one_line(invoke(["result", failed, "--timeout", "0", "--queue", QUEUE], url), 1,
                     f"task {failed} failed after 3 attempt(s) and was dead-lettered: "
                     "RuntimeError: boom on purpose")
-    # A live process holds the server id: refused at once (without --wait-for-id).
+    # A live process holds the server id: refused at once with --wait-for-id 0 (a --server-id
+    # waits a lease out by default: a restart after a crash).
     holder = Server(plain, KEYS, "held", lambda p: None, settings=TEST_SETTINGS,
                     clock=ManualClock(time.time()))
     holder.claim()
-    assert_one_line(invoke(["worker", "json:dumps", "--queue", QUEUE, "--server-id", "held"],
-                           url), 1, "held")
+    assert_one_line(invoke(["worker", "json:dumps", "--queue", QUEUE, "--server-id", "held",
+                            "--wait-for-id", "0"], url), 1, "held")
     # A result key of the wrong type is named.
     plain.lpush(KEYS.result("odd"), "x")
     assert_one_line(invoke(["result", "odd", "--timeout", "0", "--queue", QUEUE], url), 1,

@@ -674,7 +674,33 @@ def test_signal_handler_stops_taking_and_says_so(
         signal.signal(signal.SIGINT, before[1])
     assert server.stop_event.is_set()
     assert server_messages(caplog, logging.INFO) == [
-        f"signal {int(signum)}: stop taking, finish current tasks"]
+        f"signal {int(signum)}: stop taking, finish current tasks within 30s (a second signal "
+        "exits at once)"]
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_a_second_signal_exits_at_once(
+    fake: redis.Redis, keys: QueueKeys, caplog: pytest.LogCaptureFixture, signum: int
+) -> None:
+    before = signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)
+    server = make_server(fake, keys, "s1", ManualClock())
+    exits: list[int] = []
+    server.force_exit = exits.append
+    try:
+        server._install_signal_handlers()
+        handler = signal.getsignal(signal.SIGTERM)
+        assert callable(handler)
+        with caplog.at_level(logging.INFO, logger=SERVER_LOG):
+            handler(signum, None)
+            assert exits == []  # the first one only stops taking
+            handler(signum, None)
+    finally:
+        signal.signal(signal.SIGTERM, before[0])
+        signal.signal(signal.SIGINT, before[1])
+    assert exits == [128 + int(signum)]
+    assert server_messages(caplog, logging.WARNING) == [
+        f"signal {int(signum)} again: exiting now; the tasks in flight stay in custody and are "
+        "recovered as after a crash"]
 
 
 def test_heartbeat_after_losing_the_id_raises_and_stops(fake: redis.Redis,

@@ -49,7 +49,7 @@ from .recovery import (
     sweep,
 )
 from .results import TaskHandle, get_result
-from .server import Server
+from .server import Server, default_server_id
 from .settings import Settings
 from .status import queue_status
 from .worker import Outcome, Release, Worker
@@ -96,6 +96,7 @@ __all__ = [
     "connect",
     "connect_fake",
     "dead_letter",
+    "default_server_id",
     "drain_inflight",
     "get_result",
     "list_dead_letters",

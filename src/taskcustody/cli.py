@@ -5,7 +5,7 @@ from __future__ import annotations
 import importlib
 import json
 import logging
-import socket
+import os
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -14,7 +14,7 @@ import click
 import redis
 
 from . import cluster as cluster_routing
-from . import recovery
+from . import logs, recovery
 from .cli_errors import Failure, MappedErrors, as_click, check_url
 from .clock import RedisClock
 from .connection import check_server, connect
@@ -22,7 +22,7 @@ from .errors import ReplicationTimeout, TaskCustodyError
 from .keys import QueueKeys
 from .producer import Producer
 from .recovery import ServerIdentity
-from .server import Server
+from .server import Server, default_server_id
 from .settings import Settings
 from .status import queue_status
 
@@ -91,6 +91,8 @@ def load_handler(spec: str) -> Callable[[Any], Any]:
     module_name, sep, attr = spec.partition(":")
     if not sep or not module_name or not attr:
         raise click.BadParameter(f"{spec!r} is not MODULE:FUNCTION", param_hint="HANDLER")
+    if os.getcwd() not in sys.path and "" not in sys.path:
+        sys.path.insert(0, os.getcwd())  # as `rq worker` does: the handler may live here
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
@@ -144,7 +146,9 @@ def _run(action: Callable[[], Any], client: redis.Redis | None = None,
 # `dead` and `result` live in cli_dead.py, which imports this module's options: loaded when used.
 @click.group(cls=MappedErrors, context_settings={"help_option_names": ["-h", "--help"]},
              lazy_commands={"dead": "taskcustody.cli_dead:dead",
-                            "result": "taskcustody.cli_dead:result"})
+                            "result": "taskcustody.cli_dead:result",
+                            # the verify extra's command, or a stand-in naming the extra
+                            "verify": "taskcustody.cli_verify:verify_command"})
 @click.version_option(package_name="taskcustody")
 def main() -> None:
     """A Redis task queue that never loses a task and never hands one task to two workers."""
@@ -161,9 +165,11 @@ def main() -> None:
               help="Tasks a worker thread takes in one round trip while the queue is busy "
                    "(each held in an in-flight list of its own). Raise it for short tasks; keep "
                    "1 for long ones, or the prefetched tasks wait behind a slow one.")
-@click.option("--server-id", default=None,
-              help="Exclusive server id (default: the host name). Restart with the same id to "
-                   "recover this server's in-flight tasks at once.")
+@click.option("--server-id", default=None, envvar="TASKCUSTODY_SERVER_ID",
+              help="Exclusive server id (or $TASKCUSTODY_SERVER_ID). Default: HOST-PID-XXXX, "
+                   "unique per process; a crashed process's tasks are then recovered by the "
+                   "sweep once its lease lapses. A stable id (e.g. a StatefulSet pod name) has "
+                   "a restart recover them itself at start. See README, 'Server ids'.")
 @click.option("--max-attempts", default=3, show_default=True, type=click.IntRange(min=1),
               help="Handler runs (releases) before a failing task is dead-lettered.")
 @click.option("--max-recoveries", default=3, show_default=True, type=click.IntRange(min=0),
@@ -177,9 +183,16 @@ def main() -> None:
               help="A server that has not heart-beaten for this long is judged dead.")
 @click.option("--sweep-interval", default=10.0, show_default=True,
               type=click.FloatRange(min=0.01), help="Seconds between recovery passes.")
-@click.option("--wait-for-id", default=0.0, show_default=True, type=click.FloatRange(min=0),
+@click.option("--wait-for-id", default=None, type=click.FloatRange(min=0),
               help="If a live process holds the server id, wait this long for its lease to "
-                   "lapse instead of failing at once.")
+                   "lapse instead of failing at once. Default: with --server-id, server-ttl "
+                   "plus a heartbeat (a restart after a crash waits out the dead process's "
+                   "lease, then recovers its tasks); with the default id, 0.")
+@click.option("--shutdown-grace", default=Settings.shutdown_grace, show_default=True,
+              type=click.FloatRange(min=0),
+              help="Seconds a SIGTERM/SIGINT leaves running tasks to finish. A second signal "
+                   "exits at once: the tasks in flight stay in custody and are recovered as "
+                   "after a crash.")
 @click.option("--result-ttl", default=Settings.result_ttl, show_default=True,
               type=click.IntRange(min=0),
               help="Seconds a task's result is kept after it commits, for `taskcustody result` "
@@ -190,19 +203,34 @@ def main() -> None:
 @replication_options
 @registry_grace_option
 @cluster_option
-@click.option("--verbose", "-v", is_flag=True, help="Log every recovery action.")
+@click.option("--log-level", type=click.Choice(logs.LEVELS, case_sensitive=False),
+              default="info", show_default=True,
+              help="info: the start banner, and a line per retry, dead letter, lost custody, "
+                   "poison pill and recovered task; debug adds every commit.")
+@click.option("--log-format", type=click.Choice(logs.FORMATS), default="text",
+              show_default=True, help="json: one object per line, the task id as `task_id`.")
+@click.option("--metrics-port", default=None, type=click.IntRange(1, 65535),
+              help="Serve Prometheus metrics on this port (/metrics; needs the metrics extra: "
+                   "pip install 'taskcustody[metrics]').")
+@click.option("--metrics-addr", default="0.0.0.0", show_default=True,
+              help="Address the metrics endpoint listens on.")
+@click.option("--verbose", "-v", is_flag=True, help="Same as --log-level debug.")
 def worker(handler: str, queue: str, prefix: str, redis_url: str, workers: int, prefetch: int,
            server_id: str | None, max_attempts: int, max_recoveries: int, block_timeout: float,
            heartbeat_interval: float, server_ttl: float, sweep_interval: float,
-           wait_for_id: float, result_ttl: int, track_commits: bool, allow_evicting_policy: bool,
-           min_replicas: int, replica_timeout: float, registry_grace: float,
-           cluster: bool | None, verbose: bool) -> None:
+           wait_for_id: float | None, shutdown_grace: float, result_ttl: int,
+           track_commits: bool, allow_evicting_policy: bool, min_replicas: int,
+           replica_timeout: float, registry_grace: float, cluster: bool | None,
+           metrics_port: int | None, metrics_addr: str, log_level: str, log_format: str,
+           verbose: bool) -> None:
     """Run a server with WORKERS threads executing HANDLER (MODULE:FUNCTION) on each payload.
+    The current directory is on the handler's import path.
 
-    SIGTERM or SIGINT: stop taking, finish current tasks within the grace period, deregister.
+    SIGTERM or SIGINT: stop taking, finish current tasks within --shutdown-grace, deregister.
+    A second one exits at once (its tasks are recovered as after a crash).
     """
-    logging.basicConfig(level=logging.INFO if verbose else logging.WARNING,
-                        format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    logs.configure_while(click.get_current_context(), "debug" if verbose else log_level,
+                         log_format)
     fn = load_handler(handler)
     settings = _settings(max_attempts=max_attempts, max_recoveries=max_recoveries,
                          block_timeout=block_timeout,
@@ -210,13 +238,36 @@ def worker(handler: str, queue: str, prefix: str, redis_url: str, workers: int, 
                          sweep_interval=sweep_interval, track_commits=track_commits,
                          prefetch=prefetch, allow_evicting_policy=allow_evicting_policy,
                          min_replicas=min_replicas, replica_timeout=replica_timeout,
-                         registry_grace=registry_grace, result_ttl=result_ttl)
+                         registry_grace=registry_grace, result_ttl=result_ttl,
+                         shutdown_grace=shutdown_grace)
     client = _client(redis_url, settings, cluster)
-    sid = server_id or socket.gethostname().replace(":", "-")
+    if wait_for_id is None:
+        # A stable id may be a restart's after a crash: wait the dead lease out (the startup
+        # drain then recovers its tasks). The default id is new each time: nobody holds it.
+        wait_for_id = server_ttl + heartbeat_interval if server_id else 0.0
+    sid = server_id or default_server_id()
     keys = _keys(queue, prefix)
     srv = Server(client, keys, sid, fn, workers=workers, settings=settings,
                  clock=RedisClock(client, key=keys.queue))
+    if metrics_port is not None:
+        _serve_metrics(client, keys, srv, metrics_port, metrics_addr)
     _run(lambda: srv.run(install_signals=True, wait_for_id=wait_for_id), client, keys)
+
+
+def _serve_metrics(client: redis.Redis, keys: QueueKeys, srv: Server, port: int,
+                   addr: str) -> None:
+    from .metrics import EXTRA_MESSAGE, Metrics
+
+    try:
+        import prometheus_client  # noqa: F401
+    except ImportError as exc:
+        raise _Failure(EXTRA_MESSAGE) from exc
+    try:
+        Metrics(client, keys, srv).serve(port, addr)
+    except OSError as exc:
+        raise _Failure(f"cannot serve metrics on {addr}:{port}: {exc}") from exc
+    logging.getLogger("taskcustody.metrics").info(
+        "metrics on http://%s:%d/metrics", addr, port)
 
 
 @main.command()
@@ -338,11 +389,6 @@ def _mount_optional() -> None:
     except ImportError:  # pragma: no cover - the model ships with the package
         return
     main.add_command(model_check, name="model-check")
-    try:
-        from .verify.cli import verify_command
-    except ImportError:  # pragma: no cover - hypothesis and fakeredis are optional extras
-        return
-    main.add_command(verify_command, name="verify")
 
 
 _mount_optional()

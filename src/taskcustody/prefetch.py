@@ -24,7 +24,15 @@ import redis
 
 from . import cluster, envelope, replication, scripts
 from .errors import MalformedTask
-from .worker import REDIRECT_ATTEMPTS, Outcome, Release, Worker, run_until_stopped
+from .worker import (
+    NOT_REACHED,
+    REDIRECT_ATTEMPTS,
+    Outcome,
+    Release,
+    Worker,
+    log_release,
+    run_until_stopped,
+)
 
 _TAKE = ("EVALSHA", hashlib.sha1(scripts.TAKE_AND_RECORD.encode()).hexdigest(), 4)
 _RELEASE = ("EVALSHA", hashlib.sha1(scripts.RELEASE.encode()).hexdigest())
@@ -41,6 +49,7 @@ class Batch:
     def __init__(self) -> None:
         self.raws: list[tuple[Worker, bytes, str]] = []  # (slot, raw task, id recorded)
         self.verdicts: list[tuple[str, str | bytes]] = []  # per handled task: (action, data)
+        self.errors: list[str] = []  # per handled task: the handler's error ("" if none)
 
 
 class PrefetchingWorker:
@@ -116,13 +125,16 @@ class PrefetchingWorker:
                     task = envelope.decode(raw)
                 except MalformedTask as exc:
                     batch.verdicts.append(("dead", slot._dead_letter(raw, exc.reason, None)))
+                    batch.errors.append(exc.reason)
                     continue
                 try:
                     outcome = slot.execute(task)
                 except BaseException:
                     batch.verdicts.append(slot.verdict(task, _NOT_RUN))
+                    batch.errors.append(_NOT_RUN.error)
                     raise
                 batch.verdicts.append(slot.verdict(task, outcome))
+                batch.errors.append(outcome.error)
         finally:
             releases = self.release_all(batch)
         return releases
@@ -130,9 +142,12 @@ class PrefetchingWorker:
     def release_all(self, batch: Batch) -> list[Release]:
         """One release per task of the batch, in one round trip."""
         plans = []
+        logged: list[tuple[str, str | bytes, str]] = []  # per plan: (task id, data, error)
         for i, (slot, raw, recorded_id) in enumerate(batch.raws):
             action, data = batch.verdicts[i] if i < len(batch.verdicts) else ("retry", raw)
             plans.append((slot, action, slot.release_args(raw, recorded_id, action, data)))
+            logged.append((recorded_id, data, batch.errors[i] if i < len(batch.errors)
+                           else NOT_REACHED))
         replies, error = self._pipeline(
             [(*_RELEASE, *args) for _, _, args in plans], scripts.RELEASE, replication.RELEASE
         )
@@ -146,6 +161,9 @@ class PrefetchingWorker:
                 error = error or reply
             else:
                 releases.append(slot.released(reply, action))
+                task_id, data, failure = logged[k]
+                log_release(slot.list_key, task_id, releases[-1], data, failure,
+                            slot.settings.max_attempts)
         for slot, _, _ in plans[len(replies):]:
             # The release may have run: we cannot know whether we committed. It is idempotent,
             # so the slot reconciles later.

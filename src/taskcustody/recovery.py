@@ -9,13 +9,14 @@ costs a round trip per hundred lists, not one per list.
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import redis
 
-from . import scripts
+from . import events, scripts
 from .keys import ListOwner, QueueKeys
 
 #: Lists per round trip when a pass reads lengths or collects garbage.
@@ -46,7 +47,28 @@ def _log_poison_pills(reply: list[object], list_key: str) -> None:
         task_id, recoveries, holders = (_text(x) if isinstance(x, (bytes, str)) else x
                                         for x in reply[i : i + 3])
         log.error("poison pill: task %s dead-lettered from %s: recovered %s times from holders "
-                  "that died (%s)", task_id, list_key, recoveries, holders)
+                  "that died (%s)", task_id, list_key, recoveries, holders,
+                  extra={"task_id": task_id, "action": "poison-pill"})
+
+
+def _task_id(raw: object) -> str:
+    try:
+        task_id = json.loads(raw)["id"]  # type: ignore[arg-type]
+    except (ValueError, TypeError, KeyError):
+        return "?"
+    return str(task_id)
+
+
+def _log_requeued(reply: list[object], peek: list[bytes | str], step: int, list_key: str,
+                  how: str) -> None:
+    """One line per task a drain chunk requeued (the last `step` of `peek`, taken from the
+    right), poison pills left out (they have a line of their own)."""
+    dead = {_text(x) for x in reply[1::3] if isinstance(x, (bytes, str))}
+    for raw in reversed(peek[len(peek) - step:] if step <= len(peek) else peek):
+        task_id = _task_id(raw)
+        if task_id not in dead:
+            log.info("recovery (%s): task %s requeued from %s", how, task_id, list_key,
+                     extra={"task_id": task_id, "action": "recovered"})
 
 
 @dataclass(frozen=True)
@@ -110,10 +132,15 @@ def drain_inflight(
     owner = keys.owner_of(list_key)
     budget = int(client.llen(list_key)) if length is None else length
     moved = 0
+    logging_tasks = log.isEnabledFor(logging.INFO)
     while moved < budget:
+        limit = min(chunk, budget - moved)
+        # For the log only (when INFO is on): the ids at the list's drain end, read just before
+        # the chunk moves them (exact unless a stalled owner releases one in between).
+        peek = client.lrange(list_key, -limit, -1) if logging_tasks else []
         reply = client.eval(
             scripts.DRAIN_CHUNK, 7, list_key, keys.queue, keys.processing, keys.servers,
-            keys.incarnations, keys.recoveries, keys.dead_letters, min(chunk, budget - moved),
+            keys.incarnations, keys.recoveries, keys.dead_letters, limit,
             owner.server_id, owner.incarnation, "force" if force else "dead-only",
             *recovering.argv(),
         )
@@ -121,6 +148,12 @@ def drain_inflight(
         if step <= 0:
             break
         _log_poison_pills(reply, list_key)
+        if events.listeners:
+            pills = (len(reply) - 1) // 3
+            events.emit("recovered", list_key=list_key, count=step - pills)
+            events.emit("poison-pill", list_key=list_key, count=pills)
+        if logging_tasks:
+            _log_requeued(reply, peek, step, list_key, "startup drain" if force else "sweep")
         moved += step
         if between_drain_chunks is not None:
             between_drain_chunks(list_key)
@@ -320,8 +353,16 @@ def requeue_stuck_processing_tasks(
             )
         )
         requeued += result == 1
+        if events.listeners and result in (1, 3):
+            events.emit("recovered" if result == 1 else "poison-pill", list_key=list_key,
+                        count=1)
+        if result == 1:
+            log.info("recovery (sweep): task %s requeued from %s (stuck processing record)",
+                     _text(task_id), list_key,
+                     extra={"task_id": _text(task_id), "action": "recovered"})
         stale += result == 2
         if result == 3:
             log.error("poison pill: task %s dead-lettered from %s: recovered once too often "
-                      "from holders that died", _text(task_id), list_key)
+                      "from holders that died", _text(task_id), list_key,
+                      extra={"task_id": _text(task_id), "action": "poison-pill"})
     return requeued, stale

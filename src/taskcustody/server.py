@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import logging
+import os
+import re
 import secrets
 import signal
+import socket
 import threading
+from collections.abc import Callable
 from types import FrameType
 
 import redis
@@ -16,6 +20,7 @@ from .cluster import redirect_kind
 from .connection import check_server
 from .errors import RedisOutOfMemory, ServerIdHeld, Superseded
 from .keys import ListOwner, QueueKeys, check_name
+from .logs import client_url
 from .oom import OomSpell, is_oom
 from .prefetch import PrefetchingWorker
 from .recovery import RecoveryReport, ServerIdentity
@@ -24,6 +29,20 @@ from .sweep_lease import SweepLease, holder_name
 from .worker import Handler, Worker
 
 log = logging.getLogger("taskcustody.server")
+
+
+def default_server_id(host: str | None = None, pid: int | None = None) -> str:
+    """The default server id: `<host>-<pid>-<4 random hex digits>`, unique per process.
+
+    The host and pid say where the process runs (for `status` and the logs); the random suffix
+    keeps the id unique where they do not (containers sharing a host name all run as pid 1).
+    A restart is a new id: the dead process's in-flight lists are drained by the first sweep of
+    any live server (the restarted one included) once the dead one's lease lapses. A stable id
+    (`--server-id`) has the restart drain its own debris at start instead (README,
+    "Server ids")."""
+    name = host if host is not None else socket.gethostname()
+    name = re.sub(r"[^A-Za-z0-9_.-]", "-", name).strip(".-")[:48] or "host"
+    return f"{name}-{os.getpid() if pid is None else pid}-{secrets.token_hex(2)}"
 
 
 def new_incarnation() -> int:
@@ -54,8 +73,13 @@ class Server:
         self.settings = settings or Settings()
         self.clock = clock or RedisClock(client, key=keys.queue)
         self.incarnation: int | None = None
+        # The injected clock's time of our last registration that Redis accepted (claim or
+        # heartbeat); None before the first (metrics.py reports its age).
+        self.last_heartbeat: float | None = None
         self.stop_event = threading.Event()
         self.superseded = False
+        # What a second SIGINT/SIGTERM calls (with install_signals): exit without cleanup.
+        self.force_exit: Callable[[int], object] = os._exit
         # Redis out of memory during start and in the heartbeat loop: back-off and throttled log.
         self.oom = OomSpell(log, f"server {self.server_id}", self.clock,
                             self.settings.oom_log_interval)
@@ -87,6 +111,7 @@ class Server:
             )
         self.incarnation = int(incarnation)
         self.superseded = False
+        self.last_heartbeat = now
         return self.incarnation
 
     def heartbeat(self) -> None:
@@ -106,6 +131,7 @@ class Server:
                 f"server id {self.server_id!r} was claimed by a newer process while this one "
                 "stalled; stopping"
             )
+        self.last_heartbeat = now
 
     def deregister(self) -> None:
         if self.incarnation is not None:
@@ -215,8 +241,8 @@ class Server:
 
     def start(self, wait_for_id: float = 0.0) -> list[Worker | PrefetchingWorker]:
         """Check the server, claim the id, drain our debris, register our lists."""
-        check_server(self.client, self.keys,
-                     allow_evicting_policy=self.settings.allow_evicting_policy)
+        version = check_server(self.client, self.keys,
+                               allow_evicting_policy=self.settings.allow_evicting_policy)
         migrated = recovery.migrate_legacy_registry(self.client, self.keys, self.clock.now())
         if migrated:
             log.info("moved %d in-flight list(s) from the version 0.1 registry", migrated)
@@ -244,7 +270,20 @@ class Server:
                 except redis.ResponseError as exc:
                     self._wait_out_oom(exc, "registering the in-flight lists")
         self.oom.recovered()
+        self._banner(version)
         return workers
+
+    def _banner(self, version: str) -> None:
+        """The start banner: what this process serves, as whom, and where (no password)."""
+        fields = {
+            "queue": self.keys.queue_name, "server_id": self.server_id,
+            "incarnation": self.incarnation, "workers": self.worker_count,
+            "prefetch": self.settings.prefetch, "redis_version": version,
+            "redis_url": client_url(self.client),
+            "shutdown_grace": self.settings.shutdown_grace,
+        }
+        log.info("started: queue %s, server id %s, incarnation %s, %d worker(s), prefetch %d, "
+                 "Redis %s at %s, shutdown grace %gs", *fields.values(), extra=fields)
 
     def run(self, until_idle: bool = False, install_signals: bool = False,
             wait_for_id: float = 0.0) -> None:
@@ -279,7 +318,17 @@ class Server:
 
     def _install_signal_handlers(self) -> None:
         def handle(signum: int, frame: FrameType | None) -> None:
-            log.info("signal %d: stop taking, finish current tasks", signum)
+            if self.stop_event.is_set():
+                # A second signal: exit at once, as a crash would. The tasks being run stay in
+                # custody (in our in-flight lists) and are recovered once our lease lapses.
+                log.warning("signal %d again: exiting now; the tasks in flight stay in custody "
+                            "and are recovered as after a crash", signum)
+                for handler in logging.getLogger().handlers:
+                    handler.flush()
+                self.force_exit(128 + signum)
+                return
+            log.info("signal %d: stop taking, finish current tasks within %gs (a second signal "
+                     "exits at once)", signum, self.settings.shutdown_grace)
             self.stop_event.set()
 
         signal.signal(signal.SIGTERM, handle)

@@ -20,7 +20,7 @@ from typing import Any, Protocol
 
 import redis
 
-from . import cluster, envelope, replication, scripts
+from . import cluster, envelope, events, replication, scripts
 from .clock import Clock
 from .connection import is_fakeredis
 from .envelope import Task
@@ -70,6 +70,41 @@ def _result_json(result: Any) -> str:
 
 _RELEASE_SHA = hashlib.sha1(scripts.RELEASE.encode()).hexdigest()
 _RECORD_SHA = hashlib.sha1(scripts.RECORD.encode()).hexdigest()
+
+
+#: The error of a prefetched task that its batch never reached (requeued unchanged).
+NOT_REACHED = "not run: the worker stopped before it reached this task"
+
+
+def log_release(list_key: str, task_id: str, done: Release, data: str | bytes, error: str,
+                max_attempts: int) -> None:
+    """One log line per release: a retry and a lost custody (warning), a dead letter (error), a
+    commit (debug), each with the task's id (also as the `task_id` field of a JSON line)."""
+    if events.listeners:
+        events.emit("released", list_key=list_key, task_id=task_id, action=done.action)
+    extra = {"task_id": task_id, "action": done.action}
+    if done.action == "committed":
+        log.debug("task %s committed by %s", task_id, list_key, extra=extra)
+    elif done.action == "retried":
+        try:
+            attempts = int(json.loads(data)["attempts"])
+        except (ValueError, KeyError, TypeError):
+            attempts = 0
+        if error == NOT_REACHED:
+            log.info("task %s requeued as it was: %s", task_id, error, extra=extra)
+        else:
+            log.warning("task %s failed (attempt %d of %d), requeued for a retry: %s", task_id,
+                        attempts, max_attempts, error or "worker interrupted", extra=extra)
+    elif done.action == "dead-lettered":
+        if not error:
+            try:
+                error = str(json.loads(data)["error"])
+            except (ValueError, KeyError, TypeError):
+                error = "?"
+        log.error("task %s dead-lettered: %s", task_id, error, extra=extra)
+    else:
+        log.warning("task %s: lost custody in %s (judged dead meanwhile: recovery took it "
+                    "back): this run's result is not committed", task_id, list_key, extra=extra)
 
 
 class Worker:
@@ -210,15 +245,23 @@ class Worker:
             self._call("PING")
 
     def execute(self, task: Task) -> Outcome:
+        started = time.perf_counter()
         try:
             return Outcome(True, self.handler(task.payload))
         except Exception as exc:  # the handler's failure is data, not our crash
             text = "".join(traceback.format_exception_only(exc)).strip()
             return Outcome(False, error=text)
+        finally:
+            if events.listeners:
+                events.emit("handled", list_key=self.list_key,
+                            seconds=time.perf_counter() - started)
 
     def release(self, task: Task, outcome: Outcome) -> Release:
         """Give up custody, and commit, retry or dead-letter -- only if we still held it."""
-        return self._release_raw(task.raw, task.id, *self.verdict(task, outcome))
+        action, data = self.verdict(task, outcome)
+        done = self._release_raw(task.raw, task.id, action, data)
+        log_release(self.list_key, task.id, done, data, outcome.error, self.settings.max_attempts)
+        return done
 
     def verdict(self, task: Task, outcome: Outcome) -> tuple[str, str]:
         """What the release does with a task the handler ran: (action, data) for RELEASE."""

@@ -121,11 +121,12 @@ def _deployment_failed(message: str) -> None:
 @click.option("--prefetch", is_flag=True,
               help="Also drive the prefetching worker (Settings.prefetch > 1): a process's "
                    "workers take, and release, in one pipeline, with a reply lost at any slot.")
-@click.option("--queue", default=None, metavar="NAME",
+@click.option("--queue", "-q", default=None, metavar="NAME",
               help="With --redis-url: the queue name (hash tag) of the run's keys, instead of "
                    "verify-<pid>. On a Redis Cluster it picks the slot, so the master, the run "
                    "happens on.")
-@click.option("--quiet", "-q", is_flag=True, help="No progress on stderr.")
+@click.option("--quiet", is_flag=True,
+              help="No progress on stderr. (No short form: -q is --queue in every command.)")
 def verify_command(examples: int | None, steps: int, seed: int | None, variant: str,
                    redis_url: str | None, report_file: Path | None, model_check: bool,
                    stateful: bool, shrink_seconds: float, prefetch: bool, queue: str | None,

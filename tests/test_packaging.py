@@ -1,0 +1,69 @@
+"""Packaging (issue 16, part 8): the core install is the library and the CLI; `verify` needs the
+`verify` extra and says so when it is missing; the development tools are the `dev` extra."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def run_cli_without(blocked: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """`taskcustody ARGS` in a fresh interpreter where importing `blocked` fails, as if the
+    extra that brings it were not installed."""
+    code = (f"import sys; sys.modules[{blocked!r}] = None\n"
+            "from taskcustody.cli import main\n"
+            f"main({list(args)!r}, prog_name='taskcustody')\n")
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120, cwd=ROOT)
+
+
+@pytest.mark.parametrize("blocked", ["hypothesis", "fakeredis", "lupa"])
+def test_verify_without_its_extra_names_the_extra_in_one_line(blocked: str) -> None:
+    result = run_cli_without(blocked, "verify", "--examples", "1")
+    assert result.returncode == 1, result.stderr
+    assert result.stderr == (
+        f"Error: taskcustody verify needs the verify extra ({blocked} is not installed): "
+        "pip install 'taskcustody[verify]'\n")
+
+
+def test_the_other_commands_work_without_the_verify_extra() -> None:
+    listing = run_cli_without("hypothesis", "--help")
+    assert listing.returncode == 0, listing.stderr
+    assert "verify" in listing.stdout and "taskcustody[verify]" in listing.stdout
+    assert "worker" in listing.stdout and "enqueue" in listing.stdout
+    usage = run_cli_without("hypothesis", "enqueue", "--queue", "q", "NaN")
+    assert usage.returncode == 2 and "not JSON" in usage.stderr
+
+
+def test_the_library_imports_without_the_verify_extra() -> None:
+    code = ("import sys\n"
+            "for name in ('hypothesis', 'fakeredis', 'lupa'): sys.modules[name] = None\n"
+            "import taskcustody, taskcustody.cli\n"
+            "from taskcustody import Producer, Server, connect, get_result\n")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            timeout=120, cwd=ROOT)
+    assert result.returncode == 0, result.stderr
+
+
+def test_the_extras_split_runtime_tests_and_development_tools() -> None:
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    core = " ".join(project["dependencies"])
+    extras = project["optional-dependencies"]
+    for tool in ("hypothesis", "fakeredis", "lupa", "prometheus", "pytest", "mypy", "ruff",
+                 "mutmut"):
+        assert tool not in core
+    assert {d.split(">")[0] for d in extras["verify"]} == {"fakeredis", "lupa", "hypothesis"}
+    assert extras["test"] == ["taskcustody[verify,metrics]", "pytest>=8"]
+    assert extras["metrics"] == ["prometheus-client>=0.17"]
+    assert {d.split(">")[0] for d in extras["dev"]} == {"taskcustody[test]", "mypy", "ruff",
+                                                        "mutmut"}
+    # CI installs what it runs: the static checks and the mutation gate need the dev extra.
+    # (The mutation gate's copy of the tree has no .ci/.)
+    ci = ROOT / ".ci" / "run"
+    assert not ci.exists() or "pip install -q -e '.[dev]'" in ci.read_text()
