@@ -259,6 +259,24 @@ MUTANTS: tuple[NamedMutant, ...] = (
             ),
         ),
     ),
+    NamedMutant(
+        "suspects-requeued-to-queue",
+        "suspects run alone: recovery pushes a counted task back to the queue's take end (the "
+        "design before suspects), beside the tasks that died with it, so the next process takes "
+        "them together again and an innocent task is dead-lettered with a poison pill",
+        (
+            Edit(
+                SCRIPTS,
+                "    redis.call('LMOVE', KEYS[1], KEYS[8], 'RIGHT', 'LEFT')\n",
+                "    redis.call('LMOVE', KEYS[1], KEYS[2], 'RIGHT', 'RIGHT')\n",
+            ),
+            Edit(
+                SCRIPTS,
+                "      redis.call('LPUSH', KEYS[8], raw)\n",
+                "      redis.call('RPUSH', KEYS[2], raw)\n",
+            ),
+        ),
+    ),
 )
 
 
