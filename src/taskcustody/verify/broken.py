@@ -32,8 +32,8 @@ class BlpopTakeWorker(Worker):
     """1. The old design: BRPOP takes the task out of Redis into the worker's hands and the
     processing record is written afterwards. A lost reply destroys the task."""
 
-    def take(self, timeout: float | None = None) -> Task | None:
-        block = self.settings.block_timeout if timeout is None else timeout
+    def _take_from_queue(self, block: float) -> Task | None:
+        # (the take from the queue, whichever way it is called: `take`, `take_from_queue`)
         try:
             reply = self._call("BRPOP", self.keys.queue, block)
         except (redis.ConnectionError, redis.TimeoutError):
