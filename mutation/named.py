@@ -110,10 +110,10 @@ MUTANTS: tuple[NamedMutant, ...] = (
         (
             Edit(
                 SERVER,
-                "                                         include_self=True, "
-                "chunk=self.settings.drain_chunk)\n",
-                "                                         include_self=False, "
-                "chunk=self.settings.drain_chunk)\n",
+                "                                            include_self=True, "
+                "chunk=self.settings.drain_chunk,\n",
+                "                                            include_self=False, "
+                "chunk=self.settings.drain_chunk,\n",
             ),
         ),
     ),
@@ -155,9 +155,8 @@ MUTANTS: tuple[NamedMutant, ...] = (
             ),
             Edit(
                 RECOVERY,
-                "                keys.incarnations, min(chunk, budget - moved), "
-                "owner.server_id,\n",
-                "                keys.incarnations, chunk, owner.server_id,\n",
+                "            min(chunk, budget - moved),\n",
+                "            chunk,\n",
             ),
         ),
     ),
@@ -176,10 +175,10 @@ MUTANTS: tuple[NamedMutant, ...] = (
             Edit(
                 RECOVERY,
                 "    report.requeued_stuck, report.stale_records = "
-                "requeue_stuck_processing_tasks(client, keys, me)\n",
+                "requeue_stuck_processing_tasks(\n",
                 "    report.pruned = prune_inactive_servers(client, keys, now)\n"
                 "    report.requeued_stuck, report.stale_records = "
-                "requeue_stuck_processing_tasks(client, keys, me)\n",
+                "requeue_stuck_processing_tasks(\n",
             ),
         ),
     ),
