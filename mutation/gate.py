@@ -247,12 +247,19 @@ def independent_of_core(snapshot: Path, folders: Sequence[str]) -> bool:
 
 def named_gate(snapshot: Path, workdir: Path, jobs: int, test_timeout: float,
                suite_timeout: float, pytest_args: Sequence[str], verbose: bool,
-               all_killers: bool = False, with_model_tests: bool = False) -> bool:
+               all_killers: bool = False, with_model_tests: bool = False,
+               only: Sequence[str] = ()) -> bool:
     """`snapshot`: one copy of the tree taken at the start, so that every run (the unmutated one
-    and each mutant's) sees the same code and tests while people keep editing the tree."""
+    and each mutant's) sees the same code and tests while people keep editing the tree. `only`:
+    the names of the mutants to run (default: all)."""
+    unknown = sorted(set(only) - {m.name for m in MUTANTS})
+    if unknown:
+        print(f"named mutants: FAIL: no mutant named {', '.join(unknown)}")
+        return False
+    mutants = [m for m in MUTANTS if not only or m.name in only]
     print("== named mutants: checking anchors", flush=True)
     stale = []
-    for m in MUTANTS:
+    for m in mutants:
         try:
             apply_edits(m, lambda p: (snapshot / p).read_text(encoding="utf-8"))
         except Stale as exc:
@@ -291,12 +298,12 @@ def named_gate(snapshot: Path, workdir: Path, jobs: int, test_timeout: float,
               if 5 * seconds > test_timeout}
     (workdir / LIMITS).write_text(json.dumps(limits, indent=1), encoding="utf-8")
 
-    print(f"== named mutants: {len(MUTANTS)} mutants, {jobs} at a time", flush=True)
+    print(f"== named mutants: {len(mutants)} mutants, {jobs} at a time", flush=True)
     with ThreadPoolExecutor(max_workers=jobs) as pool:
         results = list(pool.map(
             lambda m: run_named(snapshot, workdir, m, test_timeout, suite_timeout, pytest_args,
                                 all_killers),
-            MUTANTS))
+            mutants))
     print_named_table(results, verbose)
     ok = all(r.ok for r in results)
     print(f"named mutants: {'PASS' if ok else 'FAIL'} "
@@ -375,6 +382,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                         "with its mutants/) instead of running mutmut: for reviewing survivors")
     parser.add_argument("--pytest-arg", action="append", default=[],
                         help="extra argument for the named mutants' pytest runs")
+    parser.add_argument("--only", action="append", default=[], metavar="NAME",
+                        help="run only this named mutant (repeatable; with --named-only)")
     args = parser.parse_args(argv)
 
     started = time.monotonic()
@@ -387,7 +396,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not args.mutmut_only:
             ok = named_gate(snapshot, workdir / "named", args.jobs, args.test_timeout,
                             args.suite_timeout, args.pytest_arg, args.verbose,
-                            args.all_killers, args.with_model_tests) and ok
+                            args.all_killers, args.with_model_tests, args.only) and ok
         if not args.named_only:
             from mutation.mutmut_gate import mutmut_gate
 

@@ -110,9 +110,9 @@ MUTANTS: tuple[NamedMutant, ...] = (
         (
             Edit(
                 SERVER,
-                "                                         include_self=True, "
+                "                                            include_self=True, "
                 "chunk=self.settings.drain_chunk,\n",
-                "                                         include_self=False, "
+                "                                            include_self=False, "
                 "chunk=self.settings.drain_chunk,\n",
             ),
         ),
@@ -255,6 +255,24 @@ MUTANTS: tuple[NamedMutant, ...] = (
                 SCRIPTS,
                 "  local n = redis.call('HINCRBY', counts, id, 1)\n",
                 "  local n = 1\n",
+            ),
+        ),
+    ),
+    NamedMutant(
+        "suspects-requeued-to-queue",
+        "suspects run alone: recovery pushes a counted task back to the queue's take end (the "
+        "design before suspects), beside the tasks that died with it, so the next process takes "
+        "them together again and an innocent task is dead-lettered with a poison pill",
+        (
+            Edit(
+                SCRIPTS,
+                "    redis.call('LMOVE', KEYS[1], KEYS[8], 'RIGHT', 'LEFT')\n",
+                "    redis.call('LMOVE', KEYS[1], KEYS[2], 'RIGHT', 'RIGHT')\n",
+            ),
+            Edit(
+                SCRIPTS,
+                "      redis.call('LPUSH', KEYS[8], raw)\n",
+                "      redis.call('RPUSH', KEYS[2], raw)\n",
             ),
         ),
     ),

@@ -26,8 +26,9 @@ def ids_in(client: redis.Redis, key: str) -> list[str]:
 
 
 def all_custody(client: redis.Redis, keys: QueueKeys) -> Counter[str]:
-    """Every task id in the queue and in every registered in-flight list, with multiplicity."""
-    seen: Counter[str] = Counter(ids_in(client, keys.queue))
+    """Every task id in the queue, the suspects list and every registered in-flight list, with
+    multiplicity."""
+    seen: Counter[str] = Counter(ids_in(client, keys.queue) + ids_in(client, keys.suspects))
     for list_key in client.zrange(keys.inflight_registry, 0, -1):
         seen.update(ids_in(client, list_key.decode()))
     return seen

@@ -98,14 +98,15 @@ def test_startup_drain_requeues_own_debris(backend: Backend, keys: QueueKeys) ->
     second.claim()
     drained = second.startup_drain()
     assert drained == {w0.list_key: 1, w1.list_key: 1}
-    assert sorted(ids_in(client, keys.queue)) == sorted([t0.id, t1.id])
+    # recovered, so counted (max_recoveries is on by default): suspects, each to run alone
+    assert sorted(ids_in(client, keys.suspects)) == sorted([t0.id, t1.id])
     assert client.llen(w0.list_key) == 0 and client.llen(w1.list_key) == 0
     assert client.hlen(keys.processing) == 0
     # The startup drain is about our own id only: the other dead server's list is the periodic
     # sweep's (after a prune), not ours to touch at startup.
     assert ids_in(client, other.list_key) == [t2.id]
     second.sweep()
-    assert sorted(ids_in(client, keys.queue)) == sorted(ids)
+    assert sorted(ids_in(client, keys.suspects)) == sorted(ids)
 
 
 def test_periodic_sweep_spares_live_lists_and_drains_expired_on_same_pass(
@@ -134,7 +135,7 @@ def test_periodic_sweep_spares_live_lists_and_drains_expired_on_same_pass(
     assert report.pruned == ["dying"]
     assert report.drained_lists == {wd.list_key: 1}
     assert ids_in(client, wa.list_key) == [ta.id]  # the live list: untouched
-    assert td.id in ids_in(client, keys.queue)
+    assert td.id in ids_in(client, keys.suspects)  # recovered: a suspect
     # A second sweep by the other server would not touch alive's list either.
     assert all_custody(client, keys)[ta.id] == 1
 

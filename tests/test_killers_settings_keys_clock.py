@@ -74,6 +74,7 @@ def test_owner_of_names_the_foreign_key(keys: QueueKeys) -> None:
 def test_all_fixed_keys_is_the_exact_type_map(keys: QueueKeys) -> None:
     assert keys.all_fixed_keys() == {
         "test:{tq}:queue": "list",
+        "test:{tq}:suspects": "list",
         "test:{tq}:inflight-registry": "zset",
         "test:{tq}:inflight-lists": "set",
         "test:{tq}:servers": "zset",
@@ -94,7 +95,7 @@ def test_all_fixed_keys_match_the_types_a_live_queue_creates(
     client = backend.client()
     clock = ManualClock()
     producer = Producer(client, keys, clock)
-    producer.enqueue_many(["ok", "fail", "later", "waiting"])
+    producer.enqueue_many(["ok", "fail", "later", "suspect", "waiting"])
 
     def handler(payload: Any) -> str:
         if payload == "fail":
@@ -111,9 +112,10 @@ def test_all_fixed_keys_match_the_types_a_live_queue_creates(
     try:
         assert worker.run_once() is True
         assert worker.run_once() is True
-        # a task whose holder dies: its restart reconciles it (a counted recovery)
+        # two tasks whose holder dies: its restart reconciles them (counted recoveries: suspects)
         assert worker.take() is not None
-        worker.reconcile()
+        assert worker.take() is not None
+        worker.reconcile()  # ... and the next take takes one of them, the other one waits
         task = worker.take()
         assert task is not None
         worker.record(task)

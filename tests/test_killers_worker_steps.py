@@ -205,8 +205,9 @@ def test_a_malformed_task_is_released_without_a_task_id(backend: Backend, keys: 
     finally:
         worker.close()
     [args] = calls
-    assert args[9:12] == (b"not json at all", "", "dead")
+    assert args[10:13] == (b"not json at all", "", "dead")
     assert args[7] == keys.result("-") and args[8] == keys.recoveries
+    assert args[9] == keys.suspects
     [letter] = dead_letters(client, keys)
     assert letter["task_id"] is None
     assert letter["at"] == 50.0
@@ -217,8 +218,8 @@ def test_release_args_name_every_key_in_script_order(keys: QueueKeys) -> None:
     worker = Worker(redis.Redis(), keys, OWNER, lambda p: None, ManualClock(), TEST_SETTINGS)
     args = worker.release_args(b"raw", "", "dead", "{}")
     assert args == (
-        8, worker.list_key, keys.processing, keys.queue, keys.dead_letters, keys.committed,
-        keys.commit_log, keys.result("-"), keys.recoveries,
+        9, worker.list_key, keys.processing, keys.queue, keys.dead_letters, keys.committed,
+        keys.commit_log, keys.result("-"), keys.recoveries, keys.suspects,
         b"raw", "", "dead", "{}", TEST_SETTINGS.result_ttl, 1,
     )
     assert worker.release_args(b"raw", "t9", "ok", "1")[7] == keys.result("t9")

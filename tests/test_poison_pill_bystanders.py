@@ -3,16 +3,18 @@
 Recovery counts every task a dead holder held, not only the one that killed it. A process that
 dies by the pill also held, often, another task: a prefetching worker holds its whole batch while
 it runs it (one in-flight list per slot, released after the whole batch), and a server with
-several workers holds a task per worker. The drain puts the dead process's tasks back side by
-side at the queue's take end, so the next takes bring them into one process together again: the
-bystander shares each of the pill's deaths, and is dead-lettered as a poison pill with it,
-although it never killed anything.
+several workers holds a task per worker. Before suspects, the drain put the dead process's tasks
+back side by side at the queue's take end, so the next takes brought them into one process
+together again: the bystander shared each of the pill's deaths, and was dead-lettered as a poison
+pill with it, although it never killed anything (issue 11; seen end to end in
+tests/test_poison_pill_e2e.py with 2 workers per process in 3 of 8 runs, and with `--prefetch 4`
+in 3 of 7).
 
-Seen end to end: tests/test_poison_pill_e2e.py run with 2 workers per process (3 of 8 runs) or
-with `--prefetch 4` (3 of 7 runs) ends with an ordinary task in the dead letters next to the
-pill, same holders, recoveries 4. These reproduce it deterministically (ManualClock: each
-restart claims the id once the dead incarnation's lease lapsed, and its startup drain recovers
-the batch).
+Now a task that recovery counts goes to the suspects list, and a process runs at most one suspect
+at a time (a prefetching worker: as a batch of one). The bystander shares the pill's first death
+only (one count), then runs without it and commits. These reproduce the old failure's setting
+deterministically (ManualClock: each restart claims the id once the dead incarnation's lease
+lapsed, and its startup drain recovers what the dead one held).
 """
 
 from __future__ import annotations
@@ -21,49 +23,62 @@ import pytest
 import redis
 
 from taskcustody import ManualClock, Producer, QueueKeys, Settings
+from taskcustody.envelope import decode
 from taskcustody.prefetch import PrefetchingWorker
 from taskcustody.worker import Worker
 from tests.conftest import TEST_SETTINGS, Backend
 from tests.helpers import commits, dead_letters, make_server
 
 SETTINGS = Settings(**{**TEST_SETTINGS.__dict__, "max_recoveries": 3})
-BUG = ("issue 11: recovery counts every task a dying process held, so a task that shares the "
-       "pill's process is dead-lettered with it")
 
 
-def die_by_the_pill(client: redis.Redis, keys: QueueKeys, clock: ManualClock, pill: str,
-                    innocent: str, settings: Settings, workers: int) -> list[str]:
-    """max_recoveries + 1 runs of the same server id, each of which takes both tasks and dies
-    in the pill without releasing anything; returns the tasks whose handler was reached."""
-    assert settings.max_recoveries is not None
+def run_until_the_pill_is_gone(client: redis.Redis, keys: QueueKeys, clock: ManualClock,
+                               pill: str, settings: Settings, workers: int
+                               ) -> tuple[list[str], list[list[str]]]:
+    """Processes of server id s1, one after the other. Each takes with all its workers, over and
+    over: a round that took the pill dies in it (no release: the handlers that ran before it in
+    a batch returned, but a batch's releases follow the whole batch); a round without it commits
+    what it took. Ends when a round takes nothing. Returns the tasks whose handler was reached,
+    and what each round took."""
     ran: list[str] = []
-    for _ in range(settings.max_recoveries + 1):
+    rounds: list[list[str]] = []
+    for _ in range(20):  # far more processes than the pill can kill
         runners = make_server(client, keys, "s1", clock, settings=settings,
                               workers=workers).start()
-        if settings.prefetch > 1:
-            (worker,) = runners
-            assert isinstance(worker, PrefetchingWorker)
-            batch, error = worker.take_all()
-            assert error is None
-            taken = [task_id for _, _, task_id in batch.raws]
-            # The batch runs in order until the pill: what ran before it returned, but the
-            # releases follow the whole batch, so none is sent.
-            ran += taken[: taken.index(pill) + 1]
-        else:
-            tasks = []
-            for worker in runners:
-                assert isinstance(worker, Worker)
-                task = worker.take(0.05)
-                assert task is not None
-                tasks.append(task.id)
-            taken = tasks
-            ran += taken  # both handlers are running when the pill kills the process
-        assert sorted(taken) == sorted([pill, innocent])
+        while True:
+            taken: list[str] = []
+            releases = []
+            for runner in runners:
+                if isinstance(runner, PrefetchingWorker):
+                    batch, error = runner.take_all()
+                    assert error is None
+                    ids = [task_id for _, _, task_id in batch.raws]
+                    releases.append(lambda runner=runner, batch=batch: runner.handle(batch))
+                else:
+                    assert isinstance(runner, Worker)
+                    task = runner.take(0.05)
+                    if task is None:
+                        continue
+                    ids = [task.id]
+
+                    def release(runner: Worker = runner, raw: bytes = task.raw) -> None:
+                        task = decode(raw)
+                        runner.record(task)
+                        runner.release(task, runner.execute(task))
+                    releases.append(release)
+                taken += ids
+                ran += ids[: ids.index(pill) + 1] if pill in ids else ids
+            rounds.append(taken)
+            if not taken:
+                return ran, rounds
+            if pill in taken:
+                break  # the process dies in the pill
+            for release in releases:
+                release()
         clock.advance(settings.server_ttl + 1)
-    return ran
+    raise AssertionError(f"the pill was never dead-lettered: {rounds}")
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason=BUG)
 @pytest.mark.parametrize(("prefetch", "workers"), [(2, 1), (1, 2)],
                          ids=["prefetched-in-the-pills-batch", "run-by-the-pills-other-worker"])
 def test_a_task_that_shares_the_pills_process_is_not_dead_lettered_with_it(
@@ -74,10 +89,45 @@ def test_a_task_that_shares_the_pills_process_is_not_dead_lettered_with_it(
     settings = Settings(**{**SETTINGS.__dict__, "prefetch": prefetch})
     pill, innocent = Producer(client, keys, clock).enqueue_many(
         [{"poison": True}, {"poison": False}])
-    ran = die_by_the_pill(client, keys, clock, pill, innocent, settings, workers)
-    runners = make_server(client, keys, "s1", clock, settings=settings, workers=workers).start()
-    assert ran.count(pill) == SETTINGS.max_recoveries + 1  # type: ignore[operator]
+    ran, rounds = run_until_the_pill_is_gone(client, keys, clock, pill, settings, workers)
+    assert SETTINGS.max_recoveries is not None
+    # The first process took both (they were enqueued together) and died in the pill ...
+    assert sorted(rounds[0]) == sorted([pill, innocent])
+    # ... and from then on each ran alone: a suspect at a time per process.
+    assert all(len(r) <= 1 for r in rounds[1:]), rounds
+    assert ran.count(pill) == SETTINGS.max_recoveries + 1
     assert [d["task_id"] for d in dead_letters(client, keys)] == [pill]
-    # The innocent task is still in custody, and commits once it runs without the pill.
-    assert runners[0].run_once(timeout=0.05)
     assert commits(client, keys) == {innocent: 1}
+    assert client.hgetall(keys.recoveries) == {}  # the commit deleted the innocent's count
+    assert client.llen(keys.suspects) == 0 and client.llen(keys.queue) == 0
+
+
+def test_a_process_takes_one_suspect_at_a_time_and_ordinary_work_beside_it(
+    backend: Backend, keys: QueueKeys
+) -> None:
+    """Two suspects and an ordinary task: the process's first worker takes a suspect, its second
+    the ordinary task (not the other suspect); once the first is released the other suspect is
+    taken."""
+    client = backend.client()
+    clock = ManualClock()
+    a, b = Producer(client, keys, clock).enqueue_many(["a", "b"])
+    dead = make_server(client, keys, "dead", clock, settings=SETTINGS, workers=2)
+    for worker in dead.start():
+        assert isinstance(worker, Worker) and worker.take(0.05) is not None
+    clock.advance(SETTINGS.server_ttl + 1)
+    (ordinary,) = Producer(client, keys, clock).enqueue_many(["c"])
+    server = make_server(client, keys, "s2", clock, settings=SETTINGS, workers=2)
+    first, second = server.start()
+    assert isinstance(first, Worker) and isinstance(second, Worker)
+    assert server.sweep().drained_lists
+    assert client.llen(keys.suspects) == 2
+    first.reconcile()
+    second.reconcile()  # what run_once does first: a new worker is dirty until it reconciles
+    one = first.take(0.05)
+    other = second.take(0.05)
+    assert one is not None and one.id in (a, b)
+    assert other is not None and other.id == ordinary
+    first.release(one, first.execute(one))  # the slot is free again
+    second.release(other, second.execute(other))
+    last = second.take(0.05)
+    assert last is not None and {one.id, last.id} == {a, b}

@@ -8,7 +8,11 @@ it. So with --max-recoveries M the pill is requeued M times and dead-lettered by
 recovery: it runs M+1 times, kills M+1 processes, and its dead letter says recoveries = M+1.
 After that the fleet runs on with no further deaths.
 
-Each process runs one worker: see WORKERS for why.
+The fleet runs with one worker per process, with two, and with one prefetching worker (a batch of
+4): with more than one task per process, a task the pill's process held dies with the pill; it
+becomes a suspect, runs alone, and commits, and only the pill is dead-lettered (before suspects, 3
+runs of 8 with 2 workers, and 3 of 7 with `--prefetch 4`, dead-lettered such a bystander with the
+pill: tests/test_poison_pill_bystanders.py).
 
 Executions are counted outside Redis (the handler appends and fsyncs a line per execution to a
 file per process before it can die), commits by --track-commits. Nothing here waits on timing:
@@ -42,10 +46,9 @@ pytestmark = [pytest.mark.slow, pytest.mark.real_redis]
 
 ROOT = Path(__file__).resolve().parent.parent
 SLOTS = 3  # server processes, each restarted with its own fixed server id
-# One worker per process, so that a process the pill kills held the pill alone. With more, the
-# task another worker held dies with the pill each time and is dead-lettered with it (3 runs of 8
-# with 2 workers): tests/test_poison_pill_bystanders.py.
-WORKERS = 1
+#: (workers per process, prefetch): the pill alone in its process, beside a second worker's task,
+#: and in a prefetched batch
+SHAPES = {"1-worker": (1, 1), "2-workers": (2, 1), "prefetch-4": (1, 4)}
 ORDINARY = 300  # before the pill is dead-lettered (the pill sits in the middle of them)
 AFTER = 50  # enqueued once the pill is dead-lettered: all must commit with no death
 MAX_RECOVERIES = 3
@@ -63,6 +66,8 @@ class Fleet:
     url: str
     log_dir: Path
     max_recoveries: int
+    workers: int = 1
+    prefetch: int = 1
     procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     deaths: list[tuple[str, int]] = field(default_factory=list)  # (slot, return code)
     starts: int = 0
@@ -73,7 +78,8 @@ class Fleet:
         with open(self.log_dir / f"server-{slot}-{self.starts}.err", "wb") as stderr:
             self.procs[slot] = subprocess.Popen(
                 [sys.executable, "-m", "taskcustody.cli", "worker", "tests.poison_handler:handle",
-                 "--queue", "poison", "--redis-url", self.url, "--workers", str(WORKERS),
+                 "--queue", "poison", "--redis-url", self.url, "--workers", str(self.workers),
+                 "--prefetch", str(self.prefetch),
                  "--server-id", slot, "--heartbeat-interval", "0.2",
                  "--server-ttl", str(SERVER_TTL), "--sweep-interval", "0.3",
                  "--block-timeout", "0.2", "--wait-for-id", str(WAIT_FOR_ID), "--track-commits",
@@ -155,9 +161,11 @@ def recoveries_logged(text: str) -> int:
     return startup + swept
 
 
+@pytest.mark.parametrize("shape", list(SHAPES))
 def test_poison_pill_is_dead_lettered_after_max_recoveries_and_the_fleet_stops_dying(
-    real_redis: RedisServerProcess, tmp_path: Path,
+    real_redis: RedisServerProcess, tmp_path: Path, shape: str,
 ) -> None:
+    workers, prefetch = SHAPES[shape]
     began = time.monotonic()
     admin = redis.Redis.from_url(real_redis.url)
     admin.flushall()
@@ -174,7 +182,7 @@ def test_poison_pill_is_dead_lettered_after_max_recoveries_and_the_fleet_stops_d
     def dead_letters() -> list[dict[str, object]]:
         return [json.loads(d) for d in admin.lrange(keys.dead_letters, 0, -1)]
 
-    fleet = Fleet(real_redis.url, tmp_path, MAX_RECOVERIES)
+    fleet = Fleet(real_redis.url, tmp_path, MAX_RECOVERIES, workers, prefetch)
     slots = [f"poison-{i}" for i in range(SLOTS)]
     try:
         for slot in slots:
@@ -207,7 +215,8 @@ def test_poison_pill_is_dead_lettered_after_max_recoveries_and_the_fleet_stops_d
     logs = server_logs(tmp_path)
     ordinary_runs = sum(n for k, n in runs.items() if k != POISON)
     print(f"\npoison-pill end-to-end: tasks={len(ids) + 1} ({len(ids)} ordinary + 1 pill), "
-          f"processes={SLOTS}x{WORKERS} workers, executions={sum(runs.values())} "
+          f"processes={SLOTS}x{workers} workers (prefetch {prefetch}), "
+          f"executions={sum(runs.values())} "
           f"(ordinary {ordinary_runs}, pill {runs[POISON]}), process deaths={len(fleet.deaths)} "
           f"{fleet.deaths}, recoveries={recoveries_logged(logs)} (of the pill "
           f"{dead_letters()[0]['recoveries'] if dead_letters() else None}), "
@@ -237,10 +246,12 @@ def test_poison_pill_is_dead_lettered_after_max_recoveries_and_the_fleet_stops_d
     assert {code for _, code in fleet.deaths} == {1, -signal.SIGKILL}  # both kinds of death
     assert len(re.findall(rf"poison pill: task {poison_id} dead-lettered", logs)) == 1
 
+    # Only the pill was dead-lettered: the tasks that died beside it ran again, alone, and
+    # committed (checked above).
     # The pill's count went with its dead letter; the commits deleted the ordinary tasks' counts.
     assert admin.hlen(keys.recoveries) == 0
     # Nothing left anywhere; the fleet shut down cleanly.
-    assert admin.llen(keys.queue) == 0
+    assert admin.llen(keys.queue) == 0 and admin.llen(keys.suspects) == 0
     assert all(admin.llen(k) == 0 for k in admin.zrange(keys.inflight_registry, 0, -1))
     assert admin.hlen(keys.processing) == 0
     assert exit_codes == [0] * SLOTS

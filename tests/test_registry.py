@@ -292,7 +292,8 @@ def test_the_reconcile_after_a_failed_registration_puts_the_task_back_in_the_que
     with pytest.raises(WrongKeyType):
         worker.take(timeout=0.05)
     assert worker.reconcile() == 1
-    assert ids_in(client, keys.queue) == [task_id] and client.llen(worker.list_key) == 0
+    # the reconcile counts what it moves: a suspect
+    assert ids_in(client, keys.suspects) == [task_id] and client.llen(worker.list_key) == 0
     assert not worker.dirty
 
 
@@ -469,7 +470,7 @@ def test_a_dead_list_holding_a_task_is_drained_not_forgotten_and_forgotten_on_a_
     first = sweeper.sweep()
     assert first.forgotten_lists == []  # not empty when the collection looked
     assert first.drained_lists == {gone: 1}
-    assert ids_in(client, keys.queue) == [task_id]
+    assert ids_in(client, keys.suspects) == [task_id]
     assert gone in registrations(client, keys)
     second = sweeper.sweep()
     assert second.forgotten_lists == [gone]
@@ -617,7 +618,7 @@ def test_a_sweep_reads_many_lengths_in_batches_and_the_registry_is_then_bounded(
     cost, report = sweep_cost(log, sweeper)
     assert report.forgotten_lists == []
     assert report.drained_lists == dict.fromkeys(busy, 1)
-    assert set(ids_in(client, keys.queue)) == ids
+    assert set(ids_in(client, keys.suspects)) == ids
     # The 250 lengths: three pipelined round trips, nothing read per list outside them.
     llen_writes = log.writes_carrying(b"LLEN")
     assert [len(w) for w in llen_writes] == [100, 100, 50]
@@ -663,7 +664,7 @@ def test_a_starting_server_moves_the_legacy_registry_into_the_sorted_set(
     # ...and a dead owner's migrated list is recovered like any other.
     report = server.sweep()
     assert report.drained_lists == {holding: 1}
-    assert ids_in(client, keys.queue) == [task_id]
+    assert ids_in(client, keys.suspects) == [task_id]
 
     # A second start finds nothing to move and changes no migrated registration.
     migrated = {k: registrations(client, keys)[k] for k in (holding, empty, both)}
@@ -704,7 +705,7 @@ def test_a_stalled_owner_whose_list_was_forgotten_registers_it_again_with_its_ne
     report = sweeper.sweep()
     assert report.forgotten_lists == []
     assert report.drained_lists == {stalled_list: 1}
-    assert ids_in(client, keys.queue) == [task_id]
+    assert ids_in(client, keys.suspects) == [task_id]
 
 
 # -- a take's own timeout ------------------------------------------------------------------------

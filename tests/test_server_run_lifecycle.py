@@ -296,7 +296,7 @@ def test_background_first_sweep_prunes_a_dead_server_and_requeues_its_tasks(
     drive_waits(server, clock, stop_after=1)
     with caplog.at_level(logging.INFO, logger=SERVER_LOG):
         server._background()
-    assert sorted(ids_in(client, keys.queue)) == sorted(ids)
+    assert sorted(ids_in(client, keys.suspects)) == sorted(ids)
     assert client.llen(worker.list_key) == 0
     assert client.zscore(keys.servers, "dead") is None
     assert server_messages(caplog, logging.INFO) == [
@@ -334,7 +334,7 @@ def test_background_logs_a_sweep_that_only_moved(
     drive_waits(server, clock, stop_after=1)
     with caplog.at_level(logging.INFO, logger=SERVER_LOG):
         server._background()
-    assert fake.llen(keys.queue) == 1 and fake.llen(worker.list_key) == 0
+    assert fake.llen(keys.suspects) == 1 and fake.llen(worker.list_key) == 0
     assert server_messages(caplog, logging.INFO) == [
         "sweep: pruned [], moved 1, requeued stuck 0"]
 

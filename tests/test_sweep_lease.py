@@ -159,7 +159,7 @@ def test_when_the_holder_dies_another_takes_the_lease_and_recovers_its_tasks(
     lapse(client, keys)
     report = other.periodic_sweep()
     assert report is not None and report.pruned == ["s0"] and report.moved == 3
-    assert sorted(ids_in(client, keys.queue)) == sorted(ids)
+    assert sorted(ids_in(client, keys.suspects)) == sorted(ids)
     assert client.llen(dead_list) == 0
     assert lease_holder(client, keys) == holder_name("s1", other.identity.incarnation)
 
@@ -175,7 +175,7 @@ def test_a_non_holder_death_is_recovered_by_the_holder(backend: Backend,
     holder.heartbeat()
     report = holder.periodic_sweep()
     assert report is not None and report.pruned == ["s1"] and report.moved == 2
-    assert sorted(ids_in(client, keys.queue)) == sorted(ids) and client.llen(dead_list) == 0
+    assert sorted(ids_in(client, keys.suspects)) == sorted(ids) and client.llen(dead_list) == 0
 
 
 def test_a_new_incarnation_of_the_holders_id_does_not_inherit_its_lease(

@@ -17,10 +17,10 @@ Violation = tuple[str, str]  # (property name, message)
 
 
 def _places(state: State, config: Config) -> list[int]:
-    """How many places hold each task: the queue and the in-flight lists (and, in the BLPOP
-    design, a worker's memory: that design has no list to hold a task in transit)."""
+    """How many places hold each task: the queue, the suspects list and the in-flight lists (and,
+    in the BLPOP design, a worker's memory: that design has no list to hold a task in transit)."""
     count = [0] * len(state.committed)
-    for t in state.queue:
+    for t in (*state.queue, *state.suspects):
         count[t] += 1
     for _, tasks in state.lists:
         for t in tasks:
@@ -112,6 +112,28 @@ def bounded_executions(state: State, config: Config) -> str | None:
     return None
 
 
+def suspects_run_alone(state: State, config: Config) -> str | None:
+    """No process (server id, incarnation) holds, across all its in-flight lists, more than one
+    task whose recovery count is >= 1.  So a task that dies again after its first recovery dies
+    as the only counted task of its process: a task that shared a poison pill's death gains one
+    count from it, never another from the same pill, and loses it when it commits."""
+    if config.bounds.max_recoveries is None:
+        return None
+    counted: dict[tuple[int, int], list[int]] = {}
+    for key, tasks in state.lists:
+        for t in tasks:
+            if state.recoveries[t] >= 1:
+                counted.setdefault(key[:2], []).append(t)
+    for (s, inc), held in counted.items():
+        if len(held) > 1:
+            return (
+                f"server {s} incarnation {inc} holds {len(held)} recovered tasks at once "
+                f"({', '.join(map(str, sorted(held)))}): a death of that process counts all "
+                "of them"
+            )
+    return None
+
+
 def registered_custody(state: State, config: Config) -> str | None:
     """Every in-flight list that holds a task is in the registry: recovery finds lists only
     there, so a task in an unregistered list is stranded once its holder dies."""
@@ -143,6 +165,7 @@ INVARIANTS: dict[str, Callable[[State, Config], str | None]] = {
     "no-double-execution": no_double_execution,
     "registered-custody": registered_custody,
     "bounded-executions": bounded_executions,
+    "suspects-run-alone": suspects_run_alone,
     "bounded-work": bounded_work,
 }
 
@@ -188,7 +211,7 @@ def is_done(state: State) -> bool:
     """Recovery has finished: every task enqueued (and not lost by Redis itself) committed
     exactly once; queue, in-flight lists and processing records empty; the server registry lists
     only live servers, and the registry of in-flight lists only live servers' lists."""
-    if state.queue or state.lists or WAITING in state.status:
+    if state.queue or state.suspects or state.lists or WAITING in state.status:
         return False
     if any(c != (1 if _ours(state, t) and not _poisoned(state, t) else 0)
            for t, c in enumerate(state.committed)):

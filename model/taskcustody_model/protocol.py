@@ -71,7 +71,7 @@ class Action(NamedTuple):
 
 
 # The protocol's own steps (worker, then server) ...
-WORKER_STEPS = ("arm", "take", "record", "release", "reconcile")
+WORKER_STEPS = ("arm", "take", "take_suspect", "record", "release", "reconcile")
 SERVER_STEPS = (
     "count_recovery",
     "claim",
@@ -224,9 +224,27 @@ def _recovered(state: State, t: int, config: Config, by: tuple[int, int]) -> Sta
         proc = state.processes[s][i]
         state = _with_process(state, s, i, proc._replace(
             pending_counts=(*proc.pending_counts, t)))
-        return state._replace(queue=(*state.queue, t))
+        return _back(state, t, config)
     state = state._replace(recoveries=_set(state.recoveries, t, n))
+    return _back(state, t, config)
+
+
+def _back(state: State, t: int, config: Config) -> State:
+    """Where a counted recovered task goes: the suspects list's far end (it runs alone, never
+    again beside the tasks it died with: ``take_suspect``), or in design 12 the queue's take end,
+    beside them."""
+    if config.variant.suspects_run_alone:
+        return state._replace(suspects=(t, *state.suspects))
     return state._replace(queue=(*state.queue, t))
+
+
+def _free_slot(state: State, s: int, i: int, w: int) -> State:
+    """Worker ``w`` is clean again (idle: it holds nothing and its list is empty): if it held
+    its process's suspect slot, the slot is free."""
+    proc = state.processes[s][i]
+    if proc.suspect == w and proc.workers[w].phase == IDLE:
+        return _with_process(state, s, i, proc._replace(suspect=-1))
+    return state
 
 
 def _settle(state: State) -> State:
@@ -270,6 +288,13 @@ def enabled_actions(state: State, config: Config) -> list[Action]:
                 for w, worker in enumerate(proc.workers):
                     ph = worker.phase
                     if ph in (IDLE, ARMED):
+                        if state.suspects and proc.phase == RUNNING and proc.suspect < 0:
+                            # The process holds no suspect: the worker's non-blocking take from
+                            # the suspects list (before its take from the queue; an armed take
+                            # times out first, within the block timeout).
+                            add(Action("take_suspect", s, i, w))
+                            if faults_left:
+                                add(Action("dropped_reply", s, i, w, "take_suspect"))
                         if state.queue and proc.phase == RUNNING:
                             add(Action("take", s, i, w))
                             if faults_left:
@@ -492,6 +517,22 @@ def apply(state: State, action: Action, config: Config) -> State:
             worker = Worker(IDLE) if lost else Worker(TAKEN, t)
         return _with_worker(state, s, i, w, worker)
 
+    if name == "take_suspect":
+        # One script (TAKE_SUSPECT): ZADD registry <now> own-list, LMOVE suspects own-list RIGHT
+        # LEFT, HSET the processing record.  The process's suspect slot is taken before it is
+        # sent and is freed only once this worker is clean again (idle, its list known empty).
+        proc = state.processes[s][i]
+        t = state.suspects[-1]
+        key = (s, proc.inc, w)
+        state = state._replace(
+            suspects=state.suspects[:-1],
+            registered=registered_with(state.registered, key),
+            lists=with_list(state.lists, key, (t, *list_of(state, key))),
+            records=_set(state.records, t, key),
+        )
+        state = _with_process(state, s, i, proc._replace(suspect=w))
+        return _with_worker(state, s, i, w, Worker(DIRTY) if lost else Worker(TAKEN, t))
+
     if name == "record":
         # One Lua step: HSET the record only if the task is still in our list.  An unconditional
         # HSET is wrong: a stalled worker whose task was drained and re-taken elsewhere would
@@ -542,7 +583,7 @@ def apply(state: State, action: Action, config: Config) -> State:
             worker = Worker(DIRTY)  # reply lost, or debris left in our list: reconcile first
         else:
             worker = Worker(IDLE)  # held or not, we are done with it; not held = no commit
-        return _settle(_with_worker(state, s, i, w, worker))
+        return _settle(_free_slot(_with_worker(state, s, i, w, worker), s, i, w))
 
     if name == "reconcile":
         # Drain the own list: we hold nothing, so whatever is there is debris (a take whose
@@ -550,7 +591,7 @@ def apply(state: State, action: Action, config: Config) -> State:
         proc = state.processes[s][i]
         key = (s, proc.inc, w)
         state = _move_to_queue(state, key, len(list_of(state, key)), config, (s, i))
-        return _with_worker(state, s, i, w, Worker(DIRTY if lost else IDLE))
+        return _free_slot(_with_worker(state, s, i, w, Worker(DIRTY if lost else IDLE)), s, i, w)
 
     if name == "crash_worker":
         return _settle(_with_worker(state, s, i, w, Worker(CRASHED)))
@@ -726,6 +767,7 @@ def apply(state: State, action: Action, config: Config) -> State:
         )
         return _settle(state._replace(
             queue=(),
+            suspects=(),
             lists=(),
             records=(None,) * len(state.records),
             registry=(None,) * len(state.registry),

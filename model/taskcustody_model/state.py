@@ -88,6 +88,9 @@ class Process(NamedTuple):
     #: only in design 11 (``counts_recoveries_apart``): tasks this process recovered whose
     #: recovery count it has not written yet (a crash in between loses the count)
     pending_counts: tuple[int, ...] = ()
+    #: the process's suspect slot: the worker that took a suspect (a task whose recovery count
+    #: is >= 1) and is not clean again yet, or -1.  At most one suspect per process at a time.
+    suspect: int = -1
 
 
 class Registration(NamedTuple):
@@ -129,6 +132,11 @@ class State(NamedTuple):
     #: per task, how many times a worker started executing it (a ghost, outside Redis: a record
     #: starts the handler); tracked only with ``Bounds.max_recoveries``
     executions: tuple[int, ...] = ()
+    #: the suspects list: tasks recovery took back from a dead holder and did not dead-letter.
+    #: A suspect is taken (``take_suspect``) only by a process that holds no other suspect, so it
+    #: never dies again beside another counted task.  Recovered tasks are pushed on the left;
+    #: the right end (index -1) is taken next (first in, first out).
+    suspects: tuple[int, ...] = ()
 
 class Bounds(NamedTuple):
     tasks: int = 3

@@ -58,6 +58,7 @@ def canonical(state: State, n_workers: int) -> State:
                 key = (s, inc, w)
                 return (
                     holder.workers[w] if holder is not None else (),
+                    holder is not None and holder.suspect == w,
                     lists.get(key, ()),
                     tuple(recs.get(key, ())),
                     key in registered,
@@ -79,7 +80,7 @@ def canonical(state: State, n_workers: int) -> State:
             workers[wm[w]] = wk
         return Process(
             inc_map[s][proc.inc], proc.stalled, proc.phase, proc.drains, tuple(workers),
-            proc.pending_counts,
+            proc.pending_counts, wm[proc.suspect] if proc.suspect >= 0 else -1,
         )
 
     # Servers: sorted by everything they own, with names inside a server already canonical.
@@ -88,7 +89,7 @@ def canonical(state: State, n_workers: int) -> State:
         return (
             () if reg is None else (inc_map[s][reg.inc], reg.deadline),
             tuple(
-                (p.inc, p.stalled, p.phase, len(p.drains), p.workers)
+                (p.inc, p.stalled, p.phase, len(p.drains), p.workers, p.suspect)
                 for p in (local_process(s, q) for q in state.processes[s])
             ),
             sorted((rekey_local(k), tasks) for k, tasks in lists.items() if k[0] == s),
@@ -126,6 +127,8 @@ def canonical(state: State, n_workers: int) -> State:
     name: dict[int, int] = {}
     for t in reversed(state.queue):
         name.setdefault(t, len(name))
+    for t in reversed(state.suspects):
+        name.setdefault(t, len(name))
     for _, tasks in lists_:
         for t in reversed(tasks):
             name.setdefault(t, len(name))
@@ -160,6 +163,7 @@ def canonical(state: State, n_workers: int) -> State:
         new_executions[name[t]] = executions[t]
     return State(
         queue=tuple(name[t] for t in state.queue),
+        suspects=tuple(name[t] for t in state.suspects),
         lists=tuple((k, tuple(name[t] for t in tasks)) for k, tasks in lists_),
         records=tuple(new_records),
         committed=tuple(committed),
@@ -221,6 +225,7 @@ def rename(
                     tuple(Drain(key(d.key), d.length, d.moved) for d in p.drains),
                     tuple(ws),
                     tuple(tasks[t] for t in p.pending_counts),
+                    wm[p.suspect] if p.suspect >= 0 else -1,
                 )
             )
         processes[servers[s]] = tuple(procs)
@@ -240,6 +245,7 @@ def rename(
             executions[tasks[t]] = state.executions[t]
     return State(
         queue=tuple(tasks[t] for t in state.queue),
+        suspects=tuple(tasks[t] for t in state.suspects),
         lists=tuple(sorted((key(k), tuple(tasks[t] for t in ts)) for k, ts in state.lists)),
         records=tuple(records),
         committed=tuple(committed),

@@ -49,7 +49,8 @@ def describe_state(state: State, indent: str = "    ") -> str:
         ", ".join(f"inflight:{k[0]}:{k[1]}:{k[2]}" for k in state.registered) or "-"
     )
     lines = [
-        f"queue (next on the right): [{queue}]   committed: {committed}",
+        f"queue (next on the right): [{queue}]   committed: {committed}"
+        + (f"   suspects: [{' '.join(map(str, state.suspects))}]" if state.suspects else ""),
         f"in-flight: {lists}",
         f"registry of in-flight lists: {registered}",
         f"processing: {records}",

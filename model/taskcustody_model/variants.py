@@ -40,6 +40,11 @@ class Variant(NamedTuple):
     #: the count is written in the recovering step.  False: the recovering step reads the count
     #: to decide, and a later step of the same process writes it, so a crash in between loses it.
     counts_in_recovering_step: bool = True
+    #: a recovered task that is not dead-lettered goes to the suspects list, and a process takes
+    #: at most one suspect at a time.  False: it goes back to the queue's take end beside the
+    #: other tasks its dead holder held, so they are taken into one process together again and an
+    #: innocent task shares (and is counted for) every death of a poison pill.
+    suspects_run_alone: bool = True
 
 
 VARIANTS: dict[str, Variant] = {
@@ -102,6 +107,12 @@ VARIANTS: dict[str, Variant] = {
             "11. recovery writes a task's recovery count in a later step than the one that "
             "moves it",
             counts_in_recovering_step=False,
+        ),
+        Variant(
+            "recovered-to-queue",
+            "12. recovery requeues a counted task on the queue, beside the tasks that died with "
+            "it, instead of running it alone as a suspect",
+            suspects_run_alone=False,
         ),
     )
 }

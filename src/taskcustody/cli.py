@@ -345,7 +345,8 @@ def status(queue: str, prefix: str, redis_url: str, as_json: bool,
         click.echo(json.dumps(snap.to_dict(), indent=2, sort_keys=True))
         return
     click.echo(f"queue {snap.queue}: {snap.depth} pending, {snap.committed} committed, "
-               f"{snap.processing} processing records, {snap.dead_letters} dead letters")
+               f"{snap.processing} processing records, {snap.dead_letters} dead letters, "
+               f"{snap.suspects} suspects")
     if not snap.servers:
         click.echo("no registered servers")
     for name, info in sorted(snap.servers.items()):

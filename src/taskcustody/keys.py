@@ -82,6 +82,13 @@ class QueueKeys:
         return f"{self.base}:recoveries"
 
     @property
+    def suspects(self) -> str:
+        """List of suspects: tasks recovery took back from a dead holder and did not dead-letter
+        (their recovery count is >= 1). A server process takes at most one at a time, so a
+        suspect never dies again beside another counted task (README, poison pills)."""
+        return f"{self.base}:suspects"
+
+    @property
     def processing(self) -> str:
         return f"{self.base}:processing"
 
@@ -122,6 +129,7 @@ class QueueKeys:
         """The keys whose types are fixed, with their expected Redis type (for checks)."""
         return {
             self.queue: "list",
+            self.suspects: "list",
             self.inflight_registry: "zset",
             self.legacy_inflight_registry: "set",
             self.servers: "zset",

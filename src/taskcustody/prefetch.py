@@ -91,9 +91,38 @@ class PrefetchingWorker:
             slot.register()
         self.lead.client.script_load(scripts.TAKE_AND_RECORD)
 
+    def take_suspect(self) -> tuple[Batch, Exception | None] | None:
+        """A suspect, as a batch of one in the lead slot, if our process holds none (see
+        `Worker.take_suspect`; suspects.py): None when there was none to take."""
+        lead, keys = self.lead, self.lead.keys
+        if not lead.suspects.maybe_waiting or not lead.suspects.acquire(lead.list_key):
+            return None
+        replies, error = self._pipeline(
+            [(*_TAKE, keys.suspects, lead.list_key, keys.processing, keys.inflight_registry,
+              lead.record_value(), repr(lead.clock.now()))],
+            scripts.TAKE_AND_RECORD, replication.TAKE)
+        if not replies:  # the reply was lost: the take may have run (reconcile frees the slot)
+            lead.dirty = True
+            return Batch(), error
+        (reply,) = replies
+        if isinstance(reply, redis.ResponseError) or not reply:
+            if not reply:
+                lead.suspects.maybe_waiting = False
+            lead.suspects.release(lead.list_key)
+            return (Batch(), reply) if isinstance(reply, redis.ResponseError) else None
+        batch = Batch()
+        raw, task_id = reply
+        batch.raws.append((lead, raw, task_id.decode()))
+        return batch, error
+
     def take_all(self) -> tuple[Batch, Exception | None]:
         """One take per slot, in one round trip. A slot whose reply was lost (and every slot
-        after it) is dirty: its task, if the take ran, is debris its reconcile requeues."""
+        after it) is dirty: its task, if the take ran, is debris its reconcile requeues. A
+        suspect comes first, alone: a batch of one (its ordinary batches come from the queue
+        only, so a suspect never shares a batch)."""
+        suspect = self.take_suspect()
+        if suspect is not None:
+            return suspect
         batch = Batch()
         keys = self.lead.keys
         now = repr(self.lead.clock.now())

@@ -127,7 +127,8 @@ def drain_inflight(
     keeps appending (a stalled worker still taking into a list judged dead), the drain still ends,
     after at most that many moves. Without `force`, each chunk re-checks inside its atomic step
     that the owner is still not live. Each move counts the task's recovery (`recovering`); a
-    poison pill goes to the dead letters instead of the queue, and is logged.
+    counted task goes to the suspects list (it runs alone from then on), a poison pill to the
+    dead letters instead, and is logged.
     """
     owner = keys.owner_of(list_key)
     budget = int(client.llen(list_key)) if length is None else length
@@ -139,8 +140,8 @@ def drain_inflight(
         # the chunk moves them (exact unless a stalled owner releases one in between).
         peek = client.lrange(list_key, -limit, -1) if logging_tasks else []
         reply = client.eval(
-            scripts.DRAIN_CHUNK, 7, list_key, keys.queue, keys.processing, keys.servers,
-            keys.incarnations, keys.recoveries, keys.dead_letters, limit,
+            scripts.DRAIN_CHUNK, 8, list_key, keys.queue, keys.processing, keys.servers,
+            keys.incarnations, keys.recoveries, keys.dead_letters, keys.suspects, limit,
             owner.server_id, owner.incarnation, "force" if force else "dead-only",
             *recovering.argv(),
         )
@@ -347,8 +348,9 @@ def requeue_stuck_processing_tasks(
             continue
         result = int(
             client.eval(
-                scripts.REQUEUE_STUCK, 7, keys.processing, keys.queue, list_key, keys.servers,
-                keys.incarnations, keys.recoveries, keys.dead_letters, _text(task_id),
+                scripts.REQUEUE_STUCK, 8, keys.processing, keys.queue, list_key, keys.servers,
+                keys.incarnations, keys.recoveries, keys.dead_letters, keys.suspects,
+                _text(task_id),
                 owner.server_id, owner.incarnation, *recovering.argv(),
             )
         )

@@ -66,9 +66,12 @@ end
 """
 
 # KEYS: own list, processing, queue, dead letters, committed, commit log, result key,
-#       recovery counts
+#       recovery counts, suspects
 # ARGV: raw task, task id, outcome (ok|retry|dead), data (result JSON | retried raw | dead letter),
 #       result ttl, track commits (1|0)
+# Returns {held, length left in the own list, length of the suspects list} (the last tells the
+# worker's process that a suspect waits, at no extra round trip). A retried task that has a
+# recovery count goes to the suspects list, not the queue: a task with a count runs alone.
 RELEASE = (
     _RECORD_OWNED_BY
     + """
@@ -87,12 +90,16 @@ if held == 1 then
     if ARGV[6] == '1' then redis.call('HINCRBY', KEYS[6], ARGV[2], 1) end
     if ARGV[4] ~= '' then redis.call('SET', KEYS[7], ARGV[4], 'EX', ARGV[5]) end
   elseif ARGV[3] == 'retry' then
-    redis.call('LPUSH', KEYS[3], ARGV[4])
+    if ARGV[2] ~= '' and redis.call('HEXISTS', KEYS[8], ARGV[2]) == 1 then
+      redis.call('LPUSH', KEYS[9], ARGV[4])
+    else
+      redis.call('LPUSH', KEYS[3], ARGV[4])
+    end
   else
     redis.call('LPUSH', KEYS[4], ARGV[4])
   end
 end
-return {held, redis.call('LLEN', KEYS[1])}
+return {held, redis.call('LLEN', KEYS[1]), redis.call('LLEN', KEYS[9])}
 """
 )
 
@@ -115,9 +122,10 @@ return 0
 # into it and its processing record is written, in one atomic step (so no stall can come between
 # them, and no guard is needed: the task is surely ours). Returns {task, id recorded ('' if
 # none)}, or false when the queue is empty. A prefetching worker sends several of these in one
-# round trip while the queue is busy. An envelope with no usable id is moved without a record;
-# the worker dead-letters it, and the id returned here (not the worker's own parse) tells its
-# release which record to delete.
+# round trip while the queue is busy. With the suspects list in place of the queue it is the
+# take of a suspect (Worker.take_suspect; FIFO: recovery pushes suspects on the left). An
+# envelope with no usable id is moved without a record; the worker dead-letters it, and the id
+# returned here (not the worker's own parse) tells its release which record to delete.
 TAKE_AND_RECORD = """
 redis.call('ZADD', KEYS[4], ARGV[2], KEYS[2])
 local raw = redis.call('LMOVE', KEYS[1], KEYS[2], 'RIGHT', 'LEFT')
@@ -130,12 +138,15 @@ end
 return {raw, ''}
 """
 
-# KEYS: in-flight list, queue, processing, servers, incarnations, recovery counts, dead letters
+# KEYS: in-flight list, queue, processing, servers, incarnations, recovery counts, dead letters,
+#       suspects
 # ARGV: max moves, server id, incarnation, mode (force | dead-only), max recoveries ('' = none),
 #       now
-# Moves at most ARGV[1] tasks back to the queue's take end, each with its processing record, and
-# only while the list's owner is not live (dead-only) -- re-checked inside the step, so a server
-# that re-registered since the caller looked is never drained. Each task's recovery is counted
+# Moves at most ARGV[1] tasks back, each with its processing record: a counted task (poison-pill
+# detection on) to the suspects list's far end (first in, first out), never back to the queue
+# beside the tasks it died with; an uncounted one to the queue's take end. Only while the list's
+# owner is not live (dead-only) -- re-checked inside the step, so a server that re-registered
+# since the caller looked is never drained. Each task's recovery is counted
 # in this same step, and a task recovered once too often is dead-lettered instead of requeued.
 # Returns {moves, then per poison pill: task id, recoveries, holders}.
 DRAIN_CHUNK = (
@@ -165,6 +176,8 @@ while out[1] < limit do
     out[#out + 1] = id
     out[#out + 1] = tonumber(ARGV[5]) + 1
     out[#out + 1] = cjson.decode(dead)['holders']
+  elseif ARGV[5] ~= '' and id then
+    redis.call('LMOVE', KEYS[1], KEYS[8], 'RIGHT', 'LEFT')
   else
     redis.call('LMOVE', KEYS[1], KEYS[2], 'RIGHT', 'RIGHT')
   end
@@ -233,13 +246,13 @@ return expired
 """
 
 # KEYS: processing, queue, in-flight list named by the record, servers, incarnations, recovery
-#       counts, dead letters
+#       counts, dead letters, suspects
 # ARGV: task id, server id, incarnation, max recoveries ('' = none), now
 # 0: left alone (no record, record changed hands, or owner live); 1: requeued out of custody;
 # 2: stale record deleted (the task was no longer in that list); 3: dead-lettered as a poison pill
 # (recovered once too often; counted in this step, like every recovery).
 # The task goes back to the queue only in the step that removes it from the holder's list: the
-# drain and this sweep can never both requeue it.
+# drain and this sweep can never both requeue it. A counted task goes to the suspects list.
 REQUEUE_STUCK = (
     _LIVE
     + _RECORD_OWNED_BY
@@ -257,7 +270,11 @@ for _, raw in ipairs(redis.call('LRANGE', KEYS[3], 0, -1)) do
       redis.call('LPUSH', KEYS[7], dead)
       return 3
     end
-    redis.call('RPUSH', KEYS[2], raw)
+    if ARGV[4] ~= '' then
+      redis.call('LPUSH', KEYS[8], raw)
+    else
+      redis.call('RPUSH', KEYS[2], raw)
+    end
     return 1
   end
 end

@@ -25,6 +25,7 @@ from .oom import OomSpell, is_oom
 from .prefetch import PrefetchingWorker
 from .recovery import RecoveryReport, ServerIdentity
 from .settings import Settings
+from .suspects import SuspectSlot
 from .sweep_lease import SweepLease, holder_name
 from .worker import Handler, Worker
 
@@ -80,6 +81,9 @@ class Server:
         self.superseded = False
         # What a second SIGINT/SIGTERM calls (with install_signals): exit without cleanup.
         self.force_exit: Callable[[int], object] = os._exit
+        # Poison pills: this process runs at most one suspect at a time, whichever worker (or
+        # prefetch slot) takes it (suspects.py).
+        self.suspect_slot = SuspectSlot()
         # Redis out of memory during start and in the heartbeat loop: back-off and throttled log.
         self.oom = OomSpell(log, f"server {self.server_id}", self.clock,
                             self.settings.oom_log_interval)
@@ -143,9 +147,12 @@ class Server:
     def startup_drain(self) -> dict[str, int]:
         """Before taking work: drain our own server id's lists (include_self=True), debris of
         earlier runs of this id. Other servers' dead lists are the periodic sweep's."""
-        return recovery.recover_inflight(self.client, self.keys, self.identity,
-                                         include_self=True, chunk=self.settings.drain_chunk,
-                                         recovering=self.recovering())
+        drained = recovery.recover_inflight(self.client, self.keys, self.identity,
+                                            include_self=True, chunk=self.settings.drain_chunk,
+                                            recovering=self.recovering())
+        if any(drained.values()):
+            self.suspect_slot.maybe_waiting = True  # what we recovered waits as suspects
+        return drained
 
     def recovering(self) -> recovery.Recovering:
         """How this server's recovery steps count poison pills (`Settings.max_recoveries`)."""
@@ -154,10 +161,13 @@ class Server:
     def sweep(self) -> RecoveryReport:
         """The periodic pass: prune, forget dead empty lists older than the grace, then drain
         lists of dead owners (include_self=False), then the processing sweep."""
-        return recovery.sweep(self.client, self.keys, self.clock.now(), self.identity,
-                              chunk=self.settings.drain_chunk,
-                              grace=self.settings.registry_grace,
-                              max_recoveries=self.settings.max_recoveries)
+        report = recovery.sweep(self.client, self.keys, self.clock.now(), self.identity,
+                                chunk=self.settings.drain_chunk,
+                                grace=self.settings.registry_grace,
+                                max_recoveries=self.settings.max_recoveries)
+        if any(report.drained_lists.values()) or report.requeued_stuck:
+            self.suspect_slot.maybe_waiting = True  # what we recovered waits as suspects
+        return report
 
     @property
     def sweep_lease(self) -> SweepLease:
@@ -194,7 +204,9 @@ class Server:
 
     def _worker_named(self, worker_id: str) -> Worker:
         owner = ListOwner(self.server_id, self.identity.incarnation, worker_id)
-        return Worker(self.client, self.keys, owner, self.handler, self.clock, self.settings)
+        worker = Worker(self.client, self.keys, owner, self.handler, self.clock, self.settings)
+        worker.suspects = self.suspect_slot
+        return worker
 
     def make_runner(self, index: int) -> Worker | PrefetchingWorker:
         """What one worker thread runs: a worker, or with `prefetch` > 1 a prefetching worker of

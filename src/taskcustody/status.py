@@ -21,6 +21,8 @@ class QueueStatus:
     processing: int = 0
     dead_letters: int = 0
     committed: int = 0
+    #: tasks recovered from a dead holder, waiting to run alone (poison-pill suspects)
+    suspects: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -40,7 +42,8 @@ def _snapshot(client: redis.Redis, keys: QueueKeys, now: float) -> QueueStatus:
     pipe.hlen(keys.processing)
     pipe.llen(keys.dead_letters)
     pipe.get(keys.committed)
-    depth, servers, incarnations, processing, dead, committed = pipe.execute()
+    pipe.llen(keys.suspects)
+    depth, servers, incarnations, processing, dead, committed, suspects = pipe.execute()
     # Live = registered with that incarnation (what live_owners reads; derived from the same
     # replies here rather than read twice).
     live = {
@@ -49,7 +52,8 @@ def _snapshot(client: redis.Redis, keys: QueueKeys, now: float) -> QueueStatus:
         if server in incarnations
     }
     status = QueueStatus(keys.queue_name, int(depth), processing=int(processing),
-                         dead_letters=int(dead), committed=int(committed or 0))
+                         dead_letters=int(dead), committed=int(committed or 0),
+                         suspects=int(suspects))
     for server, deadline in servers:
         name = _text(server)
         status.servers[name] = {

@@ -29,6 +29,7 @@ from .keys import ListOwner, QueueKeys
 from .oom import OomSpell, is_oom
 from .recovery import Recovering, drain_inflight
 from .settings import Settings
+from .suspects import SuspectSlot
 
 log = logging.getLogger("taskcustody.worker")
 
@@ -70,6 +71,7 @@ def _result_json(result: Any) -> str:
 
 _RELEASE_SHA = hashlib.sha1(scripts.RELEASE.encode()).hexdigest()
 _RECORD_SHA = hashlib.sha1(scripts.RECORD.encode()).hexdigest()
+_TAKE_SHA = hashlib.sha1(scripts.TAKE_AND_RECORD.encode()).hexdigest()
 
 
 #: The error of a prefetched task that its batch never reached (requeued unchanged).
@@ -150,6 +152,9 @@ class Worker:
         # in tests/test_fakeredis_gaps.py); BRPOPLPUSH is the same atomic RIGHT->LEFT move and
         # blocks correctly there. Real Redis always gets BLMOVE.
         self.take_command = "BRPOPLPUSH" if is_fakeredis(client) else "BLMOVE"
+        # At most one suspect per process: a Server gives all its workers one slot; a lone
+        # worker is a process of its own.
+        self.suspects = SuspectSlot()
 
     # -- the steps ---------------------------------------------------------------------------
 
@@ -158,6 +163,7 @@ class Worker:
         every take, in the same round trip: see `take`.)"""
         self.client.script_load(scripts.RECORD)
         self.client.script_load(scripts.RELEASE)
+        self.client.script_load(scripts.TAKE_AND_RECORD)
 
     def reconcile(self) -> int:
         """Drain our own list back to the queue. Only called while we hold nothing, so whatever
@@ -167,10 +173,15 @@ class Worker:
                                recovering=Recovering(self.settings.max_recoveries,
                                                      self.clock.now()))
         self.dirty = False
+        # our list is empty: the suspect we held, if any, is gone
+        self.suspects.release(self.list_key)
+        if moved and self.settings.max_recoveries is not None:
+            self.suspects.maybe_waiting = True  # what we moved is counted: a suspect now
         return moved
 
     def take(self, timeout: float | None = None) -> Task | None:
-        """Register our list, then move the next task from the queue into it (one atomic step).
+        """Take a suspect if our process holds none and one waits (`take_suspect`); else
+        register our list, then move the next task from the queue into it (one atomic step).
 
         The registration (ZADD to the registry, score = now) goes in the same write as the
         BLMOVE, so it costs no round trip; it makes sure that recovery can find every list that
@@ -178,6 +189,18 @@ class Worker:
         None when the queue stayed empty for `timeout` seconds, or when what we took was not a
         task envelope (it is dead-lettered at once)."""
         block = self.settings.block_timeout if timeout is None else self._checked_block(timeout)
+        suspect = self.take_suspect()
+        if suspect is not None:
+            return suspect
+        return self._take_from_queue(block)
+
+    def take_from_queue(self, timeout: float | None = None) -> Task | None:
+        """`take` without its first step, the take of a suspect: the blocking take from the
+        queue alone (the stateful verifier drives the two steps apart)."""
+        block = self.settings.block_timeout if timeout is None else self._checked_block(timeout)
+        return self._take_from_queue(block)
+
+    def _take_from_queue(self, block: float) -> Task | None:
         self._registration_error = None
         self._then_wait(replication.TAKE)
         try:
@@ -196,10 +219,50 @@ class Worker:
             self._raise_wrong_type(self._registration_error, self.keys.inflight_registry)
             raise self._registration_error
         if raw is None:
+            # Idle: a suspect pushed meanwhile is seen at the next take (so within the block
+            # timeout), even if no release told us.
+            self.suspects.maybe_waiting = True
             return None
         try:
             return envelope.decode(raw)
         except MalformedTask as exc:
+            log.warning("dead-lettering a malformed task: %s", exc)
+            self._release_raw(raw, "", "dead", self._dead_letter(raw, exc.reason, None))
+            return None
+
+    def take_suspect(self) -> Task | None:
+        """If our process holds no suspect, take one: register our list, move the suspects
+        list's oldest task into it and write its processing record, in one atomic step (the
+        prefetch take's script, from the suspects list). Non-blocking; None if there was none
+        (or our process already holds one). The slot stays ours until we are clean again."""
+        slot = self.suspects
+        if not slot.maybe_waiting or not slot.acquire(self.list_key):
+            return None
+        args = (4, self.keys.suspects, self.list_key, self.keys.processing,
+                self.keys.inflight_registry, self.record_value(), repr(self.clock.now()))
+        try:
+            try:
+                self._then_wait(replication.TAKE)
+                reply = self._call("EVALSHA", _TAKE_SHA, *args)
+            except redis.exceptions.NoScriptError:
+                self._then_wait(replication.TAKE)
+                reply = self._call("EVAL", scripts.TAKE_AND_RECORD, *args)
+        except redis.ResponseError as exc:
+            slot.release(self.list_key)  # the script did not move anything
+            self._raise_wrong_type(exc, self.keys.suspects, self.list_key)
+            raise
+        except (redis.ConnectionError, redis.TimeoutError):
+            # The move may have happened with its reply lost: reconcile (which frees the slot).
+            self.dirty = True
+            raise
+        if not reply:
+            slot.maybe_waiting = False
+            slot.release(self.list_key)
+            return None
+        raw, _ = reply
+        try:
+            return envelope.decode(raw)
+        except MalformedTask as exc:  # recovery only counts envelopes with an id: unreachable
             log.warning("dead-lettering a malformed task: %s", exc)
             self._release_raw(raw, "", "dead", self._dead_letter(raw, exc.reason, None))
             return None
@@ -328,16 +391,21 @@ class Worker:
         """RELEASE's arguments after the script (numkeys, keys, argv)."""
         keys = self.keys
         return (
-            8, self.list_key, keys.processing, keys.queue, keys.dead_letters, keys.committed,
-            keys.commit_log, keys.result(task_id or "-"), keys.recoveries,
+            9, self.list_key, keys.processing, keys.queue, keys.dead_letters, keys.committed,
+            keys.commit_log, keys.result(task_id or "-"), keys.recoveries, keys.suspects,
             raw, task_id, action, data, self.settings.result_ttl,
             1 if self.settings.track_commits else 0,
         )
 
     def released(self, reply: Any, action: str) -> Release:
-        """Read RELEASE's reply: {held, what remains in our list}."""
-        held, remaining = reply
+        """Read RELEASE's reply: {held, what remains in our list, suspects waiting}."""
+        held, remaining, *waiting = reply
         self.dirty = self.dirty or int(remaining) > 0
+        if waiting and int(waiting[0]) > 0:
+            self.suspects.maybe_waiting = True
+        if not self.dirty:
+            # clean again: the suspect we held, if any, is done
+            self.suspects.release(self.list_key)
         if not held:
             return Release(False, int(remaining), "lost-custody")
         names = {"ok": "committed", "retry": "retried", "dead": "dead-lettered"}

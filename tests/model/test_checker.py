@@ -122,7 +122,8 @@ POISON_BOUNDS = Bounds(tasks=1, servers=2, workers=1, faults=3, processes_per_se
 
 def test_correct_dead_letters_a_task_recovered_too_often_and_bounds_its_executions() -> None:
     """Every task commits once or is dead-lettered as a poison pill (never lost), and none starts
-    executing more than max_recoveries + 1 times (24,332 distinct states)."""
+    executing more than max_recoveries + 1 times (26,452 distinct states; 24,332 before
+    suspects)."""
     result = check(POISON_BOUNDS)
     assert result.ok, result.violation and render_trace(result.violation)
     assert result.distinct_states > 20_000
@@ -138,3 +139,39 @@ def test_recovery_that_does_not_count_in_its_own_step_is_rejected(name: str) -> 
     assert result.violation is not None
     assert (result.property, len(result.violation)) == ("bounded-executions", 11), render_trace(
         result.violation)
+
+
+# -- bystanders: a suspect runs alone (docs/protocol.md, section 9) --------------------------------
+
+#: Two workers per server, so that a dying process holds two tasks, and crashes or stalls among
+#: the faults; the tightest limit.
+BYSTANDER_BOUNDS = Bounds(tasks=2, servers=2, workers=2, faults=2, processes_per_server=1,
+                          max_recoveries=1)
+
+
+@pytest.mark.parametrize("faults", [
+    1,
+    # two deaths: a bystander's and a pill's second; 192,872 distinct states, about 2 minutes
+    pytest.param(2, marks=pytest.mark.slow),
+])
+def test_correct_runs_each_suspect_alone(faults: int) -> None:
+    """No process ever holds two tasks with a recovery count at once (suspects-run-alone), with
+    every other property, eventual recovery included (9,819 distinct states with one fault)."""
+    result = check(BYSTANDER_BOUNDS._replace(faults=faults))
+    assert result.ok, result.violation and render_trace(result.violation)
+    assert result.distinct_states > (9_000 if faults == 1 else 190_000)
+
+
+def test_recovered_tasks_requeued_beside_each_other_are_rejected() -> None:
+    """Design 12 (recovery requeues on the queue: the design before suspects). Shortest, with
+    two faults: two workers' take replies are lost, their reconciles requeue both tasks counted,
+    and one server's two workers take both: one process holds two counted tasks, and its next
+    death counts the innocent one again. (With one fault: both workers of a server take, it
+    stalls, the clock expires it, the other's sweep requeues both, its two workers take them: 7.)"""
+    result = check(BYSTANDER_BOUNDS, "recovered-to-queue")
+    assert result.violation is not None
+    assert (result.property, len(result.violation)) == ("suspects-run-alone", 6), render_trace(
+        result.violation)
+    one_fault = check(BYSTANDER_BOUNDS._replace(faults=1), "recovered-to-queue")
+    assert one_fault.violation is not None
+    assert (one_fault.property, len(one_fault.violation)) == ("suspects-run-alone", 7)

@@ -266,14 +266,46 @@ def _held_by_a_stalled_server_and_recovered(st: State) -> State:
 
 def test_a_recovery_counts_the_task_in_the_step_that_requeues_it() -> None:
     st = _held_by_a_stalled_server_and_recovered(initial_state(POISON_CFG.bounds))
-    assert st.queue == (0,) and st.recoveries == (1,) and st.executions == (1,)
+    # counted: a suspect, on its own list (not the queue)
+    assert st.suspects == (0,) and st.queue == ()
+    assert st.recoveries == (1,) and st.executions == (1,)
+
+
+def test_a_process_takes_one_suspect_at_a_time() -> None:
+    cfg = Config(Bounds(tasks=3, servers=2, workers=2, faults=2, max_recoveries=2),
+                 variant("correct"))
+    st = initial_state(cfg.bounds)
+    for w in (0, 1):  # both workers of server 0 take (tasks 0 and 1) and record
+        st = step(step(st, "take", 0, 0, w, cfg=cfg), "record", 0, 0, w, cfg=cfg)
+    st = step(step(st, "crash_server", 0, 0, cfg=cfg), "advance_clock", cfg=cfg)
+    st = step(st, "sweep", 1, 0, cfg=cfg)
+    assert sorted(st.suspects) == [0, 1] and st.queue == (2,)
+    first = st.suspects[-1]  # the one drained first: suspects are first in, first out
+    st = step(st, "take_suspect", 1, 0, 0, cfg=cfg)
+    assert st.processes[1][0].suspect == 0 and st.records[first] == (1, 0, 0)
+    enabled = enabled_actions(st, cfg)
+    assert Action("take_suspect", 1, 0, 1) not in enabled  # the process holds one already
+    assert Action("take", 1, 0, 1) in enabled  # ... and takes ordinary work beside it
+    st = step(step(st, "record", 1, 0, 0, cfg=cfg), "release", 1, 0, 0, cfg=cfg)
+    assert st.processes[1][0].suspect == -1  # clean again: the slot is free
+    assert Action("take_suspect", 1, 0, 1) in enabled_actions(st, cfg)
+
+
+def test_a_suspect_take_s_lost_reply_keeps_the_slot_until_the_reconcile() -> None:
+    st = _held_by_a_stalled_server_and_recovered(initial_state(POISON_CFG.bounds))
+    st = step(st, "dropped_reply", 1, 0, 0, "take_suspect", cfg=POISON_CFG)
+    assert st.processes[1][0].suspect == 0 and st.lists == (((1, 0, 0), (0,)),)
+    st = step(st, "reconcile", 1, 0, 0, cfg=POISON_CFG)
+    # the reconcile counted it again (it held it: the take ran): past max_recoveries = 1
+    assert st.processes[1][0].suspect == -1 and st.status == (POISONED,)
 
 
 def test_a_task_recovered_once_too_often_is_dead_lettered_instead_of_requeued() -> None:
     st = _held_by_a_stalled_server_and_recovered(initial_state(POISON_CFG.bounds))
-    st = step(step(st, "release", 0, 0, 0, cfg=POISON_CFG), "take", 0, 0, 0, cfg=POISON_CFG)
+    st = step(st, "release", 0, 0, 0, cfg=POISON_CFG)
+    st = step(st, "take_suspect", 0, 0, 0, cfg=POISON_CFG)
     st = step(step(st, "record", 0, 0, 0, cfg=POISON_CFG), "sweep", 1, 0, cfg=POISON_CFG)
-    assert st.status == (POISONED,) and st.queue == () and not st.lists
+    assert st.status == (POISONED,) and st.queue == () and st.suspects == () and not st.lists
     assert st.executions == (2,) and st.committed == (0,)
     st = step(st, "release", 0, 0, 0, cfg=POISON_CFG)  # the stalled worker: custody lost
     assert st.committed == (0,)
@@ -281,6 +313,6 @@ def test_a_task_recovered_once_too_often_is_dead_lettered_instead_of_requeued() 
 
 def test_a_commit_deletes_the_recovery_count() -> None:
     st = _held_by_a_stalled_server_and_recovered(initial_state(POISON_CFG.bounds))
-    st = step(step(st, "take", 1, 0, 0, cfg=POISON_CFG), "record", 1, 0, 0, cfg=POISON_CFG)
-    st = step(st, "release", 1, 0, 0, cfg=POISON_CFG)
-    assert st.committed == (1,) and st.recoveries == (0,)
+    st = step(st, "take_suspect", 1, 0, 0, cfg=POISON_CFG)
+    st = step(step(st, "record", 1, 0, 0, cfg=POISON_CFG), "release", 1, 0, 0, cfg=POISON_CFG)
+    assert st.committed == (1,) and st.recoveries == (0,) and st.suspects == ()

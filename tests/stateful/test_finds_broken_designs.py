@@ -58,6 +58,9 @@ EXPECT: dict[str, Expect] = {
     # observed: 2 steps: a take's reply is lost, the worker reconciles: the model counts the
     # recovery, the demonstration does not
     "recoveries-not-counted": Expect(200, None, 4, ("conformance",)),
+    # observed: 2 steps: a take's reply is lost, the worker reconciles: the model puts the
+    # counted task on the suspects list, the demonstration on the queue
+    "recovered-to-queue": Expect(200, None, 4, ("conformance",)),
 }
 
 

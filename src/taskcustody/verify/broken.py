@@ -32,8 +32,8 @@ class BlpopTakeWorker(Worker):
     """1. The old design: BRPOP takes the task out of Redis into the worker's hands and the
     processing record is written afterwards. A lost reply destroys the task."""
 
-    def take(self, timeout: float | None = None) -> Task | None:
-        block = self.settings.block_timeout if timeout is None else timeout
+    def _take_from_queue(self, block: float) -> Task | None:
+        # (the take from the queue, whichever way it is called: `take`, `take_from_queue`)
         try:
             reply = self._call("BRPOP", self.keys.queue, block)
         except (redis.ConnectionError, redis.TimeoutError):
@@ -63,9 +63,10 @@ class NoReleaseWorker(Worker):
         keys = self.keys
         script = scripts.RELEASE.replace("local held = redis.call('LREM', KEYS[1], 1, ARGV[1])",
                                          "local held = 1")
-        held, remaining = self._call(
-            "EVAL", script, 8, self.list_key, keys.processing, keys.queue, keys.dead_letters,
-            keys.committed, keys.commit_log, keys.result(task_id or "-"), keys.recoveries, raw,
+        held, remaining, _ = self._call(
+            "EVAL", script, 9, self.list_key, keys.processing, keys.queue, keys.dead_letters,
+            keys.committed, keys.commit_log, keys.result(task_id or "-"), keys.recoveries,
+            keys.suspects, raw,
             task_id, action,
             data, self.settings.result_ttl, 1 if self.settings.track_commits else 0,
         )
@@ -88,8 +89,10 @@ class _DemoServer(Server):
         from ..keys import ListOwner
 
         owner = ListOwner(self.server_id, self.identity.incarnation, f"w{index}")
-        return self.worker_class(self.client, self.keys, owner, self.handler, self.clock,
-                                 self.settings)
+        worker = self.worker_class(self.client, self.keys, owner, self.handler, self.clock,
+                                   self.settings)
+        worker.suspects = self.suspect_slot
+        return worker
 
 
 class BlpopTakeServer(_DemoServer):
@@ -150,8 +153,9 @@ def _unbounded_drain(client: redis.Redis, keys: QueueKeys, list_key: str, *,
     moved = 0
     while int(client.llen(list_key)) > 0:
         step = int(client.eval(
-            scripts.DRAIN_CHUNK, 7, list_key, keys.queue, keys.processing, keys.servers,
-            keys.incarnations, keys.recoveries, keys.dead_letters, chunk, owner.server_id,
+            scripts.DRAIN_CHUNK, 8, list_key, keys.queue, keys.processing, keys.servers,
+            keys.incarnations, keys.recoveries, keys.dead_letters, keys.suspects, chunk,
+            owner.server_id,
             owner.incarnation, "force" if force else "dead-only", *recovering.argv(),
         )[0])
         if step <= 0:
@@ -234,6 +238,45 @@ class CountAfterRecoveryServer(Server):
     drive); the model check finds it. The real server stands in for it here."""
 
 
+_DRAIN_TO_QUEUE = scripts.DRAIN_CHUNK.replace(
+    "    redis.call('LMOVE', KEYS[1], KEYS[8], 'RIGHT', 'LEFT')\n",
+    "    redis.call('LMOVE', KEYS[1], KEYS[2], 'RIGHT', 'RIGHT')\n",
+)
+_REQUEUE_TO_QUEUE = scripts.REQUEUE_STUCK.replace(
+    "      redis.call('LPUSH', KEYS[8], raw)\n", "      redis.call('RPUSH', KEYS[2], raw)\n"
+)
+assert _DRAIN_TO_QUEUE != scripts.DRAIN_CHUNK and _REQUEUE_TO_QUEUE != scripts.REQUEUE_STUCK
+
+
+class RecoveredToQueueWorker(Worker):
+    """12. A reconcile puts what it counts back on the queue, like the drains below."""
+
+    def reconcile(self) -> int:
+        with _swapped(scripts, "DRAIN_CHUNK", _DRAIN_TO_QUEUE):
+            return super().reconcile()
+
+
+class RecoveredToQueueServer(_DemoServer):
+    """12. Recovery puts a counted task back at the queue's take end (the design before
+    suspects), beside the tasks that died with it: the next process takes them together again,
+    and an innocent task shares every death of a poison pill."""
+
+    worker_class = RecoveredToQueueWorker
+
+    def startup_drain(self) -> dict[str, int]:
+        with _swapped(scripts, "DRAIN_CHUNK", _DRAIN_TO_QUEUE):
+            return super().startup_drain()
+
+    def sweep(self) -> RecoveryReport:
+        with _swapped(scripts, "DRAIN_CHUNK", _DRAIN_TO_QUEUE), \
+                _swapped(scripts, "REQUEUE_STUCK", _REQUEUE_TO_QUEUE):
+            return super().sweep()
+
+    def requeue_stuck_processing_tasks(self) -> tuple[int, int]:
+        with _swapped(scripts, "REQUEUE_STUCK", _REQUEUE_TO_QUEUE):
+            return super().requeue_stuck_processing_tasks()
+
+
 class DrainBeforePruneServer(Server):
     """7. The sweep drains before it prunes: a server that expired since the last pass is still
     registered when the drain looks, so its lists wait a whole period longer."""
@@ -261,6 +304,7 @@ BROKEN: dict[str, type[Server]] = {
     "gc-when-empty": GcWhenEmptyServer,
     "recoveries-not-counted": RecoveriesNotCountedServer,
     "count-after-recovery": CountAfterRecoveryServer,
+    "recovered-to-queue": RecoveredToQueueServer,
 }
 
 

@@ -387,7 +387,7 @@ class Harness:
         lost = name == "dropped_reply"
         command = action.command if lost else name
 
-        if command in ("take", "record", "execute", "release", "reconcile"):
+        if command in ("take", "take_suspect", "record", "execute", "release", "reconcile"):
             self._worker_step(action, command, lost, variant)
         elif name == "crash_worker":
             self._crash_worker(self.procs[s][i].workers[w])
@@ -426,7 +426,7 @@ class Harness:
         elif command in ("startup_drain", "sweep"):
             self._pass(action, command, lost, drop_at, interleave)
         elif command == "requeue_stuck_processing_tasks":
-            queue_before = self.state.queue
+            queue_before = self.state.queue, self.state.suspects
             self.procs[s][i].server.requeue_stuck_processing_tasks()
             self._model(action)
             self._adopt_recovery_order(queue_before)  # the order is not the protocol's to fix
@@ -535,7 +535,8 @@ class Harness:
             if lost:
                 self.injector.arm(worker.take_command, connection=conn)
             try:
-                task = worker.take(timeout=self.settings.block_timeout)
+                # the model's take is the queue's; a suspect's take is a step of its own
+                task = worker.take_from_queue(timeout=self.settings.block_timeout)
             except redis.ConnectionError:
                 task = None
                 if not lost:
@@ -547,6 +548,26 @@ class Harness:
                 ws.task, ws.stage = task, TAKEN
             elif not lost:
                 raise Mismatch("take", "the model predicts a task; the take returned None")
+        elif command == "take_suspect":
+            # The model enables it when the suspects list holds a task and the process's slot
+            # is free: the worker's hint may still say none wait (it learns at its next release
+            # or timed-out take); the step is the take the worker then makes.
+            worker.suspects.maybe_waiting = True
+            if lost:
+                self.injector.arm("EVALSHA", connection=conn)
+            try:
+                task = worker.take_suspect()
+            except redis.ConnectionError:
+                task = None
+                if not lost:
+                    raise
+            else:
+                if lost:
+                    raise Mismatch("fault", "the dropped take_suspect reply did not surface")
+            if task is not None:
+                ws.task, ws.stage = task, TAKEN
+            elif not lost:
+                raise Mismatch("take_suspect", "the model predicts a suspect; none was taken")
         elif command == "record":
             assert ws.task is not None
             worker.record(ws.task)
@@ -673,7 +694,7 @@ class Harness:
         server = slot.server
         # The model first: it says how many moves the pass makes, so we know where to drop, and
         # which worker steps run after which move: {(real list key, n-th move of it): steps}.
-        queue_before = self.state.queue
+        queue_before = self.state.queue, self.state.suspects
         me = self.state.processes[s][i]
         pruned = _model_protocol.prune(self.state.registry)
         gc_candidates = [k for k in self.state.registered
@@ -818,23 +839,34 @@ class Harness:
         ordered = tuple(sorted(proc.drains, key=lambda d: self._real_key(d.key)))
         self.state = _with_proc(self.state, s, i, proc._replace(drains=ordered))
 
-    def _adopt_recovery_order(self, queue_before: tuple[int, ...]) -> None:
+    def _adopt_recovery_order(
+        self, before: tuple[tuple[int, ...], tuple[int, ...]]
+    ) -> None:
         """The processing sweep requeues stuck tasks in the order Redis lists the processing
         hash; the model goes by task number. The protocol fixes neither. If one pass requeued
         the same *set* of tasks on both sides, the model adopts the real order of that segment;
-        any other difference is left for `check` to report."""
+        any other difference is left for `check` to report. The same for the suspects list,
+        whose recovered tasks are pushed on its left (the queue's on its right)."""
+        queue_before, suspects_before = before
         model_q = self.state.queue
-        if model_q[: len(queue_before)] != queue_before:
-            return
-        real_q = self.observe_queue()
-        if (real_q[: len(queue_before)] == queue_before
-                and sorted(real_q[len(queue_before):]) == sorted(model_q[len(queue_before):])):
-            self.state = self.state._replace(queue=real_q)
+        if model_q[: len(queue_before)] == queue_before:
+            real_q = self.observe_queue()
+            if (real_q[: len(queue_before)] == queue_before
+                    and sorted(real_q[len(queue_before):])
+                    == sorted(model_q[len(queue_before):])):
+                self.state = self.state._replace(queue=real_q)
+        model_s, n = self.state.suspects, len(suspects_before)
+        if model_s[len(model_s) - n:] == suspects_before:
+            real_s = self.observe_queue(self.keys.suspects)
+            if (real_s[len(real_s) - n:] == suspects_before
+                    and sorted(real_s[: len(real_s) - n]) == sorted(model_s[: len(model_s) - n])):
+                self.state = self.state._replace(suspects=real_s)
 
-    def observe_queue(self) -> tuple[int, ...]:
+    def observe_queue(self, key: str | None = None) -> tuple[int, ...]:
+        """The queue (or the suspects list), as task numbers."""
         from ..envelope import decode
 
-        raws = self.admin.lrange(self.keys.queue, 0, -1)
+        raws = self.admin.lrange(key or self.keys.queue, 0, -1)
         return tuple(self.task_index(decode(r if isinstance(r, bytes) else r.encode()).id)
                      for r in raws)
 
@@ -921,7 +953,8 @@ class Harness:
                 # the dead letter keeps the count its recoveries reached
                 recoveries[t] = int(letter["recoveries"])
         return State(
-            queue=queue, lists=tuple(lists), records=tuple(records), committed=tuple(committed),
+            queue=queue, suspects=self.observe_queue(keys.suspects), lists=tuple(lists),
+            records=tuple(records), committed=tuple(committed),
             registry=tuple(registry), processes=processes, faults=self.state.faults,
             stalled_ever=self.state.stalled_ever, registered=registered,
             status=tuple(status), recoveries=tuple(recoveries),
@@ -942,8 +975,12 @@ class Harness:
         else:
             workers = tuple(ModelWorker(IDLE) for _ in range(self.bounds.workers))
         phase = SUPERSEDED if slot.server.superseded else slot.phase
+        # The suspect slot, by the worker whose list key holds it.
+        holder = slot.server.suspect_slot.holder
+        suspect = next((w for w in range(self.bounds.workers) if holder == self.keys.inflight(
+            ListOwner(slot.server.server_id, slot.real_inc, f"w{w}"))), -1)
         # Passes run whole inside one step: between steps, no process is mid-pass.
-        return Process(slot.model_inc, slot.stalled, phase, (), workers)
+        return Process(slot.model_inc, slot.stalled, phase, (), workers, suspect=suspect)
 
     def check(self) -> None:
         """After every step: the real state equals the model's, and every property holds on
@@ -960,8 +997,8 @@ class Harness:
     # -- the end of a run ----------------------------------------------------------------------
 
     PRIORITY = ("release", "execute", "record", "reconcile", "restart_worker", "resume_server",
-                "heartbeat", "startup_drain", "requeue_stuck_processing_tasks", "sweep", "take",
-                "claim", "enqueue", "advance_clock")
+                "heartbeat", "startup_drain", "requeue_stuck_processing_tasks", "sweep",
+                "take_suspect", "take", "claim", "enqueue", "advance_clock")
 
     def recover(self, limit: int = 2_000) -> int:
         """Faults stop; recovery and workers run until quiescent (the model's `is_done`).
@@ -995,6 +1032,8 @@ class Harness:
                                        "pill)")
         if self.admin.llen(keys.queue):
             raise Mismatch("eventual", "the queue is not empty")
+        if self.admin.llen(keys.suspects):
+            raise Mismatch("eventual", "the suspects list is not empty")
         for k in recovery.registered_lists(self.admin, keys):
             if self.admin.llen(k):
                 raise Mismatch("eventual", f"in-flight list {k} is not empty")
@@ -1016,7 +1055,7 @@ class Harness:
         """Jepsen-style counts of this run, read from Redis."""
         state = self.observe()
         commits = dict(enumerate(state.committed))
-        places: Counter[int] = Counter(state.queue)
+        places: Counter[int] = Counter(state.queue + state.suspects)
         for _, tasks in state.lists:
             places.update(tasks)
         ours = [t for t, st in enumerate(state.status) if st == ENQUEUED]

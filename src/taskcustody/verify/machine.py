@@ -43,6 +43,10 @@ DEFAULT_BOUNDS = Bounds(tasks=3, servers=2, workers=2, faults=3, late_tasks=1, r
 PIPELINE_BOUNDS = Bounds(tasks=3, servers=2, workers=2, faults=3)
 
 
+#: The worker commands whose lost replies have rules of their own.
+WORKER_COMMANDS = ("take", "take_suspect", "release", "reconcile")
+
+
 def default_bounds(prefetching: bool) -> Bounds:
     return PIPELINE_BOUNDS if prefetching else DEFAULT_BOUNDS
 
@@ -137,6 +141,13 @@ def build_machine(
         @rule(data=st.data())
         def take(self, data: st.DataObject) -> None:
             self._do(data, "take")
+
+        @precondition(lambda self: self._has("take_suspect"))
+        @rule(data=st.data())
+        def take_suspect(self, data: st.DataObject) -> None:
+            """A worker whose process holds no suspect takes one (poison-pill suspects run
+            alone)."""
+            self._do(data, "take_suspect")
 
         @precondition(lambda self: self._has("record"))
         @rule(data=st.data())
@@ -240,17 +251,22 @@ def build_machine(
                     self.h.check()
             self._do(data, "dropped_reply", "release")
 
+        @precondition(lambda self: self._has("dropped_reply", "take_suspect"))
+        @rule(data=st.data())
+        def dropped_reply_on_take_suspect(self, data: st.DataObject) -> None:
+            self._do(data, "dropped_reply", "take_suspect")
+
         @precondition(lambda self: self._has("dropped_reply", "reconcile"))
         @rule(data=st.data())
         def dropped_reply_on_reconcile(self, data: st.DataObject) -> None:
             self._do(data, "dropped_reply", "reconcile")
 
-        @precondition(lambda self: any(a.command not in ("take", "release", "reconcile")
+        @precondition(lambda self: any(a.command not in WORKER_COMMANDS
                                        for a in self._of("dropped_reply")))
         @rule(data=st.data())
         def dropped_reply_on_server_command(self, data: st.DataObject) -> None:
             options = [a for a in self._of("dropped_reply")
-                       if a.command not in ("take", "release", "reconcile")]
+                       if a.command not in WORKER_COMMANDS]
             action = options[data.draw(st.integers(0, len(options) - 1), label="which")]
             self._do(data, "dropped_reply", action.command)
 

@@ -43,9 +43,13 @@ MODEL_BOUNDS = Bounds(tasks=2, servers=2, workers=2, faults=2, processes_per_ser
 #: Designs that only show with poison-pill detection on: one task whose holder keeps dying.
 POISON_MODEL_BOUNDS = Bounds(tasks=1, servers=2, workers=1, faults=3, processes_per_server=1,
                              max_recoveries=1)
+#: Design 12 needs a process that holds two tasks (2 workers) and dies with them.
+BYSTANDER_MODEL_BOUNDS = Bounds(tasks=2, servers=2, workers=2, faults=2, processes_per_server=1,
+                                max_recoveries=1)
 DESIGN_MODEL_BOUNDS = {
     "recoveries-not-counted": POISON_MODEL_BOUNDS,
     "count-after-recovery": POISON_MODEL_BOUNDS,
+    "recovered-to-queue": BYSTANDER_MODEL_BOUNDS,
 }
 #: The stateful run's bounds (the conformance test's).
 #: Hypothesis shrinks for at most 300 s by default; a report does not need the last few steps.
