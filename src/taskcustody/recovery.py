@@ -60,15 +60,16 @@ def _task_id(raw: object) -> str:
 
 
 def _log_requeued(reply: list[object], peek: list[bytes | str], step: int, list_key: str,
-                  how: str) -> None:
-    """One line per task a drain chunk requeued (the last `step` of `peek`, taken from the
-    right), poison pills left out (they have a line of their own)."""
+                  how: str, where: str) -> None:
+    """One line per task a drain chunk moved (the last `step` of `peek`, taken from the right)
+    to `where` (the queue, or the suspects list when recovery counts), poison pills left out
+    (they have a line of their own)."""
     dead = {_text(x) for x in reply[1::3] if isinstance(x, (bytes, str))}
     for raw in reversed(peek[len(peek) - step:] if step <= len(peek) else peek):
         task_id = _task_id(raw)
         if task_id not in dead:
-            log.info("recovery (%s): task %s requeued from %s", how, task_id, list_key,
-                     extra={"task_id": task_id, "action": "recovered"})
+            log.info("recovery (%s): task %s moved from %s to %s", how, task_id, list_key,
+                     where, extra={"task_id": task_id, "action": "recovered"})
 
 
 @dataclass(frozen=True)
@@ -154,7 +155,8 @@ def drain_inflight(
             events.emit("recovered", list_key=list_key, count=step - pills)
             events.emit("poison-pill", list_key=list_key, count=pills)
         if logging_tasks:
-            _log_requeued(reply, peek, step, list_key, "startup drain" if force else "sweep")
+            _log_requeued(reply, peek, step, list_key, "startup drain" if force else "sweep",
+                          "the queue" if recovering.max_recoveries is None else keys.suspects)
         moved += step
         if between_drain_chunks is not None:
             between_drain_chunks(list_key)
@@ -359,8 +361,9 @@ def requeue_stuck_processing_tasks(
             events.emit("recovered" if result == 1 else "poison-pill", list_key=list_key,
                         count=1)
         if result == 1:
-            log.info("recovery (sweep): task %s requeued from %s (stuck processing record)",
+            log.info("recovery (sweep): task %s moved from %s to %s (stuck processing record)",
                      _text(task_id), list_key,
+                     "the queue" if recovering.max_recoveries is None else keys.suspects,
                      extra={"task_id": _text(task_id), "action": "recovered"})
         stale += result == 2
         if result == 3:
