@@ -532,42 +532,15 @@ class Harness:
         assert worker is not None
         conn = worker._conn
         if command == "take":
-            if lost:
-                self.injector.arm(worker.take_command, connection=conn)
-            try:
-                # the model's take is the queue's; a suspect's take is a step of its own
-                task = worker.take_from_queue(timeout=self.settings.block_timeout)
-            except redis.ConnectionError:
-                task = None
-                if not lost:
-                    raise
-            else:
-                if lost:
-                    raise Mismatch("fault", "the dropped take reply did not surface")
-            if task is not None:
-                ws.task, ws.stage = task, TAKEN
-            elif not lost:
-                raise Mismatch("take", "the model predicts a task; the take returned None")
+            # the model's take is the queue's; a suspect's take is a step of its own
+            self._take(ws, command, lost, worker.take_command,
+                       lambda: worker.take_from_queue(timeout=self.settings.block_timeout))
         elif command == "take_suspect":
             # The model enables it when the suspects list holds a task and the process's slot
             # is free: the worker's hint may still say none wait (it learns at its next release
             # or timed-out take); the step is the take the worker then makes.
             worker.suspects.maybe_waiting = True
-            if lost:
-                self.injector.arm("EVALSHA", connection=conn)
-            try:
-                task = worker.take_suspect()
-            except redis.ConnectionError:
-                task = None
-                if not lost:
-                    raise
-            else:
-                if lost:
-                    raise Mismatch("fault", "the dropped take_suspect reply did not surface")
-            if task is not None:
-                ws.task, ws.stage = task, TAKEN
-            elif not lost:
-                raise Mismatch("take_suspect", "the model predicts a suspect; none was taken")
+            self._take(ws, command, lost, "EVALSHA", worker.take_suspect)
         elif command == "record":
             assert ws.task is not None
             worker.record(ws.task)
@@ -615,6 +588,28 @@ class Harness:
                 worker.dirty = True  # `Worker.run` marks the worker dirty on any Redis error
                 if not lost:
                     raise
+
+    def _take(self, ws: WorkerSlot, command: str, lost: bool, armed: str,
+              take: Callable[[], Task | None]) -> None:
+        """One take by the real worker (`take`), with its reply dropped (`armed` is the command
+        whose reply the injector drops on the worker's connection) when `lost`."""
+        worker = ws.worker
+        assert worker is not None
+        if lost:
+            self.injector.arm(armed, connection=worker._conn)
+        try:
+            task = take()
+        except redis.ConnectionError:
+            task = None
+            if not lost:
+                raise
+        else:
+            if lost:
+                raise Mismatch("fault", f"the dropped {command} reply did not surface")
+        if task is not None:
+            ws.task, ws.stage = task, TAKEN
+        elif not lost:
+            raise Mismatch(command, "the model predicts a task; the take returned None")
 
     def _model_list(self, s: int, inc: int, w: int) -> tuple[int, ...]:
         for k, tasks in self.state.lists:
