@@ -186,7 +186,7 @@ def test_a_second_signal_exits_at_once_and_the_task_is_recovered_as_after_a_cras
     procs.append(second)
     second.banner()
     assert get_result(client, KEYS, task_id, timeout=60) == "held"
-    wait_for(lambda: second.said(f"recovery (sweep): task {task_id} requeued"),
+    wait_for(lambda: second.said(f"recovery (sweep): task {task_id} moved from"),
              "the sweep's line", limit=30, state=second.messages)
     second.signal(signal.SIGINT)
     assert second.wait() == 0
@@ -225,7 +225,7 @@ def test_a_restart_with_a_stable_id_after_a_crash_recovers_its_debris_without_fl
     second = WorkerProcess(server.url, here, "--server-id", "web-1")
     procs.append(second)
     assert second.banner()["server_id"] == "web-1"
-    assert second.said(f"recovery (startup drain): task {task_id} requeued")
+    assert second.said(f"recovery (startup drain): task {task_id} moved from")
     assert get_result(client, KEYS, task_id, timeout=60) == "crash"
     second.signal(signal.SIGTERM)
     assert second.wait() == 0
