@@ -276,6 +276,19 @@ MUTANTS: tuple[NamedMutant, ...] = (
             ),
         ),
     ),
+    NamedMutant(
+        "promotion-copies-instead-of-moving",
+        "no duplication: the promotion of a due retry LPUSHes it on the queue without the ZREM "
+        "that takes it out of the scheduled set, so the task is in two places and every later "
+        "promotion pushes it again (design 13, promote-copies)",
+        (
+            Edit(
+                SCRIPTS,
+                "  if redis.call('ZREM', KEYS[1], raw) == 1 then\n",
+                "  if true then\n",
+            ),
+        ),
+    ),
 )
 
 

@@ -41,9 +41,11 @@ settings.register_profile("deep", deadline=None, max_examples=2_000,
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci" if os.environ.get("CI") else "dev"))
 
 # Fast, deterministic timeouts for tests: a take on an empty queue returns after 50 ms.
+#: retry_backoff=0: a failed attempt is retried at once, as the tests written before retry
+#: delays expect (tests/test_retry_delays.py sets its own backoff).
 TEST_SETTINGS = Settings(block_timeout=0.05, socket_timeout_margin=2.0, heartbeat_interval=5,
                          server_ttl=15, sweep_interval=10, max_attempts=3, drain_chunk=3,
-                         track_commits=True)
+                         track_commits=True, retry_backoff=0)
 
 
 # A mutant can make a test block forever on a reply that never comes (a miscounted pipeline on

@@ -75,6 +75,7 @@ def test_all_fixed_keys_is_the_exact_type_map(keys: QueueKeys) -> None:
     assert keys.all_fixed_keys() == {
         "test:{tq}:queue": "list",
         "test:{tq}:suspects": "list",
+        "test:{tq}:scheduled": "zset",
         "test:{tq}:inflight-registry": "zset",
         "test:{tq}:inflight-lists": "set",
         "test:{tq}:servers": "zset",
@@ -102,14 +103,19 @@ def test_all_fixed_keys_match_the_types_a_live_queue_creates(
             raise RuntimeError("no")
         return "done"
 
+    # max_attempts=2 with a retry delay: the failing task waits in the scheduled set; a malformed
+    # entry, taken first, is dead-lettered.
+    client.rpush(keys.queue, "not json")
     settings = Settings(block_timeout=0.05, socket_timeout_margin=2.0, heartbeat_interval=5,
-                        server_ttl=15, max_attempts=1, drain_chunk=3, track_commits=True)
+                        server_ttl=15, max_attempts=2, drain_chunk=3, track_commits=True,
+                        retry_backoff=1.0)
     server = make_server(client, keys, "s1", clock, handler=handler, settings=settings)
     server.claim()
     assert server.sweep_lease.acquire_or_renew()
     worker = server.make_worker(0)
     worker.register()
     try:
+        assert worker.take() is None  # the malformed entry: a dead letter
         assert worker.run_once() is True
         assert worker.run_once() is True
         # two tasks whose holder dies: its restart reconciles them (counted recoveries: suspects)

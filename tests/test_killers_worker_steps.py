@@ -205,9 +205,9 @@ def test_a_malformed_task_is_released_without_a_task_id(backend: Backend, keys: 
     finally:
         worker.close()
     [args] = calls
-    assert args[10:13] == (b"not json at all", "", "dead")
+    assert args[11:14] == (b"not json at all", "", "dead")
     assert args[7] == keys.result("-") and args[8] == keys.recoveries
-    assert args[9] == keys.suspects
+    assert args[9] == keys.suspects and args[10] == keys.scheduled
     [letter] = dead_letters(client, keys)
     assert letter["task_id"] is None
     assert letter["at"] == 50.0
@@ -218,11 +218,18 @@ def test_release_args_name_every_key_in_script_order(keys: QueueKeys) -> None:
     worker = Worker(redis.Redis(), keys, OWNER, lambda p: None, ManualClock(), TEST_SETTINGS)
     args = worker.release_args(b"raw", "", "dead", "{}")
     assert args == (
-        9, worker.list_key, keys.processing, keys.queue, keys.dead_letters, keys.committed,
-        keys.commit_log, keys.result("-"), keys.recoveries, keys.suspects,
-        b"raw", "", "dead", "{}", TEST_SETTINGS.result_ttl, 1,
+        10, worker.list_key, keys.processing, keys.queue, keys.dead_letters, keys.committed,
+        keys.commit_log, keys.result("-"), keys.recoveries, keys.suspects, keys.scheduled,
+        b"raw", "", "dead", "{}", TEST_SETTINGS.result_ttl, 1, "",
     )
     assert worker.release_args(b"raw", "t9", "ok", "1")[7] == keys.result("t9")
+    worker.close()
+    # a delayed retry carries its due time: now + at most the backoff cap of its attempt
+    clock = ManualClock(start=100.0)
+    settings = dataclasses.replace(TEST_SETTINGS, retry_backoff=2.0, retry_backoff_max=60.0)
+    worker = Worker(redis.Redis(), keys, OWNER, lambda p: None, clock, settings)
+    later = worker.release_args(b"raw", "t9", "later", '{"attempts": 3}')
+    assert later[13] == "later" and 100.0 <= float(later[-1]) <= 100.0 + 8.0
     worker.close()
 
 

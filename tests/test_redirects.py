@@ -90,7 +90,7 @@ def test_a_redirected_release_is_sent_again_and_commits_once_without_rerunning_t
 
     def call(*args: object, **kw: object) -> object:
         # A refused release did not run: refuse it before sending anything.
-        if args and args[0] in ("EVALSHA", "EVAL") and args[2] == 9 and refusals:  # RELEASE
+        if args and args[0] in ("EVALSHA", "EVAL") and args[2] == 10 and refusals:  # RELEASE
             w._send("PING")  # keeps the reply count honest for the deferred record
             w._unread_replies -= 1
             w._conn.read_response()  # type: ignore[no-untyped-call]

@@ -40,6 +40,9 @@ def _progress(p: Progress) -> None:
 @click.option("--max-recoveries", type=click.IntRange(0, 5), default=None,
               help="poison-pill detection: dead-letter a task recovered more often than this "
                    "(default: recoveries not counted)")
+@click.option("--handler-failures", is_flag=True,
+              help="a handler may fail (counts against --faults): its retry is scheduled and "
+                   "promoted to the queue when due")
 @click.option("--variant", default="correct", show_default=True,
               help="design to check; 'list' names them")
 @click.option("--full-trace", is_flag=True, help="print the state after every step")
@@ -47,7 +50,8 @@ def _progress(p: Progress) -> None:
 def model_check(
     tasks: int, servers: int, workers: int, faults: int, processes_per_server: int,
     drain_steps: bool | None, late_tasks: int, redis_faults: bool, takes_outwait_grace: bool,
-    max_recoveries: int | None, variant: str, full_trace: bool, no_eventual: bool,
+    max_recoveries: int | None, handler_failures: bool, variant: str, full_trace: bool,
+    no_eventual: bool,
 ) -> None:
     """Exhaustively check the custody protocol model (exit 0: all properties hold within the
     bounds; 1: a counterexample is printed; 2: bad arguments)."""
@@ -64,6 +68,7 @@ def model_check(
         tasks, servers, workers, faults, processes_per_server, drain_steps,
         late_tasks=late_tasks, redis_faults=redis_faults,
         take_wait_bounded=not takes_outwait_grace, max_recoveries=max_recoveries,
+        handler_failures=handler_failures,
     )
     result = check(bounds, variant, progress=_progress, eventual=not no_eventual)
     click.echo(render_stats(result))

@@ -17,10 +17,11 @@ Violation = tuple[str, str]  # (property name, message)
 
 
 def _places(state: State, config: Config) -> list[int]:
-    """How many places hold each task: the queue, the suspects list and the in-flight lists (and,
+    """How many places hold each task: the queue, the suspects list, the scheduled set and the
+    in-flight lists (and,
     in the BLPOP design, a worker's memory: that design has no list to hold a task in transit)."""
     count = [0] * len(state.committed)
-    for t in (*state.queue, *state.suspects):
+    for t in (*state.queue, *state.suspects, *state.scheduled):
         count[t] += 1
     for _, tasks in state.lists:
         for t in tasks:
@@ -58,7 +59,8 @@ def no_loss(state: State, config: Config) -> str | None:
         if commits == 0 and count[t] == 0 and _ours(state, t) and not _poisoned(state, t):
             if not config.variant.take_into_list and state.records[t] is not None:
                 continue  # BLPOP design: the processing record is its (only) recovery path
-            return f"task {t} is lost: not committed, not in the queue, not in any in-flight list"
+            return (f"task {t} is lost: not committed, not in the queue, the suspects list, the "
+                    "scheduled set or any in-flight list")
     return None
 
 
@@ -211,7 +213,8 @@ def is_done(state: State) -> bool:
     """Recovery has finished: every task enqueued (and not lost by Redis itself) committed
     exactly once; queue, in-flight lists and processing records empty; the server registry lists
     only live servers, and the registry of in-flight lists only live servers' lists."""
-    if state.queue or state.suspects or state.lists or WAITING in state.status:
+    if (state.queue or state.suspects or state.scheduled or state.lists
+            or WAITING in state.status):
         return False
     if any(c != (1 if _ours(state, t) and not _poisoned(state, t) else 0)
            for t, c in enumerate(state.committed)):

@@ -64,6 +64,8 @@ class Action(NamedTuple):
     proc: int = -1
     worker: int = -1
     command: str = ""
+    #: the task a ``promote`` moves (the member that came due), else -1
+    task: int = -1
 
     @property
     def is_fault(self) -> bool:
@@ -72,6 +74,8 @@ class Action(NamedTuple):
 
 # The protocol's own steps (worker, then server) ...
 WORKER_STEPS = ("arm", "take", "take_suspect", "record", "release", "reconcile")
+# ``promote``: a due retry moves from the scheduled set to the queue (one script, no lease: run by
+# any server's periodic loop or ``taskcustody sweep``, so it needs no live process in the model).
 SERVER_STEPS = (
     "count_recovery",
     "claim",
@@ -80,12 +84,16 @@ SERVER_STEPS = (
     "sweep",
     "drain_step",
     "requeue_stuck_processing_tasks",
+    "promote",
 )
 # ... what the environment does that is not a fault ...
 RECOVERY_STEPS = ("restart_worker", "resume_server", "advance_clock", "enqueue")
 # ... and the faults.  ``redis_wipe``: Redis restarts empty (only with ``Bounds.redis_faults``).
+# ``retry``: the handler failed and the release's retry branch ran (only with
+# ``Bounds.handler_failures``); not a fault of the protocol's, but it counts against the same
+# budget, so that once faults stop every task can still commit.
 FAULTS = frozenset(
-    {"dropped_reply", "crash_worker", "crash_server", "stall_server", "redis_wipe"}
+    {"dropped_reply", "crash_worker", "crash_server", "stall_server", "redis_wipe", "retry"}
 )
 
 
@@ -309,6 +317,8 @@ def enabled_actions(state: State, config: Config) -> list[Action]:
                         add(Action("record", s, i, w))
                     elif ph == RECORDED:
                         add(Action("release", s, i, w))
+                        if faults_left and config.bounds.handler_failures:
+                            add(Action("retry", s, i, w))
                         if faults_left:
                             add(Action("dropped_reply", s, i, w, "release"))
                     elif ph == DIRTY:
@@ -356,6 +366,9 @@ def enabled_actions(state: State, config: Config) -> list[Action]:
         add(Action("advance_clock"))
     if WAITING in state.status:
         add(Action("enqueue"))
+    for t in state.scheduled:
+        # any member may be the next to come due (the jittered due times are abstracted away)
+        add(Action("promote", task=t))
     if faults_left and config.bounds.redis_faults:
         add(Action("redis_wipe"))
     return out
@@ -550,7 +563,7 @@ def apply(state: State, action: Action, config: Config) -> State:
             state = state._replace(executions=_set(state.executions, t, state.executions[t] + 1))
         return _with_worker(state, s, i, w, Worker(RECORDED, t))
 
-    if name == "release":
+    if name in ("release", "retry"):
         # execute: the handler runs (no Redis; it always succeeds here: a failed handler's retry
         # re-enqueues the task, which the protocol treats like any enqueue); then the release,
         # in a finally.  One Lua script: LREM own-list task 1; HDEL the record if it names this
@@ -571,7 +584,16 @@ def apply(state: State, action: Action, config: Config) -> State:
             held = True  # broken: no LREM, so the script cannot tell, and commits
         if state.records[t] == key:
             state = state._replace(records=_set(state.records, t, None))
-        if held:
+        if held and name == "retry":
+            # The handler failed: the same script's retry branch ZADDs the task to the scheduled
+            # set (score: the due time the worker computed, now + the jittered backoff).  It
+            # keeps its recovery count.  The failed execution is bounded by max_attempts, not by
+            # max_recoveries, so it does not count towards ``bounded_executions``.
+            state = state._replace(scheduled=tuple(sorted({*state.scheduled, t})))
+            if config.bounds.max_recoveries is not None:
+                state = state._replace(
+                    executions=_set(state.executions, t, state.executions[t] - 1))
+        elif held:
             # a commit also deletes the task's recovery count: a task that completes leaves none
             state = state._replace(
                 committed=_set(state.committed, t, state.committed[t] + 1),
@@ -710,6 +732,18 @@ def apply(state: State, action: Action, config: Config) -> State:
             state = state._replace(records=_set(state.records, t, None))
         return state
 
+    if name == "promote":
+        # One script (PROMOTE): ZREM the due member from the scheduled set and, only if that
+        # removed it, LPUSH it where a retry goes: the suspects list if it has a recovery count
+        # (it still runs alone), else the queue.  Two promoters race only on the ZREM.
+        t = action.task
+        if v.promotion_moves:
+            state = state._replace(scheduled=tuple(x for x in state.scheduled if x != t))
+        if (config.bounds.max_recoveries is not None and v.counts_recoveries
+                and v.suspects_run_alone and state.recoveries[t] >= 1):
+            return state._replace(suspects=(t, *state.suspects))
+        return state._replace(queue=(t, *state.queue))
+
     if name == "count_recovery":
         # design 11's second step: write the counts of what this process recovered
         proc = state.processes[s][i]
@@ -768,6 +802,7 @@ def apply(state: State, action: Action, config: Config) -> State:
         return _settle(state._replace(
             queue=(),
             suspects=(),
+            scheduled=(),
             lists=(),
             records=(None,) * len(state.records),
             registry=(None,) * len(state.registry),

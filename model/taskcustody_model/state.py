@@ -137,6 +137,12 @@ class State(NamedTuple):
     #: never dies again beside another counted task.  Recovered tasks are pushed on the left;
     #: the right end (index -1) is taken next (first in, first out).
     suspects: tuple[int, ...] = ()
+    #: the scheduled set (``P:{Q}:scheduled``, a sorted set scored by due time): delayed retries
+    #: of failed handlers, waiting to be promoted to the queue.  Kept sorted by task: the due
+    #: times are abstracted away (time only delays a promotion), so any member may come due first,
+    #: and a member is there at most once (ZADD of a member already there only moves its score).
+    scheduled: tuple[int, ...] = ()
+
 
 class Bounds(NamedTuple):
     tasks: int = 3
@@ -163,6 +169,10 @@ class Bounds(NamedTuple):
     #: poison-pill detection: a task recovered more than this many times is dead-lettered in the
     #: recovering step.  None: recoveries are not counted (the state space of the other bounds).
     max_recoveries: int | None = None
+    #: a handler may fail (each failure counts against ``faults``): the release's retry branch
+    #: then schedules the task in the scheduled set (a delayed retry), and ``promote`` moves it to
+    #: the queue once it is due.  False: handlers always succeed (the other bounds' state space).
+    handler_failures: bool = False
 
 
 def list_of(state: State, key: ListKey) -> tuple[int, ...]:

@@ -129,6 +129,8 @@ def canonical(state: State, n_workers: int) -> State:
         name.setdefault(t, len(name))
     for t in reversed(state.suspects):
         name.setdefault(t, len(name))
+    for t in state.scheduled:
+        name.setdefault(t, len(name))
     for _, tasks in lists_:
         for t in reversed(tasks):
             name.setdefault(t, len(name))
@@ -164,6 +166,7 @@ def canonical(state: State, n_workers: int) -> State:
     return State(
         queue=tuple(name[t] for t in state.queue),
         suspects=tuple(name[t] for t in state.suspects),
+        scheduled=tuple(sorted(name[t] for t in state.scheduled)),
         lists=tuple((k, tuple(name[t] for t in tasks)) for k, tasks in lists_),
         records=tuple(new_records),
         committed=tuple(committed),
@@ -246,6 +249,7 @@ def rename(
     return State(
         queue=tuple(tasks[t] for t in state.queue),
         suspects=tuple(tasks[t] for t in state.suspects),
+        scheduled=tuple(sorted(tasks[t] for t in state.scheduled)),
         lists=tuple(sorted((key(k), tuple(tasks[t] for t in ts)) for k, ts in state.lists)),
         records=tuple(records),
         committed=tuple(committed),

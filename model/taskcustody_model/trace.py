@@ -21,6 +21,8 @@ def describe_action(action: Action, before: State) -> str:
         what = f"{action.command}, reply lost [fault]"
     elif action.is_fault:
         what = f"{action.name} [fault]"
+    elif action.name == "promote":
+        what = f"promote task {action.task} (due) from the scheduled set"
     elif action.name == "enqueue":
         what = f"producer: enqueue task {before.status.index(1)}"
     else:
@@ -50,7 +52,8 @@ def describe_state(state: State, indent: str = "    ") -> str:
     )
     lines = [
         f"queue (next on the right): [{queue}]   committed: {committed}"
-        + (f"   suspects: [{' '.join(map(str, state.suspects))}]" if state.suspects else ""),
+        + (f"   suspects: [{' '.join(map(str, state.suspects))}]" if state.suspects else "")
+        + (f"   scheduled: {{{' '.join(map(str, state.scheduled))}}}" if state.scheduled else ""),
         f"in-flight: {lists}",
         f"registry of in-flight lists: {registered}",
         f"processing: {records}",
@@ -121,6 +124,7 @@ def render_stats(result: CheckResult) -> str:
         + (f" late-tasks={b.late_tasks}" if b.late_tasks else "")
         + (" redis-faults" if b.redis_faults else "")
         + ("" if b.take_wait_bounded else " takes-may-outwait-the-grace")
+        + (" handler-failures" if b.handler_failures else "")
         + "\n"
         f"{result.states_generated} states generated, {result.distinct_states} distinct states "
         f"found, depth {result.depth}, {result.seconds:.1f}s "

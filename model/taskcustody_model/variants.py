@@ -45,6 +45,10 @@ class Variant(NamedTuple):
     #: other tasks its dead holder held, so they are taken into one process together again and an
     #: innocent task shares (and is counted for) every death of a poison pill.
     suspects_run_alone: bool = True
+    #: promotion of a due retry moves it from the scheduled set to the queue in one step (ZREM and
+    #: LPUSH of the same member in one script).  False: it LPUSHes a copy and leaves the member
+    #: scheduled, so the task is in two places and runs (and commits) twice.
+    promotion_moves: bool = True
 
 
 VARIANTS: dict[str, Variant] = {
@@ -113,6 +117,12 @@ VARIANTS: dict[str, Variant] = {
             "12. recovery requeues a counted task on the queue, beside the tasks that died with "
             "it, instead of running it alone as a suspect",
             suspects_run_alone=False,
+        ),
+        Variant(
+            "promote-copies",
+            "13. promotion of a due retry pushes it onto the queue without removing it from the "
+            "scheduled set",
+            promotion_moves=False,
         ),
     )
 }

@@ -14,7 +14,7 @@ import click
 import redis
 
 from . import cluster as cluster_routing
-from . import logs, recovery
+from . import logs, recovery, scheduled
 from .cli_errors import Failure, MappedErrors, as_click, check_url
 from .clock import RedisClock
 from .connection import check_server, connect
@@ -176,6 +176,13 @@ def main() -> None:
               help="Times recovery may take a task back from a holder that died (a process "
                    "killed by the task: OOM killer, segfault) before the task is dead-lettered "
                    "as a poison pill.")
+@click.option("--retry-backoff", default=Settings.retry_backoff, show_default=True,
+              type=click.FloatRange(min=0),
+              help="Base delay in seconds before a failed task is retried: attempt n waits a "
+                   "random time up to min(--retry-backoff-max, base * 2**(n-1)) (full jitter) in "
+                   "the scheduled set. 0 retries at once.")
+@click.option("--retry-backoff-max", default=Settings.retry_backoff_max, show_default=True,
+              type=click.FloatRange(min=0), help="Cap of the retry delay, in seconds.")
 @click.option("--block-timeout", default=2.0, show_default=True, type=click.FloatRange(min=0.01))
 @click.option("--heartbeat-interval", default=5.0, show_default=True,
               type=click.FloatRange(min=0.01), help="Seconds between heartbeats.")
@@ -216,7 +223,8 @@ def main() -> None:
               help="Address the metrics endpoint listens on.")
 @click.option("--verbose", "-v", is_flag=True, help="Same as --log-level debug.")
 def worker(handler: str, queue: str, prefix: str, redis_url: str, workers: int, prefetch: int,
-           server_id: str | None, max_attempts: int, max_recoveries: int, block_timeout: float,
+           server_id: str | None, max_attempts: int, max_recoveries: int,
+           retry_backoff: float, retry_backoff_max: float, block_timeout: float,
            heartbeat_interval: float, server_ttl: float, sweep_interval: float,
            wait_for_id: float | None, shutdown_grace: float, result_ttl: int,
            track_commits: bool, allow_evicting_policy: bool, min_replicas: int,
@@ -233,6 +241,7 @@ def worker(handler: str, queue: str, prefix: str, redis_url: str, workers: int, 
                          log_format)
     fn = load_handler(handler)
     settings = _settings(max_attempts=max_attempts, max_recoveries=max_recoveries,
+                         retry_backoff=retry_backoff, retry_backoff_max=retry_backoff_max,
                          block_timeout=block_timeout,
                          heartbeat_interval=heartbeat_interval, server_ttl=server_ttl,
                          sweep_interval=sweep_interval, track_commits=track_commits,
@@ -346,7 +355,7 @@ def status(queue: str, prefix: str, redis_url: str, as_json: bool,
         return
     click.echo(f"queue {snap.queue}: {snap.depth} pending, {snap.committed} committed, "
                f"{snap.processing} processing records, {snap.dead_letters} dead letters, "
-               f"{snap.suspects} suspects")
+               f"{snap.suspects} suspects, {snap.scheduled} scheduled retries")
     if not snap.servers:
         click.echo("no registered servers")
     for name, info in sorted(snap.servers.items()):
@@ -374,13 +383,16 @@ def sweep(queue: str, prefix: str, redis_url: str, allow_evicting_policy: bool,
     client = _client(redis_url, cluster=cluster)
     # The CLI holds no server id of its own: nothing is "self" here.
     me = ServerIdentity("taskcustody-cli", 0)
-    report = _run(lambda: (check_server(client, keys, allow_evicting_policy=allow_evicting_policy),
-                           recovery.sweep(client, keys, RedisClock(client, key=keys.queue).now(),
-                                          me, grace=registry_grace))[1], client, keys)
+    clock = RedisClock(client, key=keys.queue)
+    report, promoted = _run(lambda: (
+        check_server(client, keys, allow_evicting_policy=allow_evicting_policy),
+        recovery.sweep(client, keys, clock.now(), me, grace=registry_grace),
+        scheduled.promote(client, keys, clock.now()))[1:], client, keys)
     click.echo(f"pruned {len(report.pruned)} server(s) {report.pruned}; forgot "
                f"{len(report.forgotten_lists)} dead empty list(s); requeued "
                f"{report.moved} task(s) from {len(report.drained_lists)} list(s); "
-               f"{report.requeued_stuck} stuck, {report.stale_records} stale record(s)")
+               f"{report.requeued_stuck} stuck, {report.stale_records} stale record(s); "
+               f"promoted {promoted} due retr{'y' if promoted == 1 else 'ies'}")
 
 
 def _mount_optional() -> None:

@@ -89,6 +89,12 @@ class QueueKeys:
         return f"{self.base}:suspects"
 
     @property
+    def scheduled(self) -> str:
+        """Sorted set of delayed retries: envelope -> due time (docs/protocol.md, section 10).
+        A promotion moves each due member to the queue (or the suspects list) in one script."""
+        return f"{self.base}:scheduled"
+
+    @property
     def processing(self) -> str:
         return f"{self.base}:processing"
 
@@ -130,6 +136,7 @@ class QueueKeys:
         return {
             self.queue: "list",
             self.suspects: "list",
+            self.scheduled: "zset",
             self.inflight_registry: "zset",
             self.legacy_inflight_registry: "set",
             self.servers: "zset",

@@ -66,12 +66,14 @@ end
 """
 
 # KEYS: own list, processing, queue, dead letters, committed, commit log, result key,
-#       recovery counts, suspects
-# ARGV: raw task, task id, outcome (ok|retry|dead), data (result JSON | retried raw | dead letter),
-#       result ttl, track commits (1|0)
+#       recovery counts, suspects, scheduled
+# ARGV: raw task, task id, outcome (ok|retry|later|dead), data (result JSON | retried raw | dead
+#       letter), result ttl, track commits (1|0), due time (for later)
 # Returns {held, length left in the own list, length of the suspects list} (the last tells the
 # worker's process that a suspect waits, at no extra round trip). A retried task that has a
-# recovery count goes to the suspects list, not the queue: a task with a count runs alone.
+# recovery count goes to the suspects list, not the queue: a task with a count runs alone. A
+# delayed retry (later) goes to the scheduled set, scored by the due time the worker drew
+# (docs/protocol.md, section 10); PROMOTE moves it on when it is due.
 RELEASE = (
     _RECORD_OWNED_BY
     + """
@@ -82,13 +84,16 @@ end
 -- Only a holder commits: a worker whose list was drained (it was judged dead) lost custody, and the
 -- task is someone else's now.
 if held == 1 then
-  if ARGV[3] ~= 'retry' and ARGV[2] ~= '' then
+  local retry = ARGV[3] == 'retry' or ARGV[3] == 'later'
+  if not retry and ARGV[2] ~= '' then
     redis.call('HDEL', KEYS[8], ARGV[2], ARGV[2] .. ':from')
   end
   if ARGV[3] == 'ok' then
     redis.call('INCR', KEYS[5])
     if ARGV[6] == '1' then redis.call('HINCRBY', KEYS[6], ARGV[2], 1) end
     if ARGV[4] ~= '' then redis.call('SET', KEYS[7], ARGV[4], 'EX', ARGV[5]) end
+  elseif ARGV[3] == 'later' then
+    redis.call('ZADD', KEYS[10], ARGV[7], ARGV[4])
   elseif ARGV[3] == 'retry' then
     if ARGV[2] ~= '' and redis.call('HEXISTS', KEYS[8], ARGV[2]) == 1 then
       redis.call('LPUSH', KEYS[9], ARGV[4])
@@ -326,4 +331,29 @@ local lists = redis.call('SMEMBERS', KEYS[2])
 for _, list in ipairs(lists) do redis.call('ZADD', KEYS[1], 'NX', ARGV[1], list) end
 redis.call('DEL', KEYS[2])
 return #lists
+"""
+
+# KEYS: scheduled, queue, suspects, recovery counts
+# ARGV: now, batch size
+# Moves every due member of the scheduled set (score <= now, at most a batch, earliest first) to
+# the queue's far end (LPUSH: behind the queued tasks, as an immediate retry), or to the suspects
+# list if its task has a recovery count (it still runs alone). The ZREM decides: a member is
+# pushed only by the step that removed it, so two promoters never move one member twice, and a
+# task is never in both places nor in neither. Returns the number moved.
+PROMOTE = """
+local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'LIMIT', 0, ARGV[2])
+local moved = 0
+for _, raw in ipairs(due) do
+  if redis.call('ZREM', KEYS[1], raw) == 1 then
+    local target = KEYS[2]
+    local ok, task = pcall(cjson.decode, raw)
+    if ok and type(task) == 'table' and type(task['id']) == 'string'
+        and redis.call('HEXISTS', KEYS[4], task['id']) == 1 then
+      target = KEYS[3]
+    end
+    redis.call('LPUSH', target, raw)
+    moved = moved + 1
+  end
+end
+return moved
 """

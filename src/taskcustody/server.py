@@ -14,7 +14,7 @@ from types import FrameType
 
 import redis
 
-from . import recovery, scripts
+from . import recovery, scheduled, scripts
 from .clock import Clock, RedisClock
 from .cluster import redirect_kind
 from .connection import check_server
@@ -180,6 +180,17 @@ class Server:
         if self.settings.sweep_lease and not self.sweep_lease.acquire_or_renew():
             return None
         return self.sweep()
+
+    def promote_due(self, now: float | None = None) -> int:
+        """Move the retries due by `now` (default: the clock's now) from the scheduled set to
+        the queue (or the suspects list), in one script; run at every tick of the background
+        loop (no lease needed: the ZREM of each member decides who moves it). Returns how many
+        moved."""
+        moved = scheduled.promote(self.client, self.keys,
+                                  self.clock.now() if now is None else now)
+        if moved:
+            self.suspect_slot.maybe_waiting = True  # a promoted suspect may wait
+        return moved
 
     def requeue_stuck_processing_tasks(self) -> tuple[int, int]:
         return recovery.requeue_stuck_processing_tasks(self.client, self.keys, self.identity,
@@ -364,6 +375,7 @@ class Server:
         while not self.stop_event.is_set():
             try:
                 self.heartbeat()
+                self.promote_due()
                 if waited >= next_sweep:
                     report = self.periodic_sweep()
                     if report is not None and (report.pruned or report.moved

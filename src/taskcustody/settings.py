@@ -25,6 +25,12 @@ class Settings:
     # None: 3 sweep periods. A dead holder delays recovery by at most this much.
     sweep_lease_ttl: float | None = None
     max_attempts: int = 3
+    # Retry delays (docs/protocol.md, section 10): a failed attempt n (from 1) is retried after
+    # a delay drawn uniformly in [0, min(retry_backoff_max, retry_backoff * 2**(n-1))] seconds
+    # (full jitter), waiting in the scheduled set until the server's background loop (or
+    # `taskcustody sweep`) promotes it to the queue. 0: retry at once (no scheduled set).
+    retry_backoff: float = 1.0
+    retry_backoff_max: float = 300.0
     # Poison pills: a task that recovery took back from holders that died more than this many
     # times is dead-lettered by the step that would have requeued it (None: never). Deaths are
     # counted apart from max_attempts, which counts releases.
@@ -71,6 +77,11 @@ class Settings:
             raise ValueError("server_ttl must exceed heartbeat_interval")
         if self.max_attempts < 1:
             raise ValueError("max_attempts must be >= 1")
+        if self.retry_backoff < 0 or not math.isfinite(self.retry_backoff):
+            raise ValueError("retry_backoff must be a finite number >= 0 (0: retry at once)")
+        if self.retry_backoff_max < self.retry_backoff or not math.isfinite(
+                self.retry_backoff_max):
+            raise ValueError("retry_backoff_max must be finite and >= retry_backoff")
         if self.max_recoveries is not None and self.max_recoveries < 0:
             raise ValueError("max_recoveries must be >= 0 (or None: never dead-letter)")
         if self.prefetch < 1:

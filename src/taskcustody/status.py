@@ -23,6 +23,8 @@ class QueueStatus:
     committed: int = 0
     #: tasks recovered from a dead holder, waiting to run alone (poison-pill suspects)
     suspects: int = 0
+    #: failed tasks waiting for their retry delay in the scheduled set
+    scheduled: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -43,7 +45,9 @@ def _snapshot(client: redis.Redis, keys: QueueKeys, now: float) -> QueueStatus:
     pipe.llen(keys.dead_letters)
     pipe.get(keys.committed)
     pipe.llen(keys.suspects)
-    depth, servers, incarnations, processing, dead, committed, suspects = pipe.execute()
+    pipe.zcard(keys.scheduled)
+    (depth, servers, incarnations, processing, dead, committed, suspects,
+     scheduled) = pipe.execute()
     # Live = registered with that incarnation (what live_owners reads; derived from the same
     # replies here rather than read twice).
     live = {
@@ -53,7 +57,7 @@ def _snapshot(client: redis.Redis, keys: QueueKeys, now: float) -> QueueStatus:
     }
     status = QueueStatus(keys.queue_name, int(depth), processing=int(processing),
                          dead_letters=int(dead), committed=int(committed or 0),
-                         suspects=int(suspects))
+                         suspects=int(suspects), scheduled=int(scheduled))
     for server, deadline in servers:
         name = _text(server)
         status.servers[name] = {

@@ -20,7 +20,7 @@ from typing import Any, Protocol
 
 import redis
 
-from . import cluster, envelope, events, replication, scripts
+from . import cluster, envelope, events, replication, scheduled, scripts
 from .clock import Clock
 from .connection import is_fakeredis
 from .envelope import Task
@@ -67,6 +67,14 @@ def _result_json(result: Any) -> str:
         return json.dumps(result, allow_nan=False)
     except (TypeError, ValueError):
         return json.dumps({"unserialisable_result": repr(result)})
+
+
+def _attempts(data: str | bytes) -> int:
+    """The attempts count of a retried envelope (the attempt that just failed, from 1)."""
+    try:
+        return int(json.loads(data)["attempts"])
+    except (ValueError, KeyError, TypeError):
+        return 1
 
 
 _RELEASE_SHA = hashlib.sha1(scripts.RELEASE.encode()).hexdigest()
@@ -332,7 +340,10 @@ class Worker:
             # result_ttl 0: store no result (RELEASE skips an empty one).
             return "ok", _result_json(outcome.result) if self.settings.result_ttl else ""
         if task.attempts + 1 < self.settings.max_attempts:
-            return "retry", task.retried().raw.decode()
+            # with a retry delay, "later": the release schedules it (`release_args` draws the
+            # due time); without, "retry": straight back on the queue
+            return ("later" if self.settings.retry_backoff > 0 else "retry",
+                    task.retried().raw.decode())
         return "dead", self._dead_letter(task.raw, outcome.error, task.id)
 
     def record_value(self) -> str:
@@ -388,13 +399,19 @@ class Worker:
     def release_args(
         self, raw: bytes, task_id: str, action: str, data: str | bytes
     ) -> tuple[Any, ...]:
-        """RELEASE's arguments after the script (numkeys, keys, argv)."""
+        """RELEASE's arguments after the script (numkeys, keys, argv). A delayed retry
+        ("later") carries its due time: now + the jittered backoff of the attempt that failed
+        (`data` is the retried envelope, whose attempts count it)."""
         keys = self.keys
+        due = ""
+        if action == "later":
+            due = repr(self.clock.now() + scheduled.retry_delay(_attempts(data), self.settings))
         return (
-            9, self.list_key, keys.processing, keys.queue, keys.dead_letters, keys.committed,
+            10, self.list_key, keys.processing, keys.queue, keys.dead_letters, keys.committed,
             keys.commit_log, keys.result(task_id or "-"), keys.recoveries, keys.suspects,
+            keys.scheduled,
             raw, task_id, action, data, self.settings.result_ttl,
-            1 if self.settings.track_commits else 0,
+            1 if self.settings.track_commits else 0, due,
         )
 
     def released(self, reply: Any, action: str) -> Release:
@@ -408,7 +425,8 @@ class Worker:
             self.suspects.release(self.list_key)
         if not held:
             return Release(False, int(remaining), "lost-custody")
-        names = {"ok": "committed", "retry": "retried", "dead": "dead-lettered"}
+        names = {"ok": "committed", "retry": "retried", "later": "retried",
+                 "dead": "dead-lettered"}
         return Release(True, int(remaining), names[action])
 
     def _release_raw(self, raw: bytes, task_id: str, action: str, data: str) -> Release:

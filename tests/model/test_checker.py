@@ -175,3 +175,41 @@ def test_recovered_tasks_requeued_beside_each_other_are_rejected() -> None:
     one_fault = check(BYSTANDER_BOUNDS._replace(faults=1), "recovered-to-queue")
     assert one_fault.violation is not None
     assert (one_fault.property, len(one_fault.violation)) == ("suspects-run-alone", 7)
+
+
+# -- retry delays: the scheduled set (docs/protocol.md, section 10) -------------------------------
+
+#: The CI bounds of the correct design, with handlers that may fail (each failure is a fault).
+RETRY_BOUNDS = VARIANT_BOUNDS._replace(processes_per_server=1, handler_failures=True)
+
+
+def test_correct_schedules_and_promotes_failed_handlers_retries() -> None:
+    """A failed handler's retry waits in the scheduled set and a promotion moves it back: every
+    property holds, eventual recovery included (a scheduled task is somewhere, and not done)."""
+    result = check(RETRY_BOUNDS)
+    assert result.ok, result.violation and render_trace(result.violation)
+    assert result.distinct_states > 190_000
+
+
+def test_retries_keep_a_suspect_alone_and_bound_its_executions() -> None:
+    """With poison-pill detection, a scheduled retry of a counted task is promoted to the
+    suspects list: suspects-run-alone and bounded-executions hold with handler failures."""
+    result = check(POISON_BOUNDS._replace(handler_failures=True))
+    assert result.ok, result.violation and render_trace(result.violation)
+    bystanders = check(BYSTANDER_BOUNDS._replace(faults=1, handler_failures=True))
+    assert bystanders.ok, bystanders.violation and render_trace(bystanders.violation)
+
+
+def test_promotion_that_copies_is_rejected() -> None:
+    """Design 13: take, record, the handler fails and the release schedules the retry, a
+    promotion pushes it on the queue and leaves it scheduled: two places at once."""
+    result = check(RETRY_BOUNDS, "promote-copies")
+    assert result.violation is not None
+    assert (result.property, len(result.violation)) == ("no-duplication", 4), render_trace(
+        result.violation)
+
+
+def test_without_handler_failures_nothing_is_ever_scheduled() -> None:
+    """The other bounds' state space is unchanged: no retry, so no promotion to copy."""
+    assert check(Bounds(tasks=2, servers=2, workers=1, faults=2, processes_per_server=1),
+                 "promote-copies").ok

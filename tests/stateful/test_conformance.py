@@ -14,8 +14,9 @@ import os
 
 from hypothesis import settings
 from hypothesis.stateful import run_state_machine_as_test
+from taskcustody_model import Bounds
 
-from taskcustody.verify.machine import RunStats, build_machine
+from taskcustody.verify.machine import RETRY_BOUNDS, RunStats, build_machine
 from taskcustody.verify.run import no_local_constants
 from tests.conftest import Backend
 
@@ -26,12 +27,12 @@ MIN_EXAMPLES = 50
 
 
 def _run(backend: Backend, faults: tuple[str, ...], *, prefetching: bool = False,
-         min_examples: int = MIN_EXAMPLES) -> RunStats:
+         min_examples: int = MIN_EXAMPLES, bounds: Bounds | None = None) -> RunStats:
     """One run of the machine; then the checks that it did what it claims: examples ran, faults
     of every kind in `faults` fired, tasks committed, none was lost or duplicated."""
     stats = RunStats()
     machine = build_machine(backend.client, real_redis=backend.real, stats=stats,
-                            prefetching=prefetching)
+                            prefetching=prefetching, bounds=bounds)
     # Derandomized unless asked otherwise: the fault-coverage assertions below must not depend on
     # the luck of one random run (the deep profile explores at random, with many more examples).
     random = os.environ.get("HYPOTHESIS_PROFILE") == "deep" or bool(os.environ.get("VERIFY_RANDOM"))
@@ -64,3 +65,12 @@ def test_the_prefetching_worker_conforms_to_the_model(backend: Backend) -> None:
     prefetching worker) among its rules, and replies lost at any slot of a pipeline."""
     _run(backend, ("dropped-reply:prefetching-take", "dropped-reply:prefetching-release",
                    "crash_worker", "stall_server"), prefetching=True)
+
+
+def test_retry_delays_conform_to_the_model(backend: Backend) -> None:
+    """The retrying machine: handlers fail (the model's `retry`), the release schedules the
+    retry in the scheduled set, and promotions move due retries back (to the suspects list for a
+    task with a recovery count), among every other action and fault."""
+    stats = _run(backend, ("retry", "dropped-reply:release", "crash_worker", "stall_server"),
+                 bounds=RETRY_BOUNDS)
+    assert stats.tallies["committed"] > 0

@@ -61,6 +61,9 @@ EXPECT: dict[str, Expect] = {
     # observed: 2 steps: a take's reply is lost, the worker reconciles: the model puts the
     # counted task on the suspects list, the demonstration on the queue
     "recovered-to-queue": Expect(200, None, 4, ("conformance",)),
+    # observed: 4 steps: take, record, the handler fails (retry scheduled), a promotion copies
+    # it to the queue: in two places at once
+    "promote-copies": Expect(200, None, 6, ("real:no-duplication", "conformance")),
 }
 
 

@@ -60,16 +60,10 @@ class NoReleaseWorker(Worker):
     next drain of the list runs it again."""
 
     def _release_raw(self, raw: bytes, task_id: str, action: str, data: str) -> Release:
-        keys = self.keys
         script = scripts.RELEASE.replace("local held = redis.call('LREM', KEYS[1], 1, ARGV[1])",
                                          "local held = 1")
         held, remaining, _ = self._call(
-            "EVAL", script, 9, self.list_key, keys.processing, keys.queue, keys.dead_letters,
-            keys.committed, keys.commit_log, keys.result(task_id or "-"), keys.recoveries,
-            keys.suspects, raw,
-            task_id, action,
-            data, self.settings.result_ttl, 1 if self.settings.track_commits else 0,
-        )
+            "EVAL", script, *self.release_args(raw, task_id, action, data))
         return Release(bool(held), int(remaining), "committed")
 
 
@@ -292,6 +286,21 @@ class DrainBeforePruneServer(Server):
         return report
 
 
+class PromoteCopiesServer(Server):
+    """13. The promotion of a due retry LPUSHes it on the queue without the ZREM: the member
+    stays scheduled, so the task is in two places and the next promotion runs it again."""
+
+    def promote_due(self, now: float | None = None) -> int:
+        script = scripts.PROMOTE.replace(
+            "  if redis.call('ZREM', KEYS[1], raw) == 1 then\n", "  if true then\n")
+        assert script != scripts.PROMOTE
+        keys = self.keys
+        moved = self.client.eval(script, 4, keys.scheduled, keys.queue, keys.suspects,
+                                 keys.recoveries, repr(self.clock.now() if now is None else now),
+                                 100)
+        return int(moved)
+
+
 BROKEN: dict[str, type[Server]] = {
     "blpop-take": BlpopTakeServer,
     "no-release": NoReleaseServer,
@@ -305,6 +314,7 @@ BROKEN: dict[str, type[Server]] = {
     "recoveries-not-counted": RecoveriesNotCountedServer,
     "count-after-recovery": CountAfterRecoveryServer,
     "recovered-to-queue": RecoveredToQueueServer,
+    "promote-copies": PromoteCopiesServer,
 }
 
 

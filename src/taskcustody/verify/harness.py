@@ -81,7 +81,7 @@ from taskcustody_model.state import (
 )
 from taskcustody_model.variants import variant as model_variant
 
-from .. import cluster, recovery, scripts
+from .. import cluster, recovery, scheduled, scripts
 from ..clock import ManualClock
 from ..envelope import Task
 from ..errors import ServerIdHeld, Superseded
@@ -222,6 +222,12 @@ class Harness:
         self.server_factory = server_factory
         # Poison-pill detection as the model's bounds have it.
         self.settings = dataclasses.replace(settings, max_recoveries=self.bounds.max_recoveries)
+        if getattr(self.bounds, "handler_failures", False):
+            # A failed handler's retry waits in the scheduled set (the model's `retry`), and the
+            # model has no attempt limit: every failure is a fault, so the budget bounds them.
+            self.settings = dataclasses.replace(
+                self.settings, retry_backoff=TICK, retry_backoff_max=8 * TICK,
+                max_attempts=self.bounds.faults + 2)
         self.keys = keys or QueueKeys("verify", prefix="tcv")
         self.real_redis = real_redis
         self.clock = ManualClock(start=1_000.0)
@@ -387,8 +393,11 @@ class Harness:
         lost = name == "dropped_reply"
         command = action.command if lost else name
 
-        if command in ("take", "take_suspect", "record", "execute", "release", "reconcile"):
+        if command in ("take", "take_suspect", "record", "execute", "release", "retry",
+                       "reconcile"):
             self._worker_step(action, command, lost, variant)
+        elif name == "promote":
+            self._promote(action)
         elif name == "crash_worker":
             self._crash_worker(self.procs[s][i].workers[w])
             self._model(action)
@@ -556,8 +565,10 @@ class Harness:
             ws.outcome = worker.execute(ws.task)
             assert EXECUTED is not None
             ws.stage = EXECUTED
-        elif command == "release":
+        elif command in ("release", "retry"):
             assert ws.task is not None
+            if command == "retry":  # the handler fails: the release's retry branch
+                ws.outcome = Outcome(False, error="handler failed (injected by verify)")
             if ws.outcome is None:  # the model's release includes the handler's execution
                 ws.outcome = worker.execute(ws.task)
             assert ws.outcome is not None
@@ -610,6 +621,31 @@ class Harness:
             ws.task, ws.stage = task, TAKEN
         elif not lost:
             raise Mismatch(command, "the model predicts a task; the take returned None")
+
+    def _promote(self, action: Action) -> None:
+        """The model promotes one member, any one (due times are abstracted away). Redis
+        promotes every member due by `now`: the harness promotes with `now` = the chosen
+        member's due time, and the model walks one `promote` per member that was due, in the
+        order the script moves them (earliest first)."""
+        t = action.task
+        reply: Any = self.admin.zrange(self.keys.scheduled, 0, -1, withscores=True)
+        members = [(self._tid(raw), float(score)) for raw, score in reply]
+        due_at = next((score for u, score in members if u == t), None)
+        if due_at is None:
+            raise Mismatch("promote", f"task {t} is not in the scheduled set")
+        due = [u for u, score in members if score <= due_at]
+        slot = next((p for procs in self.procs for p in procs), None)
+        if slot is not None:
+            slot.server.promote_due(due_at)
+        else:  # no process left: `taskcustody sweep` promotes
+            scheduled.promote(self.admin, self.keys, due_at)
+        for u in due[:scheduled.PROMOTE_BATCH]:
+            self._model(Action("promote", task=u))
+
+    def _tid(self, raw: bytes | str) -> int:
+        from ..envelope import decode
+
+        return self.task_index(decode(raw if isinstance(raw, bytes) else raw.encode()).id)
 
     def _model_list(self, s: int, inc: int, w: int) -> tuple[int, ...]:
         for k, tasks in self.state.lists:
@@ -882,8 +918,9 @@ class Harness:
         pipe.hgetall(keys.incarnations)
         pipe.hgetall(keys.recoveries)
         pipe.lrange(keys.dead_letters, 0, -1)
+        pipe.zrange(keys.scheduled, 0, -1)
         (queue_raw, registry_raw, processing, commits, servers, incs, counts,
-         dead) = pipe.execute()
+         dead, scheduled_raw) = pipe.execute()
         list_keys = self._keys_starting(keys.inflight_prefix)
         n = self.bounds.tasks
 
@@ -955,6 +992,7 @@ class Harness:
             status=tuple(status), recoveries=tuple(recoveries),
             # a ghost of the model (handler starts), not Redis state: see `check`
             executions=self.state.executions,
+            scheduled=tuple(sorted(tid(r) for r in scheduled_raw)),
         )
 
     def _model_key(self, real_key: str) -> ListKey:
@@ -992,7 +1030,7 @@ class Harness:
     # -- the end of a run ----------------------------------------------------------------------
 
     PRIORITY = ("release", "execute", "record", "reconcile", "restart_worker", "resume_server",
-                "heartbeat", "startup_drain", "requeue_stuck_processing_tasks", "sweep",
+                "heartbeat", "startup_drain", "requeue_stuck_processing_tasks", "sweep", "promote",
                 "take_suspect", "take", "claim", "enqueue", "advance_clock")
 
     def recover(self, limit: int = 2_000) -> int:
@@ -1029,6 +1067,8 @@ class Harness:
             raise Mismatch("eventual", "the queue is not empty")
         if self.admin.llen(keys.suspects):
             raise Mismatch("eventual", "the suspects list is not empty")
+        if self.admin.zcard(keys.scheduled):
+            raise Mismatch("eventual", "the scheduled set is not empty")
         for k in recovery.registered_lists(self.admin, keys):
             if self.admin.llen(k):
                 raise Mismatch("eventual", f"in-flight list {k} is not empty")
@@ -1050,7 +1090,7 @@ class Harness:
         """Jepsen-style counts of this run, read from Redis."""
         state = self.observe()
         commits = dict(enumerate(state.committed))
-        places: Counter[int] = Counter(state.queue + state.suspects)
+        places: Counter[int] = Counter(state.queue + state.suspects + state.scheduled)
         for _, tasks in state.lists:
             places.update(tasks)
         ours = [t for t, st in enumerate(state.status) if st == ENQUEUED]

@@ -41,6 +41,10 @@ DEFAULT_BOUNDS = Bounds(tasks=3, servers=2, workers=2, faults=3, late_tasks=1, r
                         max_recoveries=1)
 #: The prefetching machine's: its pipelines' lost replies need the fault budget more than a wipe.
 PIPELINE_BOUNDS = Bounds(tasks=3, servers=2, workers=2, faults=3)
+#: The retrying machine's (handlers may fail: retry delays, the scheduled set and its promotion),
+#: with poison-pill detection so that a suspect's retry is scheduled too.
+RETRY_BOUNDS = Bounds(tasks=3, servers=2, workers=2, faults=3, max_recoveries=1,
+                      handler_failures=True)
 
 
 #: The worker commands whose lost replies have rules of their own.
@@ -317,6 +321,37 @@ def build_machine(
             finally:
                 run_stats.add(self.h)
                 self.h.close()
+
+    if the_bounds.handler_failures:
+
+        class RetryingCustodyMachine(CustodyMachine):
+            """... and handlers fail: the release schedules the retry (a delay), and a
+            promotion moves it back when due (a separate class, like the prefetching one, so
+            that the plain machine draws exactly as before)."""
+
+            @precondition(lambda self: self._has("retry") or (
+                self._has("take") and self.h.state.faults < the_bounds.faults))
+            @rule(data=st.data())
+            def handler_fails(self, data: st.DataObject) -> None:
+                """A handler fails and the release schedules its retry. Its window (a worker
+                holding a recorded task, with fault budget left) is short, as a release's lost
+                reply's is: when no worker is in it, a worker first takes and records."""
+                if not self._has("retry"):
+                    take = self._of("take")
+                    action = take[data.draw(st.integers(0, len(take) - 1), label="which")]
+                    for step in (action, action._replace(name="record")):
+                        self._step(step)
+                        self.h.check()
+                self._do(data, "retry")
+
+            @precondition(lambda self: self._has("promote"))
+            @rule(data=st.data())
+            def promote(self, data: st.DataObject) -> None:
+                self._do(data, "promote")
+
+        # (not with prefetching: its machine's source, which seeds a derandomized run, stays
+        # as it was; the retrying machine drives the plain worker's release)
+        return RetryingCustodyMachine
 
     if not prefetching:
         return CustodyMachine

@@ -34,7 +34,7 @@ from ..connection import connect, connect_fake
 from ..keys import QueueKeys
 from .deployment import DeploymentError, deployment_error, describe
 from .harness import VERIFY_SETTINGS, Mismatch, StepRecord
-from .machine import RunStats, build_machine, default_bounds
+from .machine import RETRY_BOUNDS, RunStats, build_machine, default_bounds
 
 #: The model check's default bounds: every broken design is found within them (depth <= 8), and
 #: the correct design's 14,180 distinct states take about 6 s on one core.
@@ -46,10 +46,19 @@ POISON_MODEL_BOUNDS = Bounds(tasks=1, servers=2, workers=1, faults=3, processes_
 #: Design 12 needs a process that holds two tasks (2 workers) and dies with them.
 BYSTANDER_MODEL_BOUNDS = Bounds(tasks=2, servers=2, workers=2, faults=2, processes_per_server=1,
                                 max_recoveries=1)
+#: Design 13 needs a handler that fails, so that a retry is scheduled and promoted.
+RETRY_MODEL_BOUNDS = Bounds(tasks=2, servers=2, workers=1, faults=2, processes_per_server=1,
+                            handler_failures=True)
 DESIGN_MODEL_BOUNDS = {
     "recoveries-not-counted": POISON_MODEL_BOUNDS,
     "count-after-recovery": POISON_MODEL_BOUNDS,
     "recovered-to-queue": BYSTANDER_MODEL_BOUNDS,
+    "promote-copies": RETRY_MODEL_BOUNDS,
+}
+#: The stateful run's bounds of a design that needs more than the machine's default: handler
+#: failures (the retrying machine, `machine.RETRY_BOUNDS`) for design 13.
+DESIGN_STATEFUL_BOUNDS = {
+    "promote-copies": RETRY_BOUNDS,
 }
 #: The stateful run's bounds (the conformance test's).
 #: Hypothesis shrinks for at most 300 s by default; a report does not need the last few steps.
@@ -82,7 +91,8 @@ class Options:
 
     @property
     def stateful_bounds(self) -> Bounds:
-        return self.bounds or default_bounds(self.prefetch)
+        return self.bounds or DESIGN_STATEFUL_BOUNDS.get(self.variant) or default_bounds(
+            self.prefetch)
     shrink_seconds: float = SHRINK_SECONDS
     shrink: bool = True
     #: also drive the prefetching worker's pipelined takes and releases
@@ -303,7 +313,8 @@ def verify(
 
 def _stateful(options: Options, make_client: Callable[[], redis.Redis], keys: QueueKeys,
               stats: RunStats, *, real: bool) -> Failure | None:
-    machine = build_machine(make_client, bounds=options.bounds, implementation=options.variant,
+    machine = build_machine(make_client, bounds=options.bounds or DESIGN_STATEFUL_BOUNDS.get(
+                                options.variant), implementation=options.variant,
                             real_redis=real, stats=stats, keys=keys,
                             prefetching=options.prefetch,
                             flush_scripts=options.redis_url is None)
