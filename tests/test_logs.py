@@ -92,6 +92,22 @@ def test_a_retry_and_a_dead_letter_each_log_one_line_with_the_task_id(
         logging.WARNING, logging.WARNING, logging.ERROR]
 
 
+def test_a_delayed_retry_says_it_was_scheduled(
+    backend: Backend, keys: QueueKeys, caplog: pytest.LogCaptureFixture
+) -> None:
+    client = backend.client()
+    task_id = Producer(client, keys).enqueue("x")
+    settings = Settings(**{**vars(TEST_SETTINGS), "retry_backoff": 2.0})
+    (worker,) = make_server(client, keys, "s1", ManualClock(), fail, settings=settings).start()
+    with caplog.at_level(logging.INFO, logger="taskcustody"):
+        assert worker.run_once(timeout=0.05)
+    worker.close()
+    assert lines(caplog, "taskcustody.worker") == [
+        f"task {task_id} failed (attempt 1 of 3), scheduled for a retry after its backoff: "
+        "RuntimeError: boom x"]
+    assert client.zcard(keys.scheduled) == 1
+
+
 def test_a_commit_is_logged_at_debug_only(
     backend: Backend, keys: QueueKeys, caplog: pytest.LogCaptureFixture
 ) -> None:

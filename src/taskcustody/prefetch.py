@@ -192,7 +192,7 @@ class PrefetchingWorker:
                 releases.append(slot.released(reply, action))
                 task_id, data, failure = logged[k]
                 log_release(slot.list_key, task_id, releases[-1], data, failure,
-                            slot.settings.max_attempts)
+                            slot.settings.max_attempts, delayed=action == "later")
         for slot, _, _ in plans[len(replies):]:
             # The release may have run: we cannot know whether we committed. It is idempotent,
             # so the slot reconciles later.

@@ -87,9 +87,10 @@ NOT_REACHED = "not run: the worker stopped before it reached this task"
 
 
 def log_release(list_key: str, task_id: str, done: Release, data: str | bytes, error: str,
-                max_attempts: int) -> None:
+                max_attempts: int, delayed: bool = False) -> None:
     """One log line per release: a retry and a lost custody (warning), a dead letter (error), a
-    commit (debug), each with the task's id (also as the `task_id` field of a JSON line)."""
+    commit (debug), each with the task's id (also as the `task_id` field of a JSON line).
+    `delayed`: a failed task's retry went to the scheduled set (`Settings.retry_backoff`)."""
     if events.listeners:
         events.emit("released", list_key=list_key, task_id=task_id, action=done.action)
     extra = {"task_id": task_id, "action": done.action}
@@ -103,8 +104,9 @@ def log_release(list_key: str, task_id: str, done: Release, data: str | bytes, e
         if error == NOT_REACHED:
             log.info("task %s requeued as it was: %s", task_id, error, extra=extra)
         else:
-            log.warning("task %s failed (attempt %d of %d), requeued for a retry: %s", task_id,
-                        attempts, max_attempts, error or "worker interrupted", extra=extra)
+            log.warning("task %s failed (attempt %d of %d), %s: %s", task_id, attempts,
+                        max_attempts, "scheduled for a retry after its backoff" if delayed
+                        else "requeued for a retry", error or "worker interrupted", extra=extra)
     elif done.action == "dead-lettered":
         if not error:
             try:
@@ -331,7 +333,8 @@ class Worker:
         """Give up custody, and commit, retry or dead-letter -- only if we still held it."""
         action, data = self.verdict(task, outcome)
         done = self._release_raw(task.raw, task.id, action, data)
-        log_release(self.list_key, task.id, done, data, outcome.error, self.settings.max_attempts)
+        log_release(self.list_key, task.id, done, data, outcome.error, self.settings.max_attempts,
+                    delayed=action == "later")
         return done
 
     def verdict(self, task: Task, outcome: Outcome) -> tuple[str, str]:
