@@ -43,3 +43,14 @@ def test_a_stale_anchor_is_reported() -> None:
                                                    "no such line\n", "x\n"),))
     with pytest.raises(Stale):
         apply_edits(ghost, read)
+
+
+def test_the_recovered_to_queue_demonstration_still_rewrites_the_real_scripts() -> None:
+    """Design 12's demonstration (verify/broken.py) is the real DRAIN_CHUNK and REQUEUE_STUCK
+    with one line each replaced: if a replacement no longer finds its line, the demonstration
+    silently becomes the correct design."""
+    from taskcustody import scripts
+    from taskcustody.verify import broken
+
+    assert broken._DRAIN_TO_QUEUE != scripts.DRAIN_CHUNK
+    assert broken._REQUEUE_TO_QUEUE != scripts.REQUEUE_STUCK
