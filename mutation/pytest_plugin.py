@@ -15,7 +15,7 @@ import json
 import os
 import signal
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from types import FrameType
 from typing import Any
 
@@ -122,6 +122,28 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
         os._exit(1)
 
     threading.Thread(target=watchdog, name="mutation-watchdog", daemon=True).start()
+    # The soft limit is armed around the call phase only (pytest_runtest_call below): an alarm
+    # that fired in pytest's own reporting after the call, or in a teardown, ended the whole run
+    # as an INTERNALERROR (exit 3) with no test to name, and the gate counted the mutant as an
+    # error instead of a kill (seen once in three runs of drain-until-empty). Setup and teardown
+    # stay under the watchdog's hard limit.
+    item.stash[_LIMIT] = (limit, expire)
+    try:
+        yield
+    finally:
+        done.set()
+
+
+_LIMIT = pytest.StashKey[tuple[float, Callable[[int, FrameType | None], None]]]()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
+    armed = item.stash.get(_LIMIT, None)
+    if armed is None:
+        yield
+        return
+    limit, expire = armed
     previous = signal.signal(signal.SIGALRM, expire)
     signal.setitimer(signal.ITIMER_REAL, limit)
     try:
@@ -129,7 +151,6 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
-        done.set()
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
