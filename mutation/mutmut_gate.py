@@ -42,7 +42,8 @@ CRITICAL: dict[str, tuple[str, ...]] = {
     "taskcustody.worker": (
         "Worker.register", "Worker.reconcile", "Worker.take", "Worker._take_args",
         "Worker.record", "Worker.release", "Worker.run_once", "Worker._release_raw",
-        "Worker._release_once",
+        "Worker._send_release", "Worker._redirected", "Worker.release_and_take",
+        "Worker._release_and_take_raw",
         "Worker.verdict", "Worker.release_args", "Worker.released",
     ),
     "taskcustody.recovery": (

@@ -95,11 +95,17 @@ MUTANTS: tuple[NamedMutant, ...] = (
                 WORKER,
                 "            raise\n"
                 "        finally:\n"
-                "            # Custody is released whatever happened above.\n"
-                "            self.release(task, outcome)\n",
+                "            # Custody is released whatever happened above; an interrupted cycle "
+                "takes nothing.\n"
+                "            if ran and self.take_next():\n"
+                "                self._next = self.release_and_take(task, outcome)[1]\n"
+                "            else:\n"
+                "                self.release(task, outcome)\n",
                 "            raise\n"
-                "        # Custody is released whatever happened above.\n"
-                "        self.release(task, outcome)\n",
+                "        if ran and self.take_next():\n"
+                "            self._next = self.release_and_take(task, outcome)[1]\n"
+                "        else:\n"
+                "            self.release(task, outcome)\n",
             ),
         ),
     ),
@@ -288,6 +294,58 @@ MUTANTS: tuple[NamedMutant, ...] = (
                 "  if true then\n",
             ),
         ),
+    ),
+)
+
+
+# The composite step, RELEASE_AND_TAKE (issue 13): three ways to write it wrongly.
+_TAKE_FIRST = (
+    'RELEASE_AND_TAKE = _RECORD_OWNED_BY + """\n'
+    "local source = KEYS[3]\n"
+    "if ARGV[8] == 'suspect' and redis.call('LLEN', KEYS[9]) > 0 then source = KEYS[9] end\n"
+    "local raw = false\n"
+    "if ARGV[8] ~= '' then raw = redis.call('LMOVE', source, KEYS[1], 'RIGHT', 'LEFT') end\n"
+    "local id = ''\n"
+    "if raw then\n"
+    "  redis.call('ZADD', KEYS[11], ARGV[10], KEYS[1])\n"
+    "  local ok, task = pcall(cjson.decode, raw)\n"
+    "  if ok and type(task) == 'table' and type(task['id']) == 'string' then\n"
+    "    id = task['id']\n"
+    "    redis.call('HSET', KEYS[2], id, ARGV[9])\n"
+    "  end\n"
+    "end\n"
+    '""" + _RELEASE_STEP[len(_RECORD_OWNED_BY):] + """\n'
+    "local remaining = redis.call('LLEN', KEYS[1]) - (raw and 1 or 0)\n"
+    "if not raw then return {held, remaining, redis.call('LLEN', KEYS[9])} end\n"
+    "return {held, remaining, redis.call('LLEN', KEYS[9]), raw, id, "
+    "source == KEYS[9] and 1 or 0}\n"
+    '"""\n'
+)
+
+MUTANTS += (
+    NamedMutant(
+        "composite-takes-before-release",
+        "no double execution / custody: the composite step moves the next task into the list "
+        "before it releases the one just handled, so a task that recovery had put back on the "
+        "queue's take end comes back into the list, the release finds it there and commits a "
+        "run whose custody was lost, deletes the record it just wrote, and the worker runs the "
+        "task again with no custody",
+        (Edit(SCRIPTS, "RELEASE_AND_TAKE = _RELEASE_STEP + _TAKE_NEXT\n", _TAKE_FIRST),),
+    ),
+    NamedMutant(
+        "composite-takes-without-record",
+        "the processing record: the composite step moves the next task into custody without "
+        "writing its record, so the processing sweep and `status` cannot see it run",
+        (Edit(SCRIPTS, "  redis.call('HSET', KEYS[2], id, ARGV[9])\n", ""),),
+    ),
+    NamedMutant(
+        "composite-commits-without-custody",
+        "no double commit: the composite step's release commits whether or not the task was "
+        "still in the own list (design 15, composite-commits-unheld), so a worker judged dead "
+        "commits a task that recovery already handed to another worker",
+        (Edit(SCRIPTS, "RELEASE_AND_TAKE = _RELEASE_STEP + _TAKE_NEXT\n",
+              'RELEASE_AND_TAKE = _RELEASE_STEP.replace("if held == 1 then", "if true then") '
+              "+ _TAKE_NEXT\n"),),
     ),
 )
 

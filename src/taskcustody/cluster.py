@@ -135,12 +135,17 @@ def redirect_kind(exc: BaseException) -> str | None:
     return None
 
 
+_JITTER = random.Random()
+
+
 class Backoff:
     """Pauses after BUSY redirects in a row: FIRST_BACKOFF doubling up to MAX_BACKOFF, each with
     up to 50 % jitter (so that a fleet of workers does not retry in lock step)."""
 
     def __init__(self, rng: random.Random | None = None) -> None:
-        self.rng = rng or random.Random()
+        # one shared generator by default: a release builds a Backoff every time, and seeding a
+        # new Random from the OS costs more than the rest of the release's client-side work
+        self.rng = rng or _JITTER
         self.count = 0
 
     def next(self) -> float:

@@ -61,6 +61,8 @@ class PrefetchingWorker:
             raise ValueError("a prefetching worker needs at least one slot")
         self.slots = slots
         self.lead = slots[0]
+        for slot in slots:
+            slot.take_next = lambda: False  # our batches take for the slots
         self.owner = self.lead.owner
         self.list_key = self.lead.list_key
         self.settings = self.lead.settings
@@ -218,6 +220,9 @@ class PrefetchingWorker:
         if error is not None:
             self._raise(error)
         return True
+
+    def finish(self) -> None:
+        """Nothing to finish: a batch is handled whole inside `run_once`."""
 
     def run(self, stop: threading.Event, until_idle: bool = False) -> None:
         run_until_stopped(self, stop, until_idle, register=self.register)

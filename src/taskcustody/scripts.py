@@ -74,7 +74,7 @@ end
 # recovery count goes to the suspects list, not the queue: a task with a count runs alone. A
 # delayed retry (later) goes to the scheduled set, scored by the due time the worker drew
 # (docs/protocol.md, section 10); PROMOTE moves it on when it is due.
-RELEASE = (
+_RELEASE_STEP = (
     _RECORD_OWNED_BY
     + """
 local held = redis.call('LREM', KEYS[1], 1, ARGV[1])
@@ -104,9 +104,46 @@ if held == 1 then
     redis.call('LPUSH', KEYS[4], ARGV[4])
   end
 end
-return {held, redis.call('LLEN', KEYS[1]), redis.call('LLEN', KEYS[9])}
 """
 )
+
+RELEASE = _RELEASE_STEP + """
+return {held, redis.call('LLEN', KEYS[1]), redis.call('LLEN', KEYS[9])}
+"""
+
+# The default busy cycle: the release above and the take of the next task, in ONE atomic step, so
+# that a worker that handles one task at a time pays one round trip per task (issue 13) and
+# nothing can come between giving up one task and taking custody of the next.
+# KEYS: RELEASE's ten, then the registry of in-flight lists
+# ARGV: RELEASE's seven, then what to take ('' nothing | 'queue' | 'suspect': the oldest suspect
+#       if one waits, else from the queue; the worker says 'suspect' only while its process holds
+#       no suspect but perhaps this task), the next task's processing record, now (the list's
+#       registration score)
+# The take runs only after the release, and only if the release left our list empty: debris in it
+# (remaining > 0) makes the worker dirty, and a dirty worker reconciles before it takes anything.
+# It is take_suspect's or TAKE_AND_RECORD's step (register the list, LMOVE into it, HSET the
+# record), so a lost reply is a lost reply of both halves: the worker does not know whether it
+# committed or what it holds, is dirty, and its reconcile drains the taken task back.
+# Returns RELEASE's {held, remaining, suspects waiting}, then, if it took one, the raw task, its
+# id ('' for a malformed envelope: no record) and 1 if it came from the suspects list, else 0.
+_TAKE_NEXT = """
+local remaining = redis.call('LLEN', KEYS[1])
+local waiting = redis.call('LLEN', KEYS[9])
+if remaining > 0 or ARGV[8] == '' then return {held, remaining, waiting} end
+local source, suspect = KEYS[3], 0
+if ARGV[8] == 'suspect' and waiting > 0 then source, suspect = KEYS[9], 1 end
+local raw = redis.call('LMOVE', source, KEYS[1], 'RIGHT', 'LEFT')
+if not raw then return {held, 0, waiting} end
+redis.call('ZADD', KEYS[11], ARGV[10], KEYS[1])
+local id = ''
+local ok, task = pcall(cjson.decode, raw)
+if ok and type(task) == 'table' and type(task['id']) == 'string' and task['id'] ~= '' then
+  id = task['id']
+  redis.call('HSET', KEYS[2], id, ARGV[9])
+end
+return {held, 0, waiting - suspect, raw, id, suspect}
+"""
+RELEASE_AND_TAKE = _RELEASE_STEP + _TAKE_NEXT
 
 # KEYS: own list, processing
 # ARGV: raw task, task id, record value

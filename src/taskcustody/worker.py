@@ -2,7 +2,9 @@
 
 The worker talks to Redis on a connection of its own. That lets it send the processing record
 without waiting for the reply, and read that reply together with the release's: the record is in
-Redis while the handler runs, and the whole cycle costs two round trips (take, release).
+Redis while the handler runs. While the queue is busy the release and the next take are one step
+(`release_and_take`, one script): one round trip per task. When that step finds nothing to take,
+the next cycle blocks on the server (`take`), so an idle worker waits there, not in a poll loop.
 """
 
 from __future__ import annotations
@@ -16,11 +18,11 @@ import time
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 import redis
 
-from . import cluster, envelope, events, replication, scheduled, scripts
+from . import cluster, envelope, events, replication, scheduled, scripts, wire
 from .clock import Clock
 from .connection import is_fakeredis
 from .envelope import Task
@@ -38,6 +40,7 @@ log = logging.getLogger("taskcustody.worker")
 REDIRECT_ATTEMPTS = 30
 
 Handler = Callable[[Any], Any]
+_T = TypeVar("_T")
 
 
 @dataclass(frozen=True)
@@ -80,7 +83,17 @@ def _attempts(data: str | bytes) -> int:
 _RELEASE_SHA = hashlib.sha1(scripts.RELEASE.encode()).hexdigest()
 _RECORD_SHA = hashlib.sha1(scripts.RECORD.encode()).hexdigest()
 _TAKE_SHA = hashlib.sha1(scripts.TAKE_AND_RECORD.encode()).hexdigest()
+_RELEASE_AND_TAKE_SHA = hashlib.sha1(scripts.RELEASE_AND_TAKE.encode()).hexdigest()
 
+
+#: The positions in `Worker.release_args` that change from one task to the next (the result key,
+#: the raw task, its id, the outcome, its data, the due time); the others are the worker's keys
+#: and settings. RELEASE_AND_TAKE's arguments are RELEASE's with the registry after the keys (so
+#: the argv positions move one on) and three more at the end, which change too (what to take, the
+#: next record, now). tests/test_wire.py checks that these are the positions that change.
+RELEASE_CHANGING = frozenset({7, 11, 12, 13, 14, 17})
+RELEASE_AND_TAKE_CHANGING = frozenset(
+    {i if i < 11 else i + 1 for i in RELEASE_CHANGING} | {19, 20, 21})
 
 #: The error of a prefetched task that its batch never reached (requeued unchanged).
 NOT_REACHED = "not run: the worker stopped before it reached this task"
@@ -165,6 +178,16 @@ class Worker:
         # At most one suspect per process: a Server gives all its workers one slot; a lone
         # worker is a process of its own.
         self.suspects = SuspectSlot()
+        #: Whether `run_once`'s release also takes the next task (`release_and_take`). The
+        #: production loop (`run`) says yes until it is stopped; a `run_once` called on its own is
+        #: one whole cycle and leaves nothing in custody; a prefetching worker's slots never (their
+        #: batches take for them).
+        self.take_next: Callable[[], bool] = lambda: False
+        # The task the last `release_and_take` took into custody (its record written): the next
+        # `run_once` runs it without a take.
+        self._next: Task | None = None
+        # The release scripts' commands, packed once but for what changes per task (`_packed`).
+        self._templates: dict[int, wire.Template] = {}
 
     # -- the steps ---------------------------------------------------------------------------
 
@@ -174,6 +197,7 @@ class Worker:
         self.client.script_load(scripts.RECORD)
         self.client.script_load(scripts.RELEASE)
         self.client.script_load(scripts.TAKE_AND_RECORD)
+        self.client.script_load(scripts.RELEASE_AND_TAKE)
 
     def reconcile(self) -> int:
         """Drain our own list back to the queue. Only called while we hold nothing, so whatever
@@ -337,6 +361,43 @@ class Worker:
                     delayed=action == "later")
         return done
 
+    def release_and_take(self, task: Task, outcome: Outcome) -> tuple[Release, Task | None]:
+        """`release`, and in the same atomic step (one script, one round trip) the take of the
+        next task with its processing record: the oldest suspect if our process holds none and
+        one may wait, else the queue's next task. Nothing is taken when the release leaves our
+        list with debris (we are dirty: reconcile first) or when there is nothing to take; then
+        the next cycle's `take` blocks on the server. The task returned is in our list with its
+        record written: execute it, then release it. A lost reply loses both halves' answers: we
+        are dirty, and the reconcile drains whatever the step took back to the queue."""
+        action, data = self.verdict(task, outcome)
+        slot = self.suspects
+        # 'suspect' while our process holds no suspect or we hold it (it is this task, whose
+        # release runs first in the same step): the step then prefers a waiting suspect.
+        # A dirty worker takes nothing: it reconciles first (its list may hold debris).
+        if self.dirty:
+            mode = ""
+        elif slot.maybe_waiting and slot.acquire(self.list_key):
+            mode = "suspect"
+        else:
+            mode = "queue"
+        extra = (mode, self.record_value(), repr(self.clock.now()))
+        done, reply = self._release_and_take_raw(task.raw, task.id, action, data, extra)
+        log_release(self.list_key, task.id, done, data, outcome.error, self.settings.max_attempts,
+                    delayed=action == "later")
+        if len(reply) <= 3:
+            if mode == "suspect" and not int(reply[2]):
+                slot.maybe_waiting = False
+            return done, None
+        raw = reply[3]
+        self._deferred = ()  # the step wrote the next task's record: nothing to send again
+        self._record_refused = False
+        try:
+            return done, envelope.decode(raw)
+        except MalformedTask as exc:
+            log.warning("dead-lettering a malformed task: %s", exc)
+            self._release_raw(raw, "", "dead", self._dead_letter(raw, exc.reason, None))
+            return done, None
+
     def verdict(self, task: Task, outcome: Outcome) -> tuple[str, str]:
         """What the release does with a task the handler ran: (action, data) for RELEASE."""
         if outcome.ok:
@@ -356,24 +417,46 @@ class Worker:
     # -- the production loop -----------------------------------------------------------------
 
     def run_once(self, timeout: float | None = None) -> bool:
-        """One cycle. Returns True when a task was handled."""
-        if self.dirty:
-            self.reconcile()
-        task = self.take(timeout)
+        """One cycle. Returns True when a task was handled. The task is the one the last cycle's
+        release took (`release_and_take`), or else one this cycle takes (after a reconcile if we
+        are dirty); its release takes the next one while `take_next()` says so."""
+        task, self._next = self._next, None
+        taken_now = task is None
         if task is None:
-            return False
+            if self.dirty:
+                self.reconcile()
+            task = self.take(timeout)
+            if task is None:
+                return False
+        ran = False
         try:
-            self.record(task)
+            if taken_now:
+                self.record(task)
             outcome = self.execute(task)
+            ran = True
         except BaseException:
             outcome = Outcome(False, error="worker interrupted")
             raise
         finally:
-            # Custody is released whatever happened above.
-            self.release(task, outcome)
+            # Custody is released whatever happened above; an interrupted cycle takes nothing.
+            if ran and self.take_next():
+                self._next = self.release_and_take(task, outcome)[1]
+            else:
+                self.release(task, outcome)
         return True
 
+    def finish(self) -> None:
+        """Run the task the last release took, if any, and release it without taking another
+        (the loop calls this once it is stopped: that task is in our custody already)."""
+        if self._next is not None:
+            take_next, self.take_next = self.take_next, lambda: False
+            try:
+                self.run_once()
+            finally:
+                self.take_next = take_next
+
     def run(self, stop: threading.Event, until_idle: bool = False) -> None:
+        self.take_next = lambda: not stop.is_set()
         run_until_stopped(self, stop, until_idle, register=self.register)
 
     @property
@@ -417,13 +500,14 @@ class Worker:
             1 if self.settings.track_commits else 0, due,
         )
 
-    def released(self, reply: Any, action: str) -> Release:
-        """Read RELEASE's reply: {held, what remains in our list, suspects waiting}."""
+    def released(self, reply: Any, action: str, keep_slot: bool = False) -> Release:
+        """Read RELEASE's reply: {held, what remains in our list, suspects waiting} (the first
+        three of RELEASE_AND_TAKE's; `keep_slot`: it took a suspect, which keeps the slot)."""
         held, remaining, *waiting = reply
         self.dirty = self.dirty or int(remaining) > 0
         if waiting and int(waiting[0]) > 0:
             self.suspects.maybe_waiting = True
-        if not self.dirty:
+        if not self.dirty and not keep_slot:
             # clean again: the suspect we held, if any, is done
             self.suspects.release(self.list_key)
         if not held:
@@ -433,16 +517,38 @@ class Worker:
         return Release(True, int(remaining), names[action])
 
     def _release_raw(self, raw: bytes, task_id: str, action: str, data: str) -> Release:
-        """Release, sent again while Redis redirects it (it did not run): after MOVED or
+        """Release (RELEASE), sent again while Redis redirects it (`_redirected`)."""
+        args = self.release_args(raw, task_id, action, data)
+        return self._redirected(lambda: self.released(
+            self._send_release(args, _RELEASE_SHA, scripts.RELEASE), action))
+
+    def _release_and_take_raw(self, raw: bytes, task_id: str, action: str, data: str,
+                              take: tuple[str, str, str]) -> tuple[Release, list[Any]]:
+        """RELEASE_AND_TAKE (`take`: its last three ARGV), sent again while Redis redirects it:
+        the release's reading and the whole reply."""
+        numkeys, *rest = self.release_args(raw, task_id, action, data)
+        args = (numkeys + 1, *rest[:numkeys], self.keys.inflight_registry, *rest[numkeys:],
+                *take)
+
+        def once() -> tuple[Release, list[Any]]:
+            reply = list(self._send_release(args, _RELEASE_AND_TAKE_SHA,
+                                            scripts.RELEASE_AND_TAKE))
+            # a suspect taken in the step keeps our process's slot ours (reply[5])
+            keep = len(reply) > 5 and int(reply[5]) == 1
+            return self.released(reply, action, keep_slot=keep), reply
+
+        return self._redirected(once)
+
+    def _redirected(self, send: Callable[[], _T]) -> _T:
+        """`send` a release, again while Redis redirects it (it did not run): after MOVED or
         UNBLOCKED on the new owner, after ASK or TRYAGAIN (a migration) on the same one after a
         back-off. Retrying here, not in the loop, spares the handler a second run. After
         REDIRECT_ATTEMPTS the redirect is raised: the loop marks us dirty and the reconcile
         gives the task back to the queue."""
-        args = self.release_args(raw, task_id, action, data)
         backoff = cluster.Backoff()
         while True:
             try:
-                return self._release_once(args, action)
+                return send()
             except redis.ResponseError as exc:
                 kind = cluster.redirect_kind(exc)
                 if kind is None or backoff.count >= REDIRECT_ATTEMPTS:
@@ -453,7 +559,8 @@ class Worker:
                 if kind == cluster.MOVED:
                     self.follow_slot()
 
-    def _release_once(self, args: tuple[Any, ...], action: str) -> Release:
+    def _send_release(self, args: tuple[Any, ...], sha: str, script: str) -> Any:
+        """Send a release script (by `sha`, then as EVAL after NOSCRIPT) and return its reply."""
         if self._record_refused and self._deferred:
             # The record was refused by a redirect (it did not run): send it again first, so
             # that it precedes the release as it did.
@@ -462,17 +569,28 @@ class Worker:
         try:
             try:
                 self._then_wait(replication.RELEASE)
-                reply = self._call("EVALSHA", _RELEASE_SHA, *args)
+                command = ("EVALSHA", sha, *args)
+                return self._call(*command, packed=self._packed(command))
             except redis.exceptions.NoScriptError:
                 # The script cache was flushed; NOSCRIPT means it did not run, so EVAL is safe.
                 self._then_wait(replication.RELEASE)
-                reply = self._call("EVAL", scripts.RELEASE, *args)
+                return self._call("EVAL", script, *args)
         except (redis.ConnectionError, redis.TimeoutError):
             # The release may have run: we cannot know whether we committed. Reconcile later;
             # the release is idempotent (a second one finds nothing to remove and commits nothing).
             self.dirty = True
             raise
-        return self.released(reply, action)
+
+    def _packed(self, command: tuple[Any, ...]) -> bytes:
+        """The bytes of a release's EVALSHA (RELEASE or RELEASE_AND_TAKE, told apart by their
+        number of keys), from a template built at its first use (wire.py)."""
+        numkeys = command[2]
+        template = self._templates.get(numkeys)
+        if template is None:
+            changing = RELEASE_CHANGING if numkeys == 10 else RELEASE_AND_TAKE_CHANGING
+            template = self._templates[numkeys] = wire.Template(
+                command, {2 + i for i in changing})
+        return template.pack(command)
 
     def _dead_letter(self, raw: bytes, error: str, task_id: str | None) -> str:
         return json.dumps({
@@ -483,14 +601,18 @@ class Worker:
         })
 
     def _send(self, *args: Any, first: tuple[Any, ...] | None = None,
-              then: tuple[Any, ...] | None = None) -> None:
+              then: tuple[Any, ...] | None = None, packed: bytes | None = None) -> None:
         """Send a command, with `first` before it and `then` after it, in ONE write: the take's
         registration must reach Redis with its BLMOVE (a stall between two writes could let the
         registration age past the registry's grace before the BLMOVE is even sent), and a WAIT
         adds no round trip."""
         commands = [c for c in (first, args, then) if c is not None]
         try:
-            if len(commands) == 1:
+            if packed is not None:
+                # (`args`'s bytes, built by a wire.Template; a WAIT after it packed as usual)
+                tail = [] if then is None else self._conn.pack_commands([then])  # type: ignore[no-untyped-call]
+                self._conn.send_packed_command([packed, *tail])  # type: ignore[no-untyped-call]
+            elif len(commands) == 1:
                 self._conn.send_command(*args)  # type: ignore[no-untyped-call]
             else:
                 packed = self._conn.pack_commands(commands)  # type: ignore[no-untyped-call]
@@ -507,13 +629,14 @@ class Worker:
         (replication.py). Without, nothing changes."""
         self._wait_after = step if self.settings.min_replicas else ""
 
-    def _call(self, *args: Any, first: tuple[Any, ...] | None = None) -> Any:
+    def _call(self, *args: Any, first: tuple[Any, ...] | None = None,
+              packed: bytes | None = None) -> Any:
         """Send a command and return its reply, first reading the replies of deferred commands.
         `first` goes just before it, in the same write (the take's registration): its error, if
         any, is kept in `_registration_error`."""
         step, self._wait_after = self._wait_after, ""
         wait = replication.wait_command(self.settings) if step else None
-        self._send(*args, first=first, then=wait)
+        self._send(*args, first=first, then=wait, packed=packed)
         # WAIT's reply comes after the command's. If the command fails (NOSCRIPT, WRONGTYPE),
         # the WAIT's reply stays unread and counted: the next call reads it as a deferred one.
         trailing = 0 if wait is None else 1
@@ -578,6 +701,8 @@ class Runnable(Protocol):
     clock: Clock
 
     def run_once(self, timeout: float | None = None) -> bool: ...
+
+    def finish(self) -> None: ...
 
     def follow_slot(self, refresh: bool = True) -> None: ...
 
@@ -651,6 +776,13 @@ def run_until_stopped(unit: Runnable, stop: Stop, until_idle: bool,
         redirected.reset()
         if until_idle and not handled:
             return
+    # Stopped: a task the last release took (release_and_take) is in our custody already, with
+    # its record: run and release it like any current task (within the shutdown grace).
+    try:
+        unit.finish()
+    except (redis.RedisError, redis.exceptions.RedisClusterException) as exc:
+        log.warning("worker %s: could not finish the task it held (%s); recovery will requeue it",
+                    unit.list_key, exc)
 
 
 def _follow(unit: Runnable) -> None:

@@ -46,6 +46,9 @@ class BlpopTakeWorker(Worker):
                    self.keys.commit_log, task.id)
         return Release(True, 0, "committed")
 
+    def release_and_take(self, task: Task, outcome: Any) -> tuple[Release, Task | None]:
+        return self.release(task, outcome), None  # (this design takes only with BRPOP)
+
 
 _COMMIT_WITHOUT_CUSTODY = """
 redis.call('HDEL', KEYS[1], ARGV[1])
@@ -59,12 +62,11 @@ class NoReleaseWorker(Worker):
     """2. The release forgets the LREM: the task stays in custody after it committed, and the
     next drain of the list runs it again."""
 
-    def _release_raw(self, raw: bytes, task_id: str, action: str, data: str) -> Release:
-        script = scripts.RELEASE.replace("local held = redis.call('LREM', KEYS[1], 1, ARGV[1])",
-                                         "local held = 1")
-        held, remaining, _ = self._call(
-            "EVAL", script, *self.release_args(raw, task_id, action, data))
-        return Release(bool(held), int(remaining), "committed")
+    def _send_release(self, args: tuple[Any, ...], sha: str, script: str) -> Any:
+        # (RELEASE and RELEASE_AND_TAKE share the release's text)
+        script = script.replace("local held = redis.call('LREM', KEYS[1], 1, ARGV[1])",
+                                "local held = 1")
+        return self._call("EVAL", script, *args)
 
 
 def _collect_garbage(server: Server) -> list[str]:
