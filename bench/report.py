@@ -234,6 +234,9 @@ def markdown(data: dict[str, Any]) -> str:
                 fn = r["function"].replace("|", "\\|")
                 w(f"| `{fn}` | {r['own_us']:.1f} | {r['cum_us']:.1f} |")
             w("")
+    lat = data.get("latency")
+    if lat and lat.get("rows"):
+        out.extend(latency_lines(lat, level=2))
     notes = data.get("notes") or []
     if notes:
         w("## Notes")
@@ -242,6 +245,72 @@ def markdown(data: dict[str, Any]) -> str:
             w(f"- {n}")
         w("")
     return "\n".join(out)
+
+
+def latency_lines(lat: dict[str, Any], level: int = 2) -> list[str]:
+    """The latency table (bench/latency.py's results), for latency.md and for latest.md."""
+    h = "#" * level
+    out = [
+        f"{h} Latency: enqueue to the handler's start, at {lat['load']:g} x capacity "
+        f"(median of {lat['rounds']} round(s))",
+        "",
+        "Per configuration and round: its capacity, "
+        + (f"the lower of a drain's rate ({lat['capacity_tasks']:,} no-op tasks enqueued first, "
+           "as the throughput table) and a fed run's (as many sent back to back by the producer "
+           "below to the running worker: what producer and worker sustain together on this "
+           "machine)" if lat.get("capacity_mode", "drain") == "min" else
+           f"a drain's rate ({lat['capacity_tasks']:,} no-op tasks enqueued first, as the "
+           "throughput table)")
+        + ", then a "
+        f"producer in a process of its own sends up to {lat['tasks']:,} no-op tasks at a constant "
+        f"open-loop rate of {lat['load']:g} x that capacity (a fixed monotonic-clock schedule, at "
+        f"most {lat['max_seconds']:g} s) to one worker process, warmed up first. Latency: the "
+        "handler's first `time.time()` minus the producer's, taken just before its enqueue call. "
+        "p50/p90/p99/max: the median over rounds of each round's nearest-rank quantile. `p99 "
+        "sched.`: p99 from the time the schedule meant to send the task (it counts the "
+        "producer's own lateness too, `late p99`). Rates: medians over rounds.",
+        "",
+        "| configuration | concurrency | capacity/s (drain, fed) | rate/s (achieved) | tasks "
+        "| p50 ms | p90 ms | p99 ms | max ms | p99 sched. ms | late p99 ms | rounds |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in lat["rows"]:
+        label = f"**{r['label']}**" if r["group"] == "ours" else r["label"]
+        if not r.get("rounds_counted"):
+            out.append(f"| {label} | {r['concurrency']} | - | - | - | - | - | - | - | - | - "
+                       "| 0 |")
+            continue
+        q, s, lag = r["latency_ms"], r["from_schedule_ms"], r["producer_lag_ms"]
+        out.append(
+            f"| {label} | {r['concurrency']} | {_f(r['capacity'])} ({_f(r.get('drain_capacity'))}, "
+            f"{_f(r.get('fed_capacity'))}) | {_f(r['rate'])} "
+            f"({_f(r['achieved_rate'])}) | {_f(r['tasks'])} | {q['p50']:.2f} | {q['p90']:.2f} | "
+            f"{q['p99']:.2f} | {q['max']:.1f} | {s['p99']:.2f} | {lag['p99']:.2f} "
+            f"| {r['rounds_counted']}/{len(r['runs'])} |")
+    out.append("")
+    versions = sorted({f"{r['system']} {r['version']}" for r in lat["rows"]
+                       if r.get("version") and r["group"] == "peer"})
+    out += [
+        "Concurrency: one worker process everywhere and one handling thread, except the dramatiq "
+        "row that repeats its throughput configuration (8 threads). Ours runs `Server(..., "
+        "workers=1)` with `Settings()` or `Settings(prefetch=8)` (its capacity drain uses "
+        "bench/drivers.py's settings, which differ only in the idle block timeout); dramatiq "
+        "polls an empty queue with a backoff of 5 ms doubling up to its `worker_timeout` "
+        "(100 ms, as in the throughput bench; its default is 1 s) and prefetches 2 messages per "
+        "thread; the BLPOP floor is one redis-py `BLPOP` loop (no custody)."
+        + (f" Versions: {'; '.join(versions)}." if versions else ""),
+        "",
+        "Producer, worker and redis-server share the machine's cores, so a drain (no producer "
+        "running) can overstate what a worker sustains beside a producer: hence the fed run, "
+        "and the lower of the two. An `achieved` rate below the `rate`, or a `p99 sched.` far "
+        "above `p99`, says that the producer, not the worker, fell behind.",
+        "",
+    ]
+    for f in lat.get("failures") or []:
+        out.append(f"- not counted: {f}")
+    if lat.get("failures"):
+        out.append("")
+    return out
 
 
 def summary(data: dict[str, Any]) -> str:
@@ -270,6 +339,14 @@ def summary(data: dict[str, Any]) -> str:
             w(f"| {label} | {r['concurrency']} | {_f(r['median'])} | "
               f"{_ratio(r.get('vs_peer'))} | {_ratio(r.get('vs_floor'))} | "
               f"{_f(c.get('round_trips'), 1)} | {_f(c.get('commands'), 1)} |")
+        w("")
+    lat = data.get("latency")
+    if lat and lat.get("rows"):
+        parts = [f"{r['key']} {r['latency_ms']['p50']:.2f} / {r['latency_ms']['p99']:.2f} ms"
+                 for r in lat["rows"] if r.get("rounds_counted")]
+        w(f"Latency from enqueue to the handler's start at {lat['load']:g} x capacity, one "
+          "worker process, p50 / p99 (dramatiq: 1 thread, dramatiq-8: 8 threads): "
+          + "; ".join(parts) + ". Table: [bench/results/latest.md](bench/results/latest.md).")
         w("")
     rec = data.get("recovery")
     if rec and rec.get("rows"):

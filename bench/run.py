@@ -1,7 +1,11 @@
 """taskcustody benchmarks: one command writes bench/results/latest.{md,png,json}.
 
     python -m bench            # full: 20,000 tasks, 3 rounds, recovery at 0/100k/1M keys
-    python -m bench --quick    # about a minute (after the peers' venvs exist)
+    python -m bench --quick    # a minute or two (once the peers' venvs exist): quick.{md,png,json}
+
+A quick run writes bench/results/quick.*, a partial one (--only, --only-kind, --peers,
+--skip-peers) bench/results/raw/ only: only the full run replaces latest.* and summary.md
+(results_stem).
 
 Everything runs against throwaway redis-servers this command starts on free ports (never the
 shared 6379). Peers run from their own virtual environments under bench/.venvs/, created on first
@@ -26,7 +30,7 @@ from typing import Any
 if __package__ in (None, ""):  # `python bench/run.py`: make the `bench` package importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench import checker, profile_cycle, recovery, report
+from bench import checker, latency, profile_cycle, recovery, report
 from bench.drivers import PREFETCH
 from bench.harness import BENCH_DIR, REPO_DIR, DriverError, RedisServer, run_driver
 from bench.peerenv import PEERS, Peer, driver_argv, ensure_venv, peer_python
@@ -153,17 +157,62 @@ def run_throughput(args: argparse.Namespace) -> list[dict[str, Any]]:
     return rows
 
 
+def results_stem(quick: bool, partial: bool, stamp: str = "") -> str:
+    """Where a run of `python -m bench` writes its .md, .json and .png: a path relative to the
+    results directory, without the suffix. The full run: `latest` (and only it rewrites
+    summary.md, which the README quotes); `--quick`: `quick`; a partial run (`--only`,
+    `--only-kind`, `--peers`, `--skip-peers`), quick or not: `raw/<stamp>[-quick]-partial`.
+    Every run also keeps its JSON in raw/."""
+    if partial:
+        return f"raw/{stamp}" + ("-quick" if quick else "") + "-partial"
+    return "quick" if quick else "latest"
+
+
+def run_latency(args: argparse.Namespace, out: Path) -> dict[str, Any]:
+    """The latency part (bench/latency.py): `--latency-tasks` (default 5,000; quick 1,000) at
+    half capacity, `--rounds` rounds, the configurations --only-kind/--peers/--skip-peers leave.
+    A run of every configuration, not --quick, also writes latency.{md,json} (latency_stem)."""
+    sizes = latency.QUICK if args.quick else latency.DEFAULTS
+    configs = latency.select(only_kind=args.only_kind, peers=args.peers,
+                             skip_peers=args.skip_peers)
+    if not library_available():
+        configs = [c for c in configs if c.group != "ours"]
+    if not configs:
+        log("latency: no configuration left by --only-kind/--peers/--skip-peers")
+        return {"rows": []}
+    tasks = args.latency_tasks or sizes["tasks"]
+    log(f"latency: {tasks:,} tasks at {sizes['load']:g} x capacity, {args.rounds} round(s), "
+        f"{', '.join(c.key for c in configs)}")
+    began = time.monotonic()
+    load_before = loadavg()
+    result = latency.measure(configs, tasks=tasks, rounds=args.rounds,
+                             capacity_tasks=sizes["capacity_tasks"], load=sizes["load"],
+                             max_seconds=sizes["max_seconds"], capacity_mode=sizes["capacity"],
+                             log=log)
+    result["meta"] = {
+        "date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "command": "python -m bench" + (" --quick" if args.quick else "") + " (latency part"
+                   + (f", --latency-tasks {tasks}" if args.latency_tasks else "") + ")",
+        "commit": git_commit(), "cpus": os.cpu_count(), "load_before": load_before,
+        "load_after": loadavg(), "seconds": round(time.monotonic() - began, 1)}
+    stem = latency.latency_stem(quick=args.quick, partial=len(configs) != len(latency.CONFIGS),
+                                stamp=dt.datetime.now().strftime("%Y%m%d-%H%M%S"))
+    if stem == "latency":  # otherwise the figures are in this run's own files only
+        latency.write(result, out, stem)
+    return result
+
+
 def chart_python() -> str:
     if importlib.util.find_spec("matplotlib") is not None:
         return sys.executable
     return str(ensure_venv("chart", BENCH_DIR / "requirements.txt", log))
 
 
-def write_outputs(data: dict[str, Any], out: Path, target: Path, partial: bool,
-                  json_path: Path) -> str:
+def write_outputs(data: dict[str, Any], out: Path, target: Path, json_path: Path) -> str:
     md = report.markdown(data)
+    target.parent.mkdir(parents=True, exist_ok=True)
     target.with_suffix(".md").write_text(md + "\n")
-    if not partial:
+    if target == out / "latest":
         (out / "summary.md").write_text(report.summary(data) + "\n")
     png = target.with_suffix(".png")
     try:
@@ -178,31 +227,42 @@ def write_outputs(data: dict[str, Any], out: Path, target: Path, partial: bool,
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--quick", action="store_true", help="about a minute: fewer tasks, 1 round")
+    ap.add_argument("--quick", action="store_true",
+                    help="a minute or two: fewer tasks, 1 round; writes results/quick.*")
     ap.add_argument("--tasks", type=int, help="tasks per drain (default 20000; quick 2000)")
     ap.add_argument("--rounds", type=int, help="rounds per configuration (default 3; quick 1)")
     ap.add_argument("--only", action="append",
-                    choices=["throughput", "recovery", "checker", "profile"],
+                    choices=["throughput", "latency", "recovery", "checker", "profile"],
                     help="run only these parts (repeatable)")
     ap.add_argument("--only-kind", action="append",
-                    help="throughput: only these workloads (ours, blpop, blmove-lrem, a peer)")
+                    help="throughput and latency: only these workloads (ours, ours-prefetch, "
+                    "blpop, blmove-lrem, a peer)")
+    ap.add_argument("--latency-tasks", type=int,
+                    help="tasks per latency run (default 5000; quick 1000)")
     ap.add_argument("--peers", action="append", help="only these peers (repeatable)")
     ap.add_argument("--skip-peers", action="store_true")
-    ap.add_argument("--out", type=Path, default=RESULTS, help="where latest.* go")
+    ap.add_argument("--out", type=Path, default=RESULTS, help="where latest.*/quick.* go")
     ap.add_argument("--loaded", action="store_true",
                     help="say in the results that the machine was shared with other work")
     ap.add_argument("--render", type=Path, metavar="JSON",
-                    help="only re-write latest.md, summary.md and latest.png from a results JSON")
+                    help="only re-write the .md (and summary.md) and .png of a results JSON, "
+                    "where its run wrote them (latest, quick or raw/)")
     args = ap.parse_args(argv)
     if args.render:
         data = json.loads(args.render.read_text())
         report.add_ratios(data.get("throughput", []))
-        write_outputs(data, args.out, args.out / "latest", partial=False,
-                      json_path=args.render)
+        meta = data.get("meta", {})
+        # A partial run's files sit beside its JSON in raw/; the others go where results_stem
+        # says (a JSON without meta.partial, from before it existed, is taken as not partial).
+        target = (args.render.with_suffix("") if meta.get("partial")
+                  else args.out / results_stem(bool(meta.get("quick")), False))
+        write_outputs(data, args.out, target, json_path=args.render)
         return 0
     args.tasks = args.tasks or (2_000 if args.quick else 20_000)
     args.rounds = args.rounds or (1 if args.quick else 3)
-    parts = set(args.only or ["throughput", "recovery", "checker", "profile"])
+    parts = set(args.only or ["throughput", "latency", "recovery", "checker", "profile"])
+    # A partial run (--only, --only-kind, --peers, --skip-peers) never replaces latest.*.
+    partial = bool(args.only or args.only_kind or args.peers or args.skip_peers)
     if "ours" in (args.only_kind or []) and not library_available():
         log("taskcustody is not importable; pip install -e . first")
         return 2
@@ -213,7 +273,7 @@ def main(argv: list[str] | None = None) -> int:
         "command": "python -m bench" + (" --quick" if args.quick else "")
                    + (f" --tasks {args.tasks}" if args.tasks not in (2_000, 20_000) else ""),
         "commit": git_commit(), "cpus": os.cpu_count(), "python": platform.python_version(),
-        "quick": args.quick, "tasks": args.tasks, "rounds": args.rounds,
+        "quick": args.quick, "partial": partial, "tasks": args.tasks, "rounds": args.rounds,
         "load_before": loadavg(),
         # say so when asked, or when the 1-minute load average already exceeds the core count
         "loaded_note": args.loaded or os.getloadavg()[0] > (os.cpu_count() or 1),
@@ -238,6 +298,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.quick and any(p.max_tasks for p in PEERS):
             notes.append("--quick caps the slowest peers' drains: " + ", ".join(
                 f"{p.name} {p.max_tasks:,} tasks" for p in PEERS if p.max_tasks) + ".")
+    if "latency" in parts:
+        data["latency"] = run_latency(args, args.out)
+        section("latency")
     if "recovery" in parts and library_available():
         sizes = [0, 100_000, 1_000_000]
         reps = 2 if args.quick else 7
@@ -265,19 +328,17 @@ def main(argv: list[str] | None = None) -> int:
                  + ", ".join(f"{k} {v:.0f} s" for k, v in sections.items()) + ").")
     data["notes"] = notes
 
-    # A partial run (--only, --only-kind, --peers, --skip-peers) never replaces latest.*.
-    partial = bool(args.only or args.only_kind or args.peers or args.skip_peers)
     args.out.mkdir(parents=True, exist_ok=True)
     raw_dir = args.out / "raw"
     raw_dir.mkdir(exist_ok=True)
     stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
     name = stamp + ("-quick" if args.quick else "") + ("-partial" if partial else "")
-    target = raw_dir / name if partial else args.out / "latest"
+    target = args.out / results_stem(args.quick, partial, stamp)
     payload = json.dumps(data, indent=2, default=str)
     (raw_dir / f"{name}.json").write_text(payload)
     json_path = target.with_suffix(".json")
     json_path.write_text(payload)
-    md = write_outputs(data, args.out, target, partial, json_path)
+    md = write_outputs(data, args.out, target, json_path)
     print(md)
     return 0
 
