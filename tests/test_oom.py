@@ -50,6 +50,7 @@ WORKER_LOG = "taskcustody.worker"
 SERVER_LOG = "taskcustody.server"
 OOM_TEXT = "command not allowed when used memory > 'maxmemory'."
 RELEASE_SHA = hashlib.sha1(scripts.RELEASE.encode()).hexdigest()
+RELEASE_AND_TAKE_SHA = hashlib.sha1(scripts.RELEASE_AND_TAKE.encode()).hexdigest()
 
 
 @pytest.fixture(scope="module")
@@ -183,6 +184,28 @@ def test_over_maxmemory_redis_refuses_our_growing_steps_whole_and_runs_the_relea
     free(admin)
     Producer(client, keys, clock).enqueue("c")
     assert admin.llen(keys.queue) == 2
+    worker.close()
+
+
+def test_the_composite_step_under_oom_releases_and_takes_the_next_task(
+    admin: redis.Redis, client: redis.Redis, keys: QueueKeys
+) -> None:
+    """RELEASE_AND_TAKE begins with the release's LREM too: under OOM it runs whole, commits and
+    moves the next task into custody with its record (the step never stops half-way)."""
+    clock = ManualClock()
+    first, second = Producer(client, keys, clock).enqueue_many(["a", "b"])
+    worker = started_worker(client, keys, clock)
+    worker.reconcile()  # clean: a dirty worker's step takes nothing
+    task = worker.take(timeout=0.05)
+    assert task is not None and task.id == first
+    worker.flush()
+    fill(admin)
+    done, nxt = worker.release_and_take(task, Outcome(True))
+    assert done.action == "committed" and nxt is not None and nxt.id == second
+    assert is_full(admin) and commits(admin, keys) == {first: 1}
+    assert ids_in(admin, worker.list_key) == [second] and admin.llen(keys.queue) == 0
+    assert admin.hget(keys.processing, second) is not None
+    free(admin)
     worker.close()
 
 
@@ -331,7 +354,8 @@ def test_a_release_refused_by_oom_keeps_the_task_in_custody_and_it_is_committed_
     refusals = [1]
 
     def call(*args: Any, **kwargs: Any) -> Any:
-        if args[:2] == ("EVALSHA", RELEASE_SHA) and refusals:
+        # the release, alone or with the next take (the loop's busy cycle): both start with LREM
+        if args[:2] in (("EVALSHA", RELEASE_SHA), ("EVALSHA", RELEASE_AND_TAKE_SHA)) and refusals:
             refusals.pop()
             real_call("PING")  # the deferred record's reply comes first, as it would
             raise redis.exceptions.OutOfMemoryError(OOM_TEXT)

@@ -59,8 +59,11 @@ def test_the_extras_split_runtime_tests_and_development_tools() -> None:
                  "mutmut"):
         assert tool not in core
     assert {d.split(">")[0] for d in extras["verify"]} == {"fakeredis", "lupa", "hypothesis"}
-    assert extras["test"] == ["taskcustody[verify,metrics]", "pytest>=8"]
+    assert extras["test"] == ["taskcustody[verify,metrics,fast]", "pytest>=8"]
     assert extras["metrics"] == ["prometheus-client>=0.17"]
+    # hiredis: redis-py's C reply parser, optional (the pure-Python one is the fallback)
+    assert extras["fast"] == ["hiredis>=2"]
+    assert not any(d.startswith("hiredis") for d in project["dependencies"])
     assert {d.split(">")[0] for d in extras["dev"]} == {"taskcustody[test]", "mypy", "ruff",
                                                         "mutmut"}
     # CI installs what it runs: the static checks and the mutation gate need the dev extra.

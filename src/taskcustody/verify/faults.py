@@ -97,6 +97,29 @@ def _name(args: tuple[Any, ...]) -> str:
     return text.split(" ", 1)[0].upper()
 
 
+def command_names(packed: bytes | list[bytes] | tuple[bytes, ...]) -> list[str]:
+    """The names of the commands in RESP request bytes (`*<n>`, then n bulk strings each), in
+    the order they are sent; [] for what is not such a request."""
+    data = packed if isinstance(packed, bytes | bytearray) else b"".join(bytes(p) for p in packed)
+    names: list[str] = []
+    at = 0
+    try:
+        while at < len(data):
+            if data[at:at + 1] != b"*":
+                return names
+            end = data.index(b"\r\n", at)
+            count, at = int(data[at + 1:end]), end + 2
+            for k in range(count):
+                end = data.index(b"\r\n", at)
+                length = int(data[at + 1:end])
+                if k == 0:
+                    names.append(_name((bytes(data[end + 2:end + 2 + length]),)))
+                at = end + 2 + length + 2
+    except ValueError:
+        pass
+    return names
+
+
 class DroppingConnectionMixin:
     """Tracks the names of the commands whose replies are pending on this connection (in order:
     Redis answers in order), and drops the reply of an armed one after reading it."""
@@ -107,23 +130,14 @@ class DroppingConnectionMixin:
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._tc_pending: deque[str] = deque()
-        self._tc_staged: list[str] = []
 
     # -- which replies are pending ------------------------------------------------------------
 
-    def send_command(self, *args: Any, **kwargs: Any) -> None:
-        self._tc_staged = [_name(args)]
-        super().send_command(*args, **kwargs)  # type: ignore[misc]
-
-    def pack_commands(self, commands: Any) -> Any:
-        commands = list(commands)
-        self._tc_staged = [_name(tuple(c)) for c in commands]
-        return super().pack_commands(commands)  # type: ignore[misc]
-
     def send_packed_command(self, command: Any, check_health: bool = True) -> None:
-        # Take the staged names first: connecting (inside the send) runs a handshake of its own,
-        # whose commands are sent and answered before ours.
-        names, self._tc_staged = self._tc_staged, []
+        # Take the names first: connecting (inside the send) runs a handshake of its own, whose
+        # commands are sent and answered before ours. They are read from the bytes themselves, so
+        # that a command packed without redis-py (the worker's wire.Template) is named too.
+        names = command_names(command)
         super().send_packed_command(command, check_health=check_health)  # type: ignore[misc]
         self._tc_pending.extend(names)
 

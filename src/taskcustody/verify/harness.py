@@ -394,7 +394,7 @@ class Harness:
         command = action.command if lost else name
 
         if command in ("take", "take_suspect", "record", "execute", "release", "retry",
-                       "reconcile"):
+                       "release_and_take", "reconcile"):
             self._worker_step(action, command, lost, variant)
         elif name == "promote":
             self._promote(action)
@@ -588,6 +588,8 @@ class Harness:
                     raise
             if slot.server.superseded:
                 ws.stopped = True  # `Worker.run` checks the stop event before its next cycle
+        elif command == "release_and_take":
+            self._release_and_take(action, ws, lost, variant)
         elif command == "reconcile":
             if lost:
                 # the reply of the last move of the drain (the model moves the whole list)
@@ -599,6 +601,40 @@ class Harness:
                 worker.dirty = True  # `Worker.run` marks the worker dirty on any Redis error
                 if not lost:
                     raise
+
+    def _release_and_take(self, action: Action, ws: WorkerSlot, lost: bool,
+                          variant: int) -> None:
+        """The composite step (`Worker.release_and_take`): the release of the task the worker
+        holds and, in the same script, the take of the next one with its record. The model takes
+        a waiting suspect when the process's slot is free (or the worker's own). The worker's hint
+        (does a suspect wait?) is set to what the model knows, so that it asks for a suspect
+        exactly then: a worker that asks takes the slot before it sends, and keeps it after a lost
+        reply until its reconcile, as the model's take_suspect does."""
+        worker = ws.worker
+        assert worker is not None and ws.task is not None
+        if ws.outcome is None:  # the model's release includes the handler's execution
+            ws.outcome = worker.execute(ws.task)
+        proc = self.state.processes[action.server][action.proc]
+        worker.suspects.maybe_waiting = bool(self.state.suspects) and proc.suspect in (
+            -1, action.worker)
+        if lost:
+            # the step's reply, or the deferred record reply read just before it (as a release)
+            unread = worker._unread_replies
+            self.injector.arm("EVALSHA", connection=worker._conn,
+                              skip=0 if variant % 2 and unread else unread)
+        task, outcome = ws.task, ws.outcome
+        ws.task = ws.outcome = None
+        try:
+            _, taken = worker.release_and_take(task, outcome)
+        except redis.ConnectionError:
+            if not lost:
+                raise
+            return
+        if lost:
+            raise Mismatch("fault", "the dropped release_and_take reply did not surface")
+        if taken is None:
+            raise Mismatch("release_and_take", "the model predicts a task; the step took none")
+        ws.task, ws.stage = taken, RECORDED
 
     def _take(self, ws: WorkerSlot, command: str, lost: bool, armed: str,
               take: Callable[[], Task | None]) -> None:
@@ -1029,9 +1065,10 @@ class Harness:
 
     # -- the end of a run ----------------------------------------------------------------------
 
-    PRIORITY = ("release", "execute", "record", "reconcile", "restart_worker", "resume_server",
-                "heartbeat", "startup_drain", "requeue_stuck_processing_tasks", "sweep", "promote",
-                "take_suspect", "take", "claim", "enqueue", "advance_clock")
+    PRIORITY = ("release", "release_and_take", "execute", "record", "reconcile",
+                "restart_worker", "resume_server", "heartbeat", "startup_drain",
+                "requeue_stuck_processing_tasks", "sweep", "promote", "take_suspect", "take",
+                "claim", "enqueue", "advance_clock")
 
     def recover(self, limit: int = 2_000) -> int:
         """Faults stop; recovery and workers run until quiescent (the model's `is_done`).

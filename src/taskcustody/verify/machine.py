@@ -166,12 +166,21 @@ def build_machine(
         @precondition(lambda self: self._has("release"))
         @rule(data=st.data())
         def release(self, data: st.DataObject) -> None:
+            self._release(data, "release")
+
+        @precondition(lambda self: self._has("release_and_take"))
+        @rule(data=st.data())
+        def release_and_take(self, data: st.DataObject) -> None:
+            """The busy cycle's one step: the release and the next take with its record."""
+            self._release(data, "release_and_take")
+
+        def _release(self, data: st.DataObject, name: str) -> None:
             # A release's reply is lost only while its worker holds a recorded task, a short
             # window that the fault rules rarely hit before the fault budget is spent elsewhere;
             # so a release loses its reply here too, one time in two when the budget allows.
-            options = self._of("release")
+            options = self._of(name)
             action = options[data.draw(st.integers(0, len(options) - 1), label="which")]
-            lost = action._replace(name="dropped_reply", command="release")
+            lost = action._replace(name="dropped_reply", command=name)
             if lost in self.h.enabled() and data.draw(st.booleans(), label="lose"):
                 variant = data.draw(st.integers(0, 5), label="variant")
                 self._step(lost, variant=variant)
