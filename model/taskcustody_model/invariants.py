@@ -55,6 +55,13 @@ def _poisoned(state: State, t: int) -> bool:
 def no_loss(state: State, config: Config) -> str | None:
     """Every enqueued task that has not committed is somewhere recoverable."""
     count = _places(state, config)
+    if config.variant.take_into_list and not config.variant.composite_takes_into_list:
+        # Design 14: its composite holds the task it pops in the worker's hands only, as the
+        # BLPOP design does every task; as there, a task in a live worker's hands is not lost yet
+        # (its lost reply is: the task then exists nowhere).  Not a place for no-duplication: a
+        # task the worker took into its list is in its hands too.
+        for t in _in_hands(state):
+            count[t] += 1
     for t, commits in enumerate(state.committed):
         if commits == 0 and count[t] == 0 and _ours(state, t) and not _poisoned(state, t):
             if not config.variant.take_into_list and state.records[t] is not None:

@@ -73,7 +73,11 @@ class Action(NamedTuple):
 
 
 # The protocol's own steps (worker, then server) ...
-WORKER_STEPS = ("arm", "take", "take_suspect", "record", "release", "reconcile")
+# ``release_and_take``: the busy path's one round trip per task, the release of the task just
+# handled and the next take in one script (see ``apply``).
+WORKER_STEPS = (
+    "arm", "take", "take_suspect", "record", "release", "release_and_take", "reconcile",
+)
 # ``promote``: a due retry moves from the scheduled set to the queue (one script, no lease: run by
 # any server's periodic loop or ``taskcustody sweep``, so it needs no live process in the model).
 SERVER_STEPS = (
@@ -321,6 +325,14 @@ def enabled_actions(state: State, config: Config) -> list[Action]:
                             add(Action("retry", s, i, w))
                         if faults_left:
                             add(Action("dropped_reply", s, i, w, "release"))
+                        if proc.phase == RUNNING and (
+                            state.queue or (state.suspects and proc.suspect in (-1, w))
+                        ):
+                            # The composite (one script): the release, then the next take, as
+                            # long as there is something to take (else: the plain release).
+                            add(Action("release_and_take", s, i, w))
+                            if faults_left:
+                                add(Action("dropped_reply", s, i, w, "release_and_take"))
                     elif ph == DIRTY:
                         add(Action("reconcile", s, i, w))
                         if faults_left and list_of(state, (s, proc.inc, w)):
@@ -510,102 +522,79 @@ def apply(state: State, action: Action, config: Config) -> State:
         return _with_worker(state, s, i, w, Worker(ARMED))
 
     if name == "take":
-        proc = state.processes[s][i]
-        t = state.queue[-1]
-        state = state._replace(queue=state.queue[:-1])
-        if v.take_into_list:
-            # The take pipeline: ZADD registry <now> own-list (so that no task can enter a list
-            # recovery does not know, even after Redis lost the registry), then BLMOVE queue
-            # own-list RIGHT LEFT: taking and recording who took it is one step.  A pending take
-            # (ARMED) registered when it was sent.
-            key = (s, proc.inc, w)
-            if v.registry_heals and proc.workers[w].phase != ARMED:
-                state = state._replace(registered=registered_with(state.registered, key))
-            state = state._replace(lists=with_list(state.lists, key, (t, *list_of(state, key))))
-            # Reply lost: the task is in our list, but we do not know it: reconcile before the
-            # next take (a retried BLMOVE would take a second task and strand the first).
-            worker = Worker(DIRTY) if lost else Worker(TAKEN, t)
-        else:
-            # BLPOP: the task leaves Redis with the reply.  Reply lost: it exists nowhere.
-            worker = Worker(IDLE) if lost else Worker(TAKEN, t)
-        return _with_worker(state, s, i, w, worker)
+        # BLPOP design (no list): the task leaves Redis with the reply; reply lost, it exists
+        # nowhere.  Else the reply lost leaves the task in our list without our knowing: reconcile
+        # before the next take (a retried BLMOVE would take a second task and strand the first).
+        state, t = _take_from_queue(state, s, i, w, config, into_list=v.take_into_list)
+        if lost:
+            return _with_worker(state, s, i, w, Worker(DIRTY if v.take_into_list else IDLE))
+        return _with_worker(state, s, i, w, Worker(TAKEN, t))
 
     if name == "take_suspect":
-        # One script (TAKE_SUSPECT): ZADD registry <now> own-list, LMOVE suspects own-list RIGHT
-        # LEFT, HSET the processing record.  The process's suspect slot is taken before it is
-        # sent and is freed only once this worker is clean again (idle, its list known empty).
-        proc = state.processes[s][i]
-        t = state.suspects[-1]
-        key = (s, proc.inc, w)
-        state = state._replace(
-            suspects=state.suspects[:-1],
-            registered=registered_with(state.registered, key),
-            lists=with_list(state.lists, key, (t, *list_of(state, key))),
-            records=_set(state.records, t, key),
-        )
-        state = _with_process(state, s, i, proc._replace(suspect=w))
+        state, t = _take_suspect(state, s, i, w)
         return _with_worker(state, s, i, w, Worker(DIRTY) if lost else Worker(TAKEN, t))
 
     if name == "record":
-        # One Lua step: HSET the record only if the task is still in our list.  An unconditional
-        # HSET is wrong: a stalled worker whose task was drained and re-taken elsewhere would
-        # overwrite the new holder's record with one naming its own list; once its server
-        # re-registers that list is live again, so no sweep ever deletes the stale record.
-        # (Found by this checker: correct variant, 2 tasks, faults=2.)  With the check, a
-        # record always names the list that holds its task.  (BLPOP design: no list to check.)
-        proc = state.processes[s][i]
-        t = proc.workers[w].task
-        key = (s, proc.inc, w)
-        if not v.take_into_list or t in list_of(state, key):
-            state = state._replace(records=_set(state.records, t, key))
-        if config.bounds.max_recoveries is not None:
-            # the handler starts now (the model folds its end into the release)
-            state = state._replace(executions=_set(state.executions, t, state.executions[t] + 1))
+        t = state.processes[s][i].workers[w].task
+        state = _record(state, s, i, w, t, config, executes=True)
         return _with_worker(state, s, i, w, Worker(RECORDED, t))
 
     if name in ("release", "retry"):
         # execute: the handler runs (no Redis; it always succeeds here: a failed handler's retry
         # re-enqueues the task, which the protocol treats like any enqueue); then the release,
-        # in a finally.  One Lua script: LREM own-list task 1; HDEL the record if it names this
-        # list; commit
-        # if (and only if) the task was still ours.  Returns (held, remaining length).
+        # in a finally.
         proc = state.processes[s][i]
-        t = proc.workers[w].task
-        key = (s, proc.inc, w)
-        tasks = list_of(state, key)
-        if not v.take_into_list:
-            held = True  # BLPOP design: the task is in our hands; nobody else can have it
-        elif v.release_removes_custody:
-            held = t in tasks
-            if held:
-                tasks = tuple(x for x in tasks if x != t)
-                state = state._replace(lists=with_list(state.lists, key, tasks))
-        else:
-            held = True  # broken: no LREM, so the script cannot tell, and commits
-        if state.records[t] == key:
-            state = state._replace(records=_set(state.records, t, None))
-        if held and name == "retry":
-            # The handler failed: the same script's retry branch ZADDs the task to the scheduled
-            # set (score: the due time the worker computed, now + the jittered backoff).  It
-            # keeps its recovery count.  The failed execution is bounded by max_attempts, not by
-            # max_recoveries, so it does not count towards ``bounded_executions``.
-            state = state._replace(scheduled=tuple(sorted({*state.scheduled, t})))
-            if config.bounds.max_recoveries is not None:
-                state = state._replace(
-                    executions=_set(state.executions, t, state.executions[t] - 1))
-        elif held:
-            # a commit also deletes the task's recovery count: a task that completes leaves none
-            state = state._replace(
-                committed=_set(state.committed, t, state.committed[t] + 1),
-                recoveries=_set(state.recoveries, t, 0),
-            )
+        state, debris = _release(state, s, i, w, config, retry=name == "retry",
+                                 checks_custody=True)
         if proc.phase == SUPERSEDED:
             worker = Worker(STOPPED)
-        elif lost or tasks:
+        elif lost or debris:
             worker = Worker(DIRTY)  # reply lost, or debris left in our list: reconcile first
         else:
             worker = Worker(IDLE)  # held or not, we are done with it; not held = no commit
         return _settle(_free_slot(_with_worker(state, s, i, w, worker), s, i, w))
+
+    if name == "release_and_take":
+        # The busy path's cycle (issue 13: one round trip per task).  One script
+        # (RELEASE_AND_TAKE): the release of the task just handled, exactly as ``release``; then,
+        # only if the own list is empty after it (no debris), the next take: the oldest suspect
+        # if this worker may take one (its process holds no suspect, or the slot is this worker's,
+        # whose suspect it is releasing now), as ``take_suspect``; else the queue's next task,
+        # ``ZADD`` the registration, ``LMOVE queue own-list``, ``HSET`` the record, as ``take``
+        # and ``record`` with nothing between them.  Nothing of another client can come between
+        # the two halves either: the composite is exactly release, then take, then record, and
+        # adds no state the three steps in a row do not reach (tests/model/test_transitions.py
+        # keeps the two in step).  What it changes is the fault: a lost reply is a lost reply of
+        # both halves.  Redis ran all of it; the worker knows neither whether it committed nor
+        # what it holds now, so it is dirty, and its reconcile drains the new task back (and
+        # counts that as a recovery, as every reconcile does).  The new task's handler never
+        # started, so no execution is counted.  A superseded process takes nothing: it uses the
+        # plain release (so does a worker that finds the queue empty, or is stopping).
+        proc = state.processes[s][i]
+        slot_was_ours = proc.suspect == w
+        state, debris = _release(state, s, i, w, config, retry=False,
+                                 checks_custody=v.composite_checks_custody)
+        t = NO_TASK
+        if not debris:
+            if state.suspects and proc.suspect in (-1, w):
+                state, t = _take_suspect(state, s, i, w)  # the slot passes to the new suspect
+            elif state.queue:
+                state, t = _take_from_queue(
+                    state, s, i, w, config,
+                    into_list=v.take_into_list and v.composite_takes_into_list,
+                )
+                if slot_was_ours and not lost:
+                    # clean between the halves, and what it takes now is no suspect
+                    state = _with_process(state, s, i, state.processes[s][i]._replace(suspect=-1))
+        if t != NO_TASK:
+            state = _record(state, s, i, w, t, config, executes=not lost)
+        if lost or debris:
+            worker = Worker(DIRTY)
+        elif t == NO_TASK:
+            worker = Worker(IDLE)  # nothing to take: just the release
+        else:
+            worker = Worker(RECORDED, t)  # the handler starts
+        return _free_slot(_with_worker(state, s, i, w, worker), s, i, w)
 
     if name == "reconcile":
         # Drain the own list: we hold nothing, so whatever is there is debris (a take whose
@@ -826,6 +815,107 @@ def apply(state: State, action: Action, config: Config) -> State:
         )
 
     raise ValueError(f"unknown action {action!r}")
+
+
+# --- the worker's scripts (shared by the steps and the composite ``release_and_take``) ---------
+
+
+def _take_from_queue(
+    state: State, s: int, i: int, w: int, config: Config, into_list: bool
+) -> tuple[State, int]:
+    """The take's Redis side: the queue's next task, and the task."""
+    v = config.variant
+    proc = state.processes[s][i]
+    t = state.queue[-1]
+    state = state._replace(queue=state.queue[:-1])
+    if into_list:
+        # The take pipeline: ZADD registry <now> own-list (so that no task can enter a list
+        # recovery does not know, even after Redis lost the registry), then BLMOVE queue
+        # own-list RIGHT LEFT: taking and recording who took it is one step.  A pending take
+        # (ARMED) registered when it was sent.
+        key = (s, proc.inc, w)
+        if v.registry_heals and proc.workers[w].phase != ARMED:
+            state = state._replace(registered=registered_with(state.registered, key))
+        state = state._replace(lists=with_list(state.lists, key, (t, *list_of(state, key))))
+    # else BLPOP (or design 14's composite): the task leaves Redis with the reply
+    return state, t
+
+
+def _take_suspect(state: State, s: int, i: int, w: int) -> tuple[State, int]:
+    """One script (TAKE_SUSPECT): ZADD registry <now> own-list, LMOVE suspects own-list RIGHT
+    LEFT, HSET the processing record.  The process's suspect slot is taken before it is sent and
+    is freed only once this worker is clean again (idle, its list known empty)."""
+    proc = state.processes[s][i]
+    t = state.suspects[-1]
+    key = (s, proc.inc, w)
+    state = state._replace(
+        suspects=state.suspects[:-1],
+        registered=registered_with(state.registered, key),
+        lists=with_list(state.lists, key, (t, *list_of(state, key))),
+        records=_set(state.records, t, key),
+    )
+    return _with_process(state, s, i, proc._replace(suspect=w)), t
+
+
+def _record(state: State, s: int, i: int, w: int, t: int, config: Config, executes: bool) -> State:
+    """One Lua step: HSET the record only if the task is still in our list.  An unconditional
+    HSET is wrong: a stalled worker whose task was drained and re-taken elsewhere would overwrite
+    the new holder's record with one naming its own list; once its server re-registers that list
+    is live again, so no sweep ever deletes the stale record.  (Found by this checker: correct
+    variant, 2 tasks, faults=2.)  With the check, a record always names the list that holds its
+    task.  (BLPOP design: no list to check.)  ``executes``: the handler starts now (the model
+    folds its end into the release)."""
+    v = config.variant
+    key = (s, state.processes[s][i].inc, w)
+    if not v.take_into_list or t in list_of(state, key):
+        state = state._replace(records=_set(state.records, t, key))
+    if executes and config.bounds.max_recoveries is not None:
+        state = state._replace(executions=_set(state.executions, t, state.executions[t] + 1))
+    return state
+
+
+def _release(
+    state: State, s: int, i: int, w: int, config: Config, retry: bool, checks_custody: bool
+) -> tuple[State, bool]:
+    """The release script's Redis side, for the task worker ``w`` holds: LREM own-list task 1;
+    HDEL the record if it names this list; commit if (and only if) the task was still ours (or,
+    ``retry``, the retry branch).  Returns the state and whether the own list still holds
+    something (debris) afterwards: the script returns (held, remaining length).
+    ``checks_custody=False``: design 15's composite, which commits whatever its LREM found."""
+    v = config.variant
+    proc = state.processes[s][i]
+    t = proc.workers[w].task
+    key = (s, proc.inc, w)
+    tasks = list_of(state, key)
+    if not v.take_into_list:
+        held = True  # BLPOP design: the task is in our hands; nobody else can have it
+    elif v.release_removes_custody:
+        held = t in tasks
+        if held:
+            tasks = tuple(x for x in tasks if x != t)
+            state = state._replace(lists=with_list(state.lists, key, tasks))
+    else:
+        held = True  # broken: no LREM, so the script cannot tell, and commits
+    if not checks_custody:
+        held = True
+    if state.records[t] == key:
+        state = state._replace(records=_set(state.records, t, None))
+    if held and retry:
+        # The handler failed: the same script's retry branch ZADDs the task to the scheduled
+        # set (score: the due time the worker computed, now + the jittered backoff).  It
+        # keeps its recovery count.  The failed execution is bounded by max_attempts, not by
+        # max_recoveries, so it does not count towards ``bounded_executions``.
+        state = state._replace(scheduled=tuple(sorted({*state.scheduled, t})))
+        if config.bounds.max_recoveries is not None:
+            state = state._replace(
+                executions=_set(state.executions, t, state.executions[t] - 1))
+    elif held:
+        # a commit also deletes the task's recovery count: a task that completes leaves none
+        state = state._replace(
+            committed=_set(state.committed, t, state.committed[t] + 1),
+            recoveries=_set(state.recoveries, t, 0),
+        )
+    return state, bool(tasks)
 
 
 def _finish_pass(state: State, s: int, i: int, config: Config) -> State:

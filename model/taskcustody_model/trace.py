@@ -17,7 +17,13 @@ def describe_action(action: Action, before: State) -> str:
         if action.worker >= 0:
             who += f" worker {action.worker}"
         who += ": "
-    if action.name == "dropped_reply":
+    if action.name == "release_and_take" or action.command == "release_and_take":
+        # the composite: say which task it releases (what it takes next is in the state after)
+        t = before.processes[action.server][action.proc].workers[action.worker].task
+        what = f"release_and_take (release task {t}, take the next, in one script)"
+        if action.name == "dropped_reply":
+            what += ", reply lost [fault]"
+    elif action.name == "dropped_reply":
         what = f"{action.command}, reply lost [fault]"
     elif action.is_fault:
         what = f"{action.name} [fault]"

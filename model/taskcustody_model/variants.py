@@ -49,6 +49,15 @@ class Variant(NamedTuple):
     #: LPUSH of the same member in one script).  False: it LPUSHes a copy and leaves the member
     #: scheduled, so the task is in two places and runs (and commits) twice.
     promotion_moves: bool = True
+    #: the composite ``release_and_take`` (one script: the release, then the next take) takes the
+    #: next task with ``LMOVE queue own-list``, as a take does.  False: its take half pops the task
+    #: into the script's reply (``RPOP``, as a ``BLPOP`` would), so the task is in no list while
+    #: the worker holds it, and a lost reply of the composite destroys it.
+    composite_takes_into_list: bool = True
+    #: the composite's release half commits only if its ``LREM`` removed the task (custody was
+    #: still held), as the release does.  False: it runs the ``LREM`` and commits whatever it
+    #: found, so a worker judged dead commits a task that recovery has already handed back.
+    composite_checks_custody: bool = True
 
 
 VARIANTS: dict[str, Variant] = {
@@ -123,6 +132,18 @@ VARIANTS: dict[str, Variant] = {
             "13. promotion of a due retry pushes it onto the queue without removing it from the "
             "scheduled set",
             promotion_moves=False,
+        ),
+        Variant(
+            "composite-pops-next",
+            "14. the composite release-and-take pops the next task into its reply instead of "
+            "moving it into the own in-flight list",
+            composite_takes_into_list=False,
+        ),
+        Variant(
+            "composite-commits-unheld",
+            "15. the composite release-and-take commits without checking that the release still "
+            "held the task",
+            composite_checks_custody=False,
         ),
     )
 }

@@ -22,6 +22,12 @@ PINNED = {
     # a take waits on an empty queue (arm), its server stalls and is judged dead, a sweep forgets
     # the list at once, the waiting take is served into it
     "gc-when-empty": ("registered-custody", 8),
+    # take, record, and the composite release-and-take whose reply is lost: it popped the next
+    # task into that reply, so the task is nowhere
+    "composite-pops-next": ("no-loss", 3),
+    # take, record, stall, clock, a sweep requeues the task; the stalled worker's composite
+    # commits it (not held) and takes it back from the queue
+    "composite-commits-unheld": ("no-duplication", 6),
 }
 
 VARIANT_BOUNDS = Bounds(tasks=3, servers=2, workers=2, faults=2)
@@ -40,7 +46,8 @@ def test_broken_variant_is_rejected_with_a_shortest_counterexample(name: str) ->
 
 def test_correct_ci_bounds_pass_with_eventual_recovery() -> None:
     """The CI exploration: 3 tasks, 2 servers x 2 workers, 2 faults of any kind, one process per
-    server id (192,155 distinct states, depth 29; about a minute on 2 cores)."""
+    server id (194,831 distinct states, depth 24; about a minute on 2 cores. Before the composite
+    release_and_take: 192,155, depth 29: the composite shortens paths more than it adds states)."""
     result = check(Bounds(tasks=3, servers=2, workers=2, faults=2, processes_per_server=1))
     assert result.ok, result.violation and render_trace(result.violation)
     assert result.distinct_states > 190_000
@@ -74,7 +81,9 @@ def test_the_gc_is_rejected_when_a_take_may_outwait_its_grace() -> None:
                     take_wait_bounded=False)
     result = check(bounds)
     assert result.violation is not None
-    assert (result.property, len(result.violation)) == ("registered-custody", 10), render_trace(
+    # 9 steps: the composite's lost reply puts the other task in a list (10 before the composite:
+    # a release, then a take whose reply is lost)
+    assert (result.property, len(result.violation)) == ("registered-custody", 9), render_trace(
         result.violation)
     assert [s.action.name for s in result.violation.steps][-3:] == [
         "advance_clock", "sweep", "take"]
@@ -103,7 +112,9 @@ def test_correct_with_a_successor_process_per_stalled_server(bounds: Bounds) -> 
 
 def test_cli_exit_codes() -> None:
     runner = CliRunner()
-    assert runner.invoke(model_check, ["--variant", "list"]).exit_code == 0
+    listing = runner.invoke(model_check, ["--variant", "list"])
+    assert listing.exit_code == 0
+    assert "composite-pops-next" in listing.output and "composite-commits-unheld" in listing.output
     assert runner.invoke(model_check, ["--variant", "nope"]).exit_code == 2
     assert runner.invoke(model_check, ["--tasks", "0"]).exit_code == 2
     ok = runner.invoke(model_check, ["--tasks", "1", "--servers", "1", "--faults", "1"])
@@ -134,11 +145,14 @@ def test_recovery_that_does_not_count_in_its_own_step_is_rejected(name: str) -> 
     """Design 10 never counts; design 11 writes the count in a later step, so a second recovery
     can read a count the first has not written yet (or that a crash in between lost). Both let a
     task that keeps losing its holder run a third time: a stalled holder's task is recovered, the
-    stalled worker takes it back, and it is recovered again."""
+    stalled worker's release-and-take (custody lost, nothing committed) takes it straight back,
+    it is recovered again, and the next release-and-take takes it a third time (8 steps; 11
+    before the composite, with a release, a take and a record for each)."""
     result = check(POISON_BOUNDS, name)
     assert result.violation is not None
-    assert (result.property, len(result.violation)) == ("bounded-executions", 11), render_trace(
+    assert (result.property, len(result.violation)) == ("bounded-executions", 8), render_trace(
         result.violation)
+    assert [s.action.name for s in result.violation.steps].count("release_and_take") == 2
 
 
 # -- bystanders: a suspect runs alone (docs/protocol.md, section 9) --------------------------------
@@ -151,12 +165,12 @@ BYSTANDER_BOUNDS = Bounds(tasks=2, servers=2, workers=2, faults=2, processes_per
 
 @pytest.mark.parametrize("faults", [
     1,
-    # two deaths: a bystander's and a pill's second; 192,872 distinct states, about 2 minutes
+    # two deaths: a bystander's and a pill's second; 193,860 distinct states, about 2 minutes
     pytest.param(2, marks=pytest.mark.slow),
 ])
 def test_correct_runs_each_suspect_alone(faults: int) -> None:
     """No process ever holds two tasks with a recovery count at once (suspects-run-alone), with
-    every other property, eventual recovery included (9,819 distinct states with one fault)."""
+    every other property, eventual recovery included (9,836 distinct states with one fault)."""
     result = check(BYSTANDER_BOUNDS._replace(faults=faults))
     assert result.ok, result.violation and render_trace(result.violation)
     assert result.distinct_states > (9_000 if faults == 1 else 190_000)
@@ -213,3 +227,39 @@ def test_without_handler_failures_nothing_is_ever_scheduled() -> None:
     """The other bounds' state space is unchanged: no retry, so no promotion to copy."""
     assert check(Bounds(tasks=2, servers=2, workers=1, faults=2, processes_per_server=1),
                  "promote-copies").ok
+
+
+# -- the composite release-and-take (docs/protocol.md, section 2) --------------------------------
+
+
+@pytest.mark.parametrize(
+    "bounds",
+    [
+        # one server of two workers: the suspect slot shared by a process's workers
+        Bounds(tasks=2, servers=1, workers=2, faults=2, processes_per_server=1, late_tasks=1,
+               redis_faults=True, max_recoveries=1, handler_failures=True),
+        # two servers: stalls, so a composite whose release finds custody lost
+        Bounds(tasks=2, servers=2, workers=1, faults=2, processes_per_server=1, late_tasks=1,
+               redis_faults=True, max_recoveries=1, handler_failures=True),
+    ],
+    ids=["1x2-shared-slot", "2x1-stalls"],
+)
+def test_correct_with_the_composite_passes_with_wipes_retries_and_suspects(bounds: Bounds) -> None:
+    """The composite (release_and_take) beside everything else: Redis wipes, a late task, handler
+    failures (retries scheduled and promoted) and poison-pill detection (suspects, the slot):
+    every property holds, eventual recovery included (5,860 and 44,466 distinct states)."""
+    result = check(bounds)
+    assert result.ok, result.violation and render_trace(result.violation)
+    assert result.distinct_states > (5_000 if bounds.servers == 1 else 40_000)
+
+
+def test_the_composite_s_broken_designs_break_in_the_composite() -> None:
+    """Designs 14 and 15 differ from the correct design in the composite only: the last step of
+    each counterexample is a release_and_take (design 14's with its reply lost)."""
+    pops = check(VARIANT_BOUNDS, "composite-pops-next").violation
+    assert pops is not None
+    last = pops.steps[-1].action
+    assert (last.name, last.command) == ("dropped_reply", "release_and_take")
+    unheld = check(VARIANT_BOUNDS, "composite-commits-unheld").violation
+    assert unheld is not None
+    assert unheld.steps[-1].action.name == "release_and_take"

@@ -2,7 +2,19 @@
 
 from __future__ import annotations
 
-from taskcustody_model import Action, Bounds, Config, apply, enabled_actions, initial_state, variant
+from collections import Counter
+
+import pytest
+from taskcustody_model import (
+    VARIANTS,
+    Action,
+    Bounds,
+    Config,
+    apply,
+    enabled_actions,
+    initial_state,
+    variant,
+)
 from taskcustody_model.invariants import check_invariants, is_done
 from taskcustody_model.state import (
     CRASHED,
@@ -11,11 +23,13 @@ from taskcustody_model.state import (
     IDLE,
     POISONED,
     RECORDED,
+    SUPERSEDED,
     TAKEN,
     WAITING,
     WIPED,
     Registration,
     State,
+    Worker,
     list_of,
 )
 
@@ -316,3 +330,191 @@ def test_a_commit_deletes_the_recovery_count() -> None:
     st = step(st, "take_suspect", 1, 0, 0, cfg=POISON_CFG)
     st = step(step(st, "record", 1, 0, 0, cfg=POISON_CFG), "release", 1, 0, 0, cfg=POISON_CFG)
     assert st.committed == (1,) and st.recoveries == (0,) and st.suspects == ()
+
+
+# -- the composite release-and-take (docs/protocol.md, section 2) --------------------------------
+
+
+def test_release_and_take_commits_and_takes_the_next_task_with_its_record_in_one_step() -> None:
+    st = step(step(init(), "take", 0, 0, 0), "record", 0, 0, 0)
+    st = step(st, "release_and_take", 0, 0, 0)
+    assert st.committed == (1, 0) and st.queue == ()
+    assert list_of(st, (0, 0, 0)) == (1,) and st.records == (None, (0, 0, 0))
+    assert st.processes[0][0].workers[0] == (RECORDED, 1)  # the handler of task 1 starts
+    st = step(st, "release", 0, 0, 0)  # the queue is empty: the plain release
+    assert st.committed == (1, 1) and is_done(st)
+
+
+def test_a_lost_release_and_take_reply_is_a_lost_reply_of_both_halves() -> None:
+    cfg = Config(Bounds(tasks=2, servers=1, workers=1, faults=2, max_recoveries=1),
+                 variant("correct"))
+    st = step(step(initial_state(cfg.bounds), "take", 0, 0, 0, cfg=cfg), "record", 0, 0, 0,
+              cfg=cfg)
+    st = step(st, "dropped_reply", 0, 0, 0, "release_and_take", cfg=cfg)
+    # Redis ran both halves: task 0 committed, task 1 is in our list with its record ...
+    assert st.committed == (1, 0) and list_of(st, (0, 0, 0)) == (1,)
+    assert st.records == (None, (0, 0, 0))
+    # ... and the worker knows neither: dirty; task 1's handler never started
+    assert st.processes[0][0].workers[0].phase == DIRTY and st.executions == (1, 0)
+    st = step(st, "reconcile", 0, 0, 0, cfg=cfg)
+    # the reconcile drains it back, counted as every reconcile counts: a suspect now
+    assert st.suspects == (1,) and st.recoveries == (0, 1) and st.records == (None, None)
+
+
+def test_release_and_take_needs_something_to_take_and_a_process_that_is_not_superseded() -> None:
+    st = step(step(init(), "take", 0, 0, 0), "record", 0, 0, 0)
+    st = step(st, "take", 0, 0, 1)  # the queue is empty now
+    enabled = enabled_actions(st, CFG)
+    assert Action("release_and_take", 0, 0, 0) not in enabled
+    assert Action("dropped_reply", 0, 0, 0, "release_and_take") not in enabled
+    assert Action("release", 0, 0, 0) in enabled
+    # a superseded process finishes its task with the plain release and takes nothing
+    st = step(step(init(), "take", 0, 0, 0), "record", 0, 0, 0)
+    st = step(step(st, "stall_server", 0, 0), "advance_clock")
+    st = step(step(st, "claim", 0), "resume_server", 0, 0)
+    st = step(st, "heartbeat", 0, 0)
+    assert st.processes[0][0].phase == SUPERSEDED and st.queue == (1,)
+    enabled = enabled_actions(st, CFG)
+    assert Action("release_and_take", 0, 0, 0) not in enabled
+    assert Action("release", 0, 0, 0) in enabled
+
+
+def test_release_and_take_takes_a_suspect_while_the_slot_is_free_or_its_own() -> None:
+    cfg = Config(Bounds(tasks=3, servers=2, workers=2, faults=2, max_recoveries=2),
+                 variant("correct"))
+    st = initial_state(cfg.bounds)
+    for w in (0, 1):  # both workers of server 0 take (tasks 0 and 1) and record; it crashes
+        st = step(step(st, "take", 0, 0, w, cfg=cfg), "record", 0, 0, w, cfg=cfg)
+    st = step(step(st, "crash_server", 0, 0, cfg=cfg), "advance_clock", cfg=cfg)
+    st = step(st, "sweep", 1, 0, cfg=cfg)
+    assert sorted(st.suspects) == [0, 1] and st.queue == (2,)
+    first, second = st.suspects[-1], st.suspects[0]
+    st = step(step(st, "take_suspect", 1, 0, 0, cfg=cfg), "record", 1, 0, 0, cfg=cfg)
+    st = step(step(st, "take", 1, 0, 1, cfg=cfg), "record", 1, 0, 1, cfg=cfg)
+    # worker 1: the slot is worker 0's and the queue is empty: nothing it may take
+    assert Action("release_and_take", 1, 0, 1) not in enabled_actions(st, cfg)
+    # worker 0: the slot is its own (the suspect it releases now): the next suspect, not task 2
+    st = step(st, "release_and_take", 1, 0, 0, cfg=cfg)
+    assert st.committed[first] == 1 and st.suspects == ()
+    assert st.processes[1][0].workers[0] == (RECORDED, second)
+    assert st.processes[1][0].suspect == 0 and st.records[second] == (1, 0, 0)
+
+
+# The composite and the three steps it fuses stay in step: wherever release_and_take is enabled,
+# it is the model's own release, then take (or take_suspect), then record by the same worker,
+# with nothing in between (or just the release, when that leaves debris); its lost reply changes
+# Redis exactly as that does and leaves the worker dirty, keeping the suspect slot if it held one
+# or took one, and starting no handler.
+
+#: small enough to explore without symmetry in under a second each: one server of two workers
+#: with suspects (two faults: one makes a suspect, one loses the composite's reply), and two
+#: servers of one worker with stalls and successors (custody lost under a composite)
+STEP_BOUNDS = (
+    Bounds(tasks=2, servers=1, workers=2, faults=2, processes_per_server=1, max_recoveries=1),
+    Bounds(tasks=2, servers=2, workers=1, faults=1),
+)
+
+
+def _reachable(cfg: Config) -> set[State]:
+    """Every state reachable within ``cfg.bounds`` (as the checker, a state that breaks a
+    property is not expanded: a broken design's space need not be finite)."""
+    start = initial_state(cfg.bounds)
+    seen = {start}
+    todo = [start]
+    while todo:
+        st = todo.pop()
+        if check_invariants(st, cfg) is not None:
+            continue
+        assert len(seen) < 200_000, "the exploration does not end"
+        for action in enabled_actions(st, cfg):
+            nxt = apply(st, action, cfg)
+            if nxt not in seen:
+                seen.add(nxt)
+                todo.append(nxt)
+    return seen
+
+
+def _in_sequence(st: State, s: int, i: int, w: int, cfg: Config) -> tuple[State, State, str]:
+    """Release, then the take the worker would do next (a suspect first), then record: the states
+    after the take and after the record (both the release's if it takes nothing), and what it
+    took ("suspect", "queue" or "")."""
+    released = apply(st, Action("release", s, i, w), cfg)
+    if released.processes[s][i].workers[w].phase != IDLE:
+        return released, released, ""  # debris: reconcile first
+    enabled = enabled_actions(released, cfg)
+    for name, source in (("take_suspect", "suspect"), ("take", "queue")):
+        if Action(name, s, i, w) in enabled:
+            taken = apply(released, Action(name, s, i, w), cfg)
+            return taken, apply(taken, Action("record", s, i, w), cfg), source
+    return released, released, ""
+
+
+def _lost(st: State, s: int, i: int, w: int, taken: State, recorded: State) -> State:
+    """What the composite's lost reply leaves: Redis as after the three steps, no execution
+    started, one fault more, the worker dirty, and the slot its own if it held it or took one."""
+    proc = recorded.processes[s][i]
+    slot = w if st.processes[s][i].suspect == w else proc.suspect
+    proc = proc._replace(
+        workers=(*proc.workers[:w], Worker(DIRTY), *proc.workers[w + 1:]), suspect=slot)
+    procs = recorded.processes[s]
+    return recorded._replace(
+        processes=(*recorded.processes[:s], (*procs[:i], proc, *procs[i + 1:]),
+                   *recorded.processes[s + 1:]),
+        executions=taken.executions,
+        faults=recorded.faults + 1,
+    )
+
+
+def _divergences(cfg: Config) -> tuple[list[str], Counter[str]]:
+    wrong: list[str] = []
+    seen: Counter[str] = Counter()
+    for st in _reachable(cfg):
+        for action in enabled_actions(st, cfg):
+            if action.name == "dropped_reply" and action.command == "release_and_take":
+                name = "lost"
+            elif action.name == "release_and_take":
+                name = "ok"
+            else:
+                continue
+            s, i, w = action.server, action.proc, action.worker
+            taken, recorded, source = _in_sequence(st, s, i, w, cfg)
+            want = recorded if name == "ok" else _lost(st, s, i, w, taken, recorded)
+            if apply(st, action, cfg) != want:
+                wrong.append(f"{action} in {st}")
+            proc = st.processes[s][i]
+            key = (s, proc.inc, w)
+            held = proc.workers[w].task in list_of(st, key)
+            seen[f"{name} {source or 'nothing'}"] += 1
+            if not held:
+                seen[f"{name} {source or 'nothing'} custody-lost"] += 1
+            if proc.suspect == w:
+                seen[f"{name} {source or 'nothing'} slot-own"] += 1
+    return wrong, seen
+
+
+@pytest.mark.parametrize("bounds", STEP_BOUNDS, ids=["1x2-suspects", "2x1-stalls"])
+def test_the_composite_is_release_then_take_then_record(bounds: Bounds) -> None:
+    wrong, seen = _divergences(Config(bounds, variant("correct")))
+    assert not wrong, wrong[:3]
+    assert seen["ok queue"] and seen["lost queue"]
+    if bounds.max_recoveries is not None:
+        assert seen["ok suspect"] and seen["lost suspect"]
+        assert seen["ok suspect slot-own"] and seen["ok queue slot-own"]
+    else:
+        assert seen["ok queue custody-lost"]
+
+
+@pytest.mark.parametrize("name", sorted(set(VARIANTS) - {
+    "correct", "composite-pops-next", "composite-commits-unheld"}))
+def test_every_other_design_s_composite_is_its_own_three_steps(name: str) -> None:
+    """Whatever else a design changes, its composite is still its release, take and record."""
+    for bounds in STEP_BOUNDS:
+        wrong, _ = _divergences(Config(bounds, variant(name)))
+        assert not wrong, wrong[:3]
+
+
+@pytest.mark.parametrize("name", ["composite-pops-next", "composite-commits-unheld"])
+def test_designs_14_and_15_are_where_the_composite_leaves_the_three_steps(name: str) -> None:
+    """The two broken composites are the test's own counterexamples: it tells them apart."""
+    wrong, _ = _divergences(Config(STEP_BOUNDS[1], variant(name)))
+    assert wrong
