@@ -280,19 +280,9 @@ def run_driver(
                 done = msg
                 break
     finally:
-        with contextlib.suppress(Exception):
-            proc.stdin.close()
         # The driver's work is done once it reported: give it a moment to exit by itself (idle
         # workers finish their blocking take), then stop it.
-        try:
-            proc.wait(2.0 if done else max(1.0, min(30.0, deadline - time.monotonic())))
-        except subprocess.TimeoutExpired:
-            proc.terminate()
-            try:
-                proc.wait(5)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(5)
+        stop_driver(proc, 2.0 if done else max(1.0, min(30.0, deadline - time.monotonic())))
     errfile.seek(0)
     err = errfile.read()
     errfile.close()
@@ -353,3 +343,20 @@ def parse_sizes(ap: argparse.ArgumentParser, text: str) -> list[int]:
         return [int(s) for s in text.split(",")]
     except ValueError:
         ap.error(f"--sizes must be comma-separated integers, not {text!r}")
+
+
+def stop_driver(proc: subprocess.Popen[str], wait: float) -> None:
+    """Close a driver's stdin (its signal to finish), wait up to `wait` seconds for it to exit,
+    then terminate it, then kill it."""
+    with contextlib.suppress(Exception):
+        if proc.stdin:
+            proc.stdin.close()
+    try:
+        proc.wait(wait)
+    except subprocess.TimeoutExpired:
+        proc.terminate()
+        try:
+            proc.wait(5)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(5)

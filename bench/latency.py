@@ -37,7 +37,6 @@ bench/results/raw/ only.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import dataclasses
 import datetime as dt
 import json
@@ -62,6 +61,7 @@ from bench.harness import (
     _die_with_parent,
     _readline,
     run_driver,
+    stop_driver,
 )
 from bench.peerenv import PEERS, driver_argv, peer_python
 
@@ -185,21 +185,6 @@ def _env() -> dict[str, str]:
     return env
 
 
-def _stop(proc: subprocess.Popen[str], wait: float) -> None:
-    with contextlib.suppress(Exception):
-        if proc.stdin:
-            proc.stdin.close()
-    try:
-        proc.wait(wait)
-    except subprocess.TimeoutExpired:
-        proc.terminate()
-        try:
-            proc.wait(5)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(5)
-
-
 def _read_event(proc: subprocess.Popen[str], deadline: float, want: str) -> dict[str, Any]:
     while True:
         line = _readline(proc, deadline)
@@ -250,7 +235,7 @@ def latency_run(c: Config, python: str, srv: RedisServer, tasks: int, rate: floa
                 err.seek(0)
                 raise DriverError(f"{c.key}: {exc}\n{err.read()[-2000:]}") from exc
             finally:
-                _stop(worker, 10)
+                stop_driver(worker, 10)
     sent, index = produced["sent"], seen["index"]
     lags = sorted(produced["lag"])
     return {

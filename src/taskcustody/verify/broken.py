@@ -305,6 +305,39 @@ class PromoteCopiesServer(Server):
         return int(moved)
 
 
+class CompositePopsNextWorker(Worker):
+    """14. The composite step takes the next task out of the queue into its reply (RPOP), not
+    into the in-flight list: one round trip per task like the real step, but the task it took has
+    no custody. A lost reply loses it, as in design 1."""
+
+    def _send_release(self, args: tuple[Any, ...], sha: str, script: str) -> Any:
+        if script != scripts.RELEASE_AND_TAKE:
+            return super()._send_release(args, sha, script)
+        script = scripts.RELEASE_AND_TAKE.replace(
+            "local raw = redis.call('LMOVE', source, KEYS[1], 'RIGHT', 'LEFT')",
+            "local raw = redis.call('RPOP', source)")
+        script = script.replace("  redis.call('HSET', KEYS[2], id, ARGV[9])\n", "")
+        return self._call("EVAL", script, *args)
+
+
+class CompositeCommitsUnheldWorker(Worker):
+    """15. The composite step's release commits whether or not the task was still in the own
+    list: a worker judged dead (stalled) commits a task that recovery already put back."""
+
+    def _send_release(self, args: tuple[Any, ...], sha: str, script: str) -> Any:
+        if script != scripts.RELEASE_AND_TAKE:
+            return super()._send_release(args, sha, script)
+        return self._call("EVAL", script.replace("if held == 1 then", "if true then"), *args)
+
+
+class CompositePopsNextServer(_DemoServer):
+    worker_class = CompositePopsNextWorker
+
+
+class CompositeCommitsUnheldServer(_DemoServer):
+    worker_class = CompositeCommitsUnheldWorker
+
+
 BROKEN: dict[str, type[Server]] = {
     "blpop-take": BlpopTakeServer,
     "no-release": NoReleaseServer,
@@ -319,6 +352,8 @@ BROKEN: dict[str, type[Server]] = {
     "count-after-recovery": CountAfterRecoveryServer,
     "recovered-to-queue": RecoveredToQueueServer,
     "promote-copies": PromoteCopiesServer,
+    "composite-pops-next": CompositePopsNextServer,
+    "composite-commits-unheld": CompositeCommitsUnheldServer,
 }
 
 

@@ -75,6 +75,7 @@ from taskcustody_model.state import (
     Registration,
     State,
     initial_state,
+    list_of,
 )
 from taskcustody_model.state import (
     Worker as ModelWorker,
@@ -276,9 +277,9 @@ class Harness:
         """The model's initial state, made real: every task enqueued (t0 first, so it is taken
         first), every server claimed, startup-drained, its workers registered and reconciled."""
         self.wipe()
-        # Workers release with EVALSHA and fall back to EVAL on NOSCRIPT. Load the script up
+        # Workers release with EVALSHA and fall back to EVAL on NOSCRIPT. Load the scripts up
         # front, so that a dropped release reply is always the reply of a release that ran.
-        self.admin.script_load(scripts.RELEASE)
+        self._load_release_scripts()
         for t, status in enumerate(self.status):
             if status == ENQUEUED:
                 self._enqueue(t)
@@ -287,6 +288,10 @@ class Harness:
             slot.server.startup_drain()
             self._start_workers(slot)
         self.check()
+
+    def _load_release_scripts(self) -> None:
+        self.admin.script_load(scripts.RELEASE)
+        self.admin.script_load(scripts.RELEASE_AND_TAKE)
 
     def _enqueue(self, t: int) -> None:
         Producer(self.admin, self.keys, self.clock).enqueue({"n": t}, task_id=self.task_id(t))
@@ -575,7 +580,11 @@ class Harness:
             if lost:
                 # The release's reply, or the deferred record reply read just before it: either
                 # way the script ran and the worker cannot know whether it committed.
-                # (Both are EVALSHA: the record is a script too.)
+                # (Both are EVALSHA: the record is a script too.) After a wipe flushed the script
+                # cache, the scripts are loaded again first: a NOSCRIPT reply is of a release that
+                # did not run, and losing it is no lost reply of the model's.
+                if self.scripts_flushed:
+                    self._load_release_scripts()
                 unread = worker._unread_replies
                 skip = 0 if variant % 2 and unread else unread
                 self.injector.arm("EVALSHA", connection=conn, skip=skip)
@@ -615,10 +624,14 @@ class Harness:
         if ws.outcome is None:  # the model's release includes the handler's execution
             ws.outcome = worker.execute(ws.task)
         proc = self.state.processes[action.server][action.proc]
-        worker.suspects.maybe_waiting = bool(self.state.suspects) and proc.suspect in (
-            -1, action.worker)
+        key = (action.server, proc.inc, action.worker)
+        debris = set(list_of(self.state, key)) - {proc.workers[action.worker].task}
+        worker.suspects.maybe_waiting = (bool(self.state.suspects) and not debris
+                                         and proc.suspect in (-1, action.worker))
         if lost:
             # the step's reply, or the deferred record reply read just before it (as a release)
+            if self.scripts_flushed:
+                self._load_release_scripts()
             unread = worker._unread_replies
             self.injector.arm("EVALSHA", connection=worker._conn,
                               skip=0 if variant % 2 and unread else unread)

@@ -48,7 +48,7 @@ RETRY_BOUNDS = Bounds(tasks=3, servers=2, workers=2, faults=3, max_recoveries=1,
 
 
 #: The worker commands whose lost replies have rules of their own.
-WORKER_COMMANDS = ("take", "take_suspect", "release", "reconcile")
+WORKER_COMMANDS = ("take", "take_suspect", "release", "release_and_take", "reconcile")
 
 
 def default_bounds(prefetching: bool) -> Bounds:

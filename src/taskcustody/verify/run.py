@@ -37,7 +37,8 @@ from .harness import VERIFY_SETTINGS, Mismatch, StepRecord
 from .machine import RETRY_BOUNDS, RunStats, build_machine, default_bounds
 
 #: The model check's default bounds: every broken design is found within them (depth <= 8), and
-#: the correct design's 14,180 distinct states take about 6 s on one core.
+#: the correct design's 147,900 distinct states (with the composite step, 2026-12-01) take about a
+#: minute on one core.
 MODEL_BOUNDS = Bounds(tasks=2, servers=2, workers=2, faults=2, processes_per_server=1,
                       late_tasks=1, redis_faults=True)
 #: Designs that only show with poison-pill detection on: one task whose holder keeps dying.
@@ -68,10 +69,14 @@ SHRINK_SECONDS = 60.0
 #: the finds-the-bug tests use (tests/stateful/test_finds_broken_designs.py). Every design is also
 #: caught by the model check; these make the stateful part catch it too.
 DESIGN_EXAMPLES = {
+    "sweep-drains-live": 300,
     "startup-skips-own": 600,
     "processing-sweep-no-custody": 600,
+    "drain-before-prune": 300,
     "unbounded-drain": 300,
     "register-once": 300,
+    "composite-pops-next": 300,
+    "composite-commits-unheld": 300,
 }
 
 
