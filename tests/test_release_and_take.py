@@ -14,8 +14,14 @@ from taskcustody import ManualClock, Producer, QueueKeys, Settings, Worker
 from taskcustody.envelope import Task
 from taskcustody.worker import Outcome
 from tests.conftest import TEST_SETTINGS, Backend
-from tests.helpers import all_custody, commits, dead_letters, ids_in, make_server, \
-    parse_record_owner
+from tests.helpers import (
+    all_custody,
+    commits,
+    dead_letters,
+    ids_in,
+    make_server,
+    parse_record_owner,
+)
 
 SETTINGS = Settings(**{**TEST_SETTINGS.__dict__, "track_commits": True})
 
@@ -96,7 +102,7 @@ def test_a_failed_attempt_is_retried_and_the_next_task_taken(
 def test_it_takes_nothing_when_the_release_leaves_debris(
     backend: Backend, keys: QueueKeys
 ) -> None:
-    client, (worker,), (first, second) = started(backend, keys, ["a", "b"])
+    client, (worker,), (_first, second) = started(backend, keys, ["a", "b"])
     task = worker.take(timeout=1)
     assert task is not None
     client.rpush(worker.list_key, b"debris")  # what a lost earlier reply could leave
@@ -107,7 +113,7 @@ def test_it_takes_nothing_when_the_release_leaves_debris(
 
 
 def test_a_dirty_worker_takes_nothing(backend: Backend, keys: QueueKeys) -> None:
-    client, (worker,), (first, second) = started(backend, keys, ["a", "b"])
+    client, (worker,), (_first, second) = started(backend, keys, ["a", "b"])
     task = worker.take(timeout=1)
     assert task is not None
     worker.dirty = True
@@ -162,7 +168,7 @@ def test_a_lost_reply_loses_both_answers_and_the_reconcile_gives_the_next_task_b
 def test_it_runs_again_after_the_script_cache_was_flushed(
     backend: Backend, keys: QueueKeys
 ) -> None:
-    client, (worker,), (first, second) = started(backend, keys, ["a", "b"])
+    client, (worker,), (_first, second) = started(backend, keys, ["a", "b"])
     task = worker.take(timeout=1)
     assert task is not None
     worker.flush()
@@ -174,14 +180,14 @@ def test_it_runs_again_after_the_script_cache_was_flushed(
 def test_it_prefers_a_waiting_suspect_while_the_process_holds_none(
     backend: Backend, keys: QueueKeys
 ) -> None:
-    client, (w0, w1), (first, second) = started(backend, keys, ["a", "b"], workers=2)
+    client, (w0, _w1), (first, second) = started(backend, keys, ["a", "b"], workers=2)
     task = w0.take(timeout=1)
     assert task is not None and task.id == first
     # a suspect waits (recovered once), and w0 learns of it
     client.lpush(keys.suspects, client.rpop(keys.queue))
     client.hset(keys.recoveries, second, 1)
     w0.suspects.maybe_waiting = True
-    done, nxt = w0.release_and_take(task, Outcome(True))
+    _done, nxt = w0.release_and_take(task, Outcome(True))
     assert nxt is not None and nxt.id == second
     assert w0.suspects.held_by(w0.list_key)
     assert client.llen(keys.suspects) == 0
@@ -198,7 +204,7 @@ def test_it_takes_from_the_queue_while_another_worker_of_the_process_holds_a_sus
     client.hset(keys.recoveries, second, 1)
     assert w0.suspects.acquire(w1.list_key)  # w1 holds the process's suspect
     w0.suspects.maybe_waiting = True
-    done, nxt = w0.release_and_take(task, Outcome(True))
+    _done, nxt = w0.release_and_take(task, Outcome(True))
     assert nxt is not None and nxt.id == third  # from the queue, not the suspect
     assert ids_in(client, keys.suspects) == [second]
     assert w0.suspects.held_by(w1.list_key)
