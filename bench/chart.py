@@ -22,7 +22,9 @@ def main(src: str, dst: str) -> None:
         data = json.load(fh)
     rows = data.get("throughput", [])
     recovery = data.get("recovery", {}).get("rows", [])
-    fig, axes = plt.subplots(1, 2, figsize=(15, 6.5), gridspec_kw={"width_ratios": [2.2, 1]})
+    latency = data.get("latency", {}).get("rows", [])
+    fig, axes = plt.subplots(1, 3, figsize=(21, 6.5),
+                             gridspec_kw={"width_ratios": [2.2, 1.1, 1]})
     ax = axes[0]
     if rows:
         rows = sorted(rows, key=lambda r: r["median"])
@@ -54,6 +56,26 @@ def main(src: str, dst: str) -> None:
         ax.legend(handles, [names[g] for g in present],
                   loc="lower right", fontsize=8)
     ax = axes[1]
+    if latency:
+        # enqueue to the handler's start at half of each configuration's capacity: p50 and p99
+        order = sorted(latency, key=lambda r: r["latency_ms"]["p99"], reverse=True)
+        ys = range(len(order))
+        p50 = [r["latency_ms"]["p50"] for r in order]
+        p99 = [r["latency_ms"]["p99"] for r in order]
+        ax.barh([y + 0.2 for y in ys], p99, height=0.4, label="p99",
+                color=[COLORS[r["group"]] for r in order])
+        ax.barh([y - 0.2 for y in ys], p50, height=0.4, label="p50",
+                color=[COLORS[r["group"]] for r in order], alpha=0.45)
+        for y, a, b in zip(ys, p50, p99, strict=True):
+            ax.text(b, y + 0.2, f" {b:.2f}", va="center", fontsize=7)
+            ax.text(a, y - 0.2, f" {a:.2f}", va="center", fontsize=7)
+        ax.set_yticks(list(ys))
+        ax.set_yticklabels([f"{r['label']}\n[{r['concurrency']}] @ {r['rate']:,.0f}/s"
+                            for r in order], fontsize=7)
+        ax.set_xscale("log")
+        ax.set_xlabel("ms from enqueue to the handler's start (p50 light, p99 dark)")
+        ax.set_title("Latency at half load", fontsize=10)
+    ax = axes[2]
     if recovery:
         xs = [max(r["unrelated_keys"], 1) for r in recovery]
         for name, label, color in (("ours", "taskcustody (registry set)", COLORS["ours"]),

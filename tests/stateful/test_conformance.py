@@ -54,8 +54,9 @@ def _run(backend: Backend, faults: tuple[str, ...], *, prefetching: bool = False
 def test_the_implementation_conforms_to_the_model(backend: Backend) -> None:
     # 100 examples: with the take of a suspect among the rules, the derandomized search first
     # reaches a worker step between two moves of a drain after 50 examples (12 such steps in 100)
-    stats = _run(backend, ("dropped-reply:take", "dropped-reply:release", "crash_worker",
-                           "crash_server", "stall_server"), min_examples=100)
+    stats = _run(backend, ("dropped-reply:take", "dropped-reply:release",
+                           "dropped-reply:release_and_take", "crash_worker", "crash_server",
+                           "stall_server"), min_examples=100)
     # ... and stalled workers stepped in the middle of drains of their lists
     assert stats.steps_during_drains > 0
 
