@@ -1,6 +1,7 @@
 """Where the time goes in our cycle: one worker drains N no-op tasks on a throwaway server, twice.
 
-1. Step timings: ``take``, ``record``, ``execute``, ``release`` of ``Worker`` wrapped with
+1. Step timings: ``take``, ``record``, ``execute``, ``release``, ``release_and_take`` (the busy
+   cycle's one step) of ``Worker`` wrapped with
    ``perf_counter`` (cheap enough not to distort a ~0.3 ms cycle much).
 2. cProfile of the same loop: the functions with the most own time, grouped by kind (waiting for
    Redis, redis-py command packing and reply parsing, JSON, ours).
@@ -33,13 +34,17 @@ def _worker(url: str, tasks: int, prefetch: int = 1,
     Producer(client, keys).enqueue_many(range(tasks))
     server = Server(client, keys, "prof", handler, workers=1, settings=settings)
     (worker,) = server.start()
+    # the production loop's cycle: each release takes the next task (release_and_take), as
+    # `Worker.run` sets it up (a prefetching worker's slots never do)
+    if prefetch == 1:
+        worker.take_next = lambda: True
     return server, worker
 
 
 def step_timings(url: str, tasks: int) -> dict[str, Any]:
     _, worker = _worker(url, tasks)
     spent: dict[str, float] = defaultdict(float)
-    for name in ("take", "record", "execute", "release", "reconcile"):
+    for name in ("take", "record", "execute", "release", "release_and_take", "reconcile"):
         original = getattr(worker, name)
 
         def timed(*a: Any, _orig: Any = original, _name: str = name, **kw: Any) -> Any:
