@@ -139,6 +139,6 @@ EQUIVALENTS: list[dict[str, str]] = [
                "always `waited + sweep_interval`: the first pass sweeps either way (0 >= 0, "
                "1 >= 0) and every later comparison carries the same offset on both sides, so "
                "the sweeps fall on the same passes (the schedule is pinned by tests/"
-               "test_server_run_lifecycle.py::test_background_heartbeats_every_interval_and_"
+               "test_server_lifecycle.py::test_background_heartbeats_every_interval_and_"
                "sweeps_on_its_own_period)."},
 ]

@@ -1,10 +1,12 @@
-"""Edges of the protocol's critical steps that the main custody tests do not pin: found by the
-mutation gate (mutation/), each test here kills mutants that survived the rest of the suite.
+"""Edges of the protocol's critical steps that the main custody tests (tests/test_custody.py) do
+not pin, one property each:
 
 take blocks and uses BLMOVE; reconcile drains the own list while the server is live; a drain ends
 when the list is shorter than its budget and stays bounded under a finite appender; a dead-only
 drain never touches a live list; live_owners; the processing sweep's counts; the release's dirty
-flag and its report; the startup drain's log and distinct worker lists.
+flag and its report; the startup drain's log and distinct worker lists; which lists a recovery
+pass selects by registration liveness (the startup drain only our own id's, the sweep never our
+own incarnation's nor a live server's, with no round trip for them); NOSCRIPT falls back to EVAL.
 """
 
 from __future__ import annotations
@@ -550,7 +552,7 @@ def test_start_refuses_a_held_id_at_once_by_default(backend: Backend, keys: Queu
     assert waits == []  # no patience unless asked for
 
 
-# -- found by the mutation gate after recovery moved to registration liveness -------------------
+# -- recovery by registration liveness: whose lists each pass may touch ---------------------
 
 
 def test_startup_drain_touches_only_our_own_id(backend: Backend, keys: QueueKeys) -> None:

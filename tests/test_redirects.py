@@ -135,7 +135,7 @@ def test_the_heartbeat_loop_rides_out_a_resharding_or_failing_over_cluster(
     """A heartbeat refused by a redirect did not run: the loop logs it and beats again at the
     next interval, instead of ending (a server whose heartbeat thread died would be judged dead
     while its workers run)."""
-    from tests.test_server_run_lifecycle import drive_waits
+    from tests.test_server_lifecycle import drive_waits
 
     client = connect_fake(fakeredis.FakeServer())
     keys = QueueKeys("tq", prefix="test")

@@ -1,7 +1,7 @@
 """The sweep lease: one sweeper at a time (issue 10, sweep load linear in the fleet).
 
 Protocol time is a ManualClock and "waiting" is a recorded `stop_event.wait`, as in
-test_server_run_lifecycle.py. The lease's own expiry is Redis's PX timer (real time), so these tests
+test_server_lifecycle.py. The lease's own expiry is Redis's PX timer (real time), so these tests
 give it an hour and stand in for its lapse by deleting the key: nothing here depends on how fast
 the test runs, short of an hour's stall.
 """
@@ -17,7 +17,7 @@ from taskcustody import ManualClock, Producer, QueueKeys, Server, Settings
 from taskcustody.sweep_lease import SweepLease, holder_name
 from tests.conftest import TEST_SETTINGS, Backend
 from tests.helpers import ids_in, make_server
-from tests.test_server_run_lifecycle import drive_waits, spy
+from tests.test_server_lifecycle import drive_waits, spy
 
 HOUR = 3600.0
 LEASED = dataclasses.replace(TEST_SETTINGS, sweep_lease_ttl=HOUR)  # heartbeat 5, sweep 10

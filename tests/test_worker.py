@@ -1,6 +1,8 @@
-"""The worker's public steps, one property each: what a release stores, what a failure records,
-what a malformed task is released with, and how the worker's own connection keeps its replies in
-order (pinned against surviving mutants of worker.py)."""
+"""The worker's public steps (`Worker`: take, record, execute, release), one property each: one
+cycle commits and leaves nothing behind, what a release stores, what a failure records, what a
+malformed task is released with, and how the worker's own connection keeps its replies in order.
+
+(Its production loop, `Worker.run`, is tests/test_worker_run_loop.py.)"""
 
 from __future__ import annotations
 
@@ -13,7 +15,16 @@ from typing import Any
 import pytest
 import redis
 
-from taskcustody import ListOwner, ManualClock, Outcome, Producer, QueueKeys, Worker, WrongKeyType
+from taskcustody import (
+    ListOwner,
+    ManualClock,
+    Outcome,
+    Producer,
+    QueueKeys,
+    Server,
+    Worker,
+    WrongKeyType,
+)
 from taskcustody.envelope import new_task
 from tests.conftest import TEST_SETTINGS, Backend
 from tests.helpers import dead_letters
@@ -40,6 +51,26 @@ def _cycle(client: redis.Redis, keys: QueueKeys, result: Any) -> bytes | None:
         worker.close()
     assert client.get(keys.committed) == b"1"
     return client.get(keys.result(task_id))  # type: ignore[return-value]
+
+
+# -- one cycle -----------------------------------------------------------------------------------
+
+
+def test_one_cycle_commits(backend: Backend, keys: QueueKeys) -> None:
+    client = backend.client()
+    clock = ManualClock()
+    Producer(client, keys, clock).enqueue({"n": 1})
+    server = Server(client, keys, "s1", lambda p: p["n"] + 1, settings=TEST_SETTINGS, clock=clock)
+    (worker,) = server.start()
+    task = worker.take()
+    assert task is not None
+    worker.record(task)
+    release = worker.release(task, worker.execute(task))
+    assert release.held and release.action == "committed"
+    assert client.llen(keys.queue) == 0
+    assert client.llen(worker.list_key) == 0
+    assert client.hgetall(keys.processing) == {}
+    assert client.hget(keys.commit_log, task.id) == b"1"
 
 
 # -- what a commit stores ------------------------------------------------------------------------

@@ -1,61 +1,13 @@
-"""The task envelope and the settings' constraints, exactly: found by the mutation gate
-(mutation/), these pin the messages and boundaries that the custody tests pass through without
-looking at."""
+"""Settings: the defaults, and the constraints checked at construction, with their exact messages
+and boundary values (the smallest valid value of each is accepted, the next step down refused)."""
 
 from __future__ import annotations
 
-import json
+from typing import Any
 
 import pytest
 
-from taskcustody import MalformedTask, Settings
-from taskcustody.envelope import decode, encode, new_task
-
-
-def test_new_task_round_trips() -> None:
-    task = new_task({"n": 1}, 12.5, task_id="t1")
-    assert task.raw == b'{"id":"t1","payload":{"n":1},"attempts":0,"enqueued_at":12.5}'
-    assert encode(task) == task.raw
-    assert decode(task.raw) == task
-    again = task.retried()
-    assert (again.id, again.attempts, again.payload, again.enqueued_at) == ("t1", 1, {"n": 1}, 12.5)
-    assert json.loads(again.raw)["attempts"] == 1
-    assert len(new_task(None, 0.0).id) == 32  # a uuid4 hex id when none is given
-
-
-def test_encode_refuses_what_json_cannot_carry() -> None:
-    with pytest.raises(ValueError, match="payload is not JSON-serialisable: "):
-        new_task({1, 2}, 0.0)
-    with pytest.raises(ValueError, match="payload is not JSON-serialisable: "):
-        new_task(float("nan"), 0.0)
-
-
-def test_decode_defaults() -> None:
-    task = decode(b'{"id": "x"}')
-    assert (task.id, task.payload, task.attempts, task.enqueued_at) == ("x", None, 0, 0.0)
-    assert isinstance(task.enqueued_at, float)
-    assert decode(b'{"id": "x", "enqueued_at": 3}').enqueued_at == 3.0
-
-
-@pytest.mark.parametrize(
-    ("raw", "reason"),
-    [
-        (b"\xff", "not JSON: "),
-        (b"{not json", "not JSON: "),
-        (b"[1, 2]", "not a JSON object"),
-        (b'{"payload": 1}', "no id"),
-        (b'{"id": ""}', "no id"),
-        (b'{"id": 7}', "no id"),
-        (b'{"id": "x", "attempts": "1"}', "bad attempts or enqueued_at"),
-        (b'{"id": "x", "enqueued_at": "now"}', "bad attempts or enqueued_at"),
-    ],
-)
-def test_decode_names_what_is_wrong(raw: bytes, reason: str) -> None:
-    with pytest.raises(MalformedTask) as info:
-        decode(raw)
-    assert info.value.raw == raw
-    assert info.value.reason.startswith(reason)
-    assert str(info.value) == f"malformed task envelope ({info.value.reason}): {raw[:80]!r}"
+from taskcustody import Settings
 
 
 def test_settings_defaults() -> None:
@@ -112,3 +64,29 @@ def test_settings_accept_the_boundaries(kwargs: dict[str, float]) -> None:
 def test_replica_timeout_is_sent_in_whole_milliseconds_never_0(seconds: float, ms: int) -> None:
     # WAIT's timeout is in milliseconds, and 0 would block forever.
     assert Settings(replica_timeout=seconds).replica_timeout_ms == ms
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        ({"block_timeout": 0}, r"^block_timeout must be > 0 \(0 would block forever\)$"),
+        ({"block_timeout": -1.0}, r"^block_timeout must be > 0 \(0 would block forever\)$"),
+        ({"socket_timeout_margin": 0}, r"^socket_timeout_margin must be > 0$"),
+        ({"heartbeat_interval": 5.0, "server_ttl": 5.0},
+         r"^server_ttl must exceed heartbeat_interval$"),
+        ({"max_attempts": 0}, r"^max_attempts must be >= 1$"),
+        ({"prefetch": 0}, r"^prefetch must be >= 1$"),
+        ({"drain_chunk": 0}, r"^drain_chunk must be >= 1$"),
+    ],
+)
+def test_settings_reject_bad_values_with_exact_messages(
+    overrides: dict[str, Any], message: str
+) -> None:
+    with pytest.raises(ValueError, match=message):
+        Settings(**overrides)
+
+
+def test_settings_accept_the_smallest_valid_values() -> None:
+    s = Settings(block_timeout=0.001, socket_timeout_margin=0.001, heartbeat_interval=5.0,
+                 server_ttl=5.001, max_attempts=1, prefetch=1, drain_chunk=1)
+    assert s.socket_timeout == pytest.approx(0.002)
