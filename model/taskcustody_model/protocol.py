@@ -286,6 +286,32 @@ def _settle(state: State) -> State:
 
 
 def enabled_actions(state: State, config: Config) -> list[Action]:
+    """Every step that may happen next in `state`: the protocol's own steps (each worker's and
+    each server process's), the environment's (a worker restarts, a stalled process resumes,
+    the clock advances, a late task is enqueued, a due retry is promoted) and, while
+    ``config.bounds.faults`` is not used up, the faults (a dropped reply after any command that
+    has one, a worker or server crash, a stall, and with their bounds a Redis wipe or a handler
+    failure).
+
+    This is the model's whole nondeterminism: the checker explores every action this returns,
+    from every reachable state, and the stateful verifier drives the real implementation only
+    with actions it returns. It guarantees that `apply` accepts each action it returns, that
+    the list is the same for equal states (deterministic order, so a shortest counterexample is
+    the same on every run), and that a step the design would refuse (a take while the process
+    is still draining, a claim of a registered id) is not in it. ``config.variant`` changes
+    which actions exist only where the design does (a BLPOP take has nothing to ``arm``).
+    The checker's eventual-recovery property rests on it too: from every reachable state, the
+    actions it offers without faults must reach the end (every task committed once, nothing
+    left in any list).
+
+    Example: one task, one worker, no faults; each state offers exactly one next step::
+
+        config = Config(Bounds(tasks=1, servers=1, workers=1, faults=0), variant("correct"))
+        state = config.initial()
+        enabled_actions(state, config)        # [Action(name='take', server=0, proc=0, ...)]
+        state = apply(state, Action("take", 0, 0, 0), config)
+        enabled_actions(state, config)        # [Action(name='record', server=0, proc=0, ...)]
+    """
     v = config.variant
     faults_left = state.faults < config.bounds.faults
     out: list[Action] = []

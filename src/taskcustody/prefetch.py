@@ -53,8 +53,22 @@ class Batch:
 
 
 class PrefetchingWorker:
-    """`slots` workers driven by one thread: the first one (the lead) also does the blocking
-    takes when the queue is empty."""
+    """`slots` workers driven by one thread: several takes in one round trip, then the batch's
+    handlers, then its releases in another round trip. The first slot (the lead) also does
+    the blocking take when the queue is empty.
+
+    Each slot is an ordinary `Worker` with its own in-flight list, and each take and release is
+    that worker's atomic script (`TAKE_AND_RECORD`, `RELEASE`), so it guarantees what a `Worker`
+    does: a lost reply leaves the task in a slot's list (that slot, and every slot whose reply
+    came after it, is marked dirty and reconciles before its next take); a task commits at most
+    once, and only from the list that still holds it; the batch's releases are sent even when a
+    handler is interrupted. The module docstring says why this is still the protocol the model
+    checks. A `Server` with `Settings.prefetch` > 1 runs one per worker thread::
+
+        server = Server(client, keys, "s1", handler, settings=Settings(prefetch=8))
+        (runner,) = server.start()            # a PrefetchingWorker of 8 slots
+        runner.run_once()                     # up to 8 tasks: takes, then releases, batched
+    """
 
     def __init__(self, slots: list[Worker]) -> None:
         if not slots:

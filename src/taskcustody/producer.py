@@ -24,6 +24,24 @@ REDIRECT_ATTEMPTS = 5
 
 
 class Producer:
+    """Puts tasks on a queue: each payload becomes a JSON envelope (a fresh id, attempts 0, the
+    enqueue time; never pickle) pushed onto the queue with LPUSH.
+
+    What it guarantees: an enqueue that returns is in Redis (with `Settings.min_replicas`, on
+    that many replicas too, or it raises `ReplicationTimeout`); a payload JSON cannot carry
+    (a set, NaN) is refused before anything is sent, and `enqueue_many` encodes every payload
+    before it sends any. A batch is one LPUSH, so Redis queues it whole or refuses it whole
+    (out of memory: `RedisOutOfMemory`, naming the earlier batches that were queued).
+
+    Example::
+
+        producer = Producer(client, QueueKeys("images"))
+        task_id = producer.enqueue({"url": "https://example.com/a.png"})
+        handle = producer.submit({"x": 21})       # enqueue, and a handle on its result
+        handle.result(timeout=5)                  # the handler's return value, once committed
+        ids = producer.enqueue_many(payloads)     # one LPUSH per 10,000 tasks
+    """
+
     def __init__(self, client: redis.Redis, keys: QueueKeys, clock: Clock | None = None,
                  settings: Settings | None = None) -> None:
         self.client = client

@@ -53,6 +53,38 @@ def new_incarnation() -> int:
 
 
 class Server:
+    """A server process's part in the protocol: it holds a server id exclusively, keeps it alive
+    with heartbeats, recovers the tasks of dead holders, and runs `workers` worker threads.
+
+    `run` is the whole life: `start` checks Redis, claims the id (a fresh random incarnation;
+    refused with `ServerIdHeld` while a live process holds it, or waited for up to
+    `wait_for_id` seconds), drains the lists an earlier incarnation of the same id left behind
+    (the startup drain), and makes the workers; then one thread per worker runs its cycle under
+    a supervisor that restarts a crashed worker (dirty, so it reconciles first), and one
+    background thread heartbeats every `Settings.heartbeat_interval` and sweeps every
+    `Settings.sweep_interval` (with `Settings.sweep_lease`, only the lease's holder sweeps).
+    On `stop` (or SIGTERM/SIGINT with `install_signals`) the workers finish the task in hand,
+    then the server deregisters and forgets its empty lists.
+
+    What it guarantees (docs/protocol.md): at most one live process holds a server id; a
+    process that claims the id once its holder's lease has lapsed (the holder stalled)
+    supersedes it, and the old process stops at its next heartbeat; a sweep drains only the
+    lists of servers that are dead by the clock -- never its own incarnation's, never a
+    registered live server's -- and prunes before it drains, so every list dead when the pass
+    starts is drained in that pass; each drain moves at most as many tasks as the list held
+    when it started. With `Settings.prefetch` > 1 each thread runs a `PrefetchingWorker`.
+
+    Example (the README's first queue)::
+
+        client, keys = connect("redis://127.0.0.1:6379/0"), QueueKeys("demo")
+        handle = Producer(client, keys).submit({"x": 21})
+        Server(client, keys, "demo-1", lambda p: p["x"] * 2).run(until_idle=True)
+        handle.result(timeout=5)              # 42
+
+    In production: ``Server(..., workers=8).run(install_signals=True)``, which serves until
+    SIGTERM.
+    """
+
     def __init__(
         self,
         client: redis.Redis,

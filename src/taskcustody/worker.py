@@ -133,6 +133,44 @@ def log_release(list_key: str, task_id: str, done: Release, data: str | bytes, e
 
 
 class Worker:
+    """One worker of a server: it moves tasks from the queue into an in-flight list of its own,
+    runs the handler on each, and gives each task up by one atomic release.
+
+    A worker owns exactly one in-flight list, ``keys.inflight(owner)``; `owner` names its
+    server id, the server's incarnation and the worker's id. Its cycle is four public steps,
+    which `run_once` calls in this order (the model checker and the stateful verifier drive
+    them one at a time, in every order the protocol allows):
+
+    - `take`: move the next task from the queue into our list, atomically (BLMOVE), and
+      register the list in the same write;
+    - `record`: write the processing record (which list holds the task, since when), only
+      while the task is still in our list;
+    - `execute`: call the handler; its exception is an `Outcome`, not our crash;
+    - `release`: in one script, remove the task from our list (LREM) and commit, schedule a
+      retry or dead-letter it -- only if the LREM found it there.
+
+    What it guarantees (docs/protocol.md, sections 3 and 6): a task is never only in a reply in
+    flight, so a take whose reply is lost leaves it in our list for recovery, not nowhere; a
+    task commits at most once, and only by the worker that still holds it (a worker judged dead
+    whose list was drained gets ``Release.held`` False and commits nothing); a release runs in
+    a ``finally``, so an interrupted handler still gives its task up. A worker that may hold
+    debris (a lost reply, a crash) is `dirty` and `reconcile`s its own list before its next
+    take; a new worker starts dirty. Handlers run at least once: a task whose worker dies runs
+    again elsewhere.
+
+    A worker is normally made and run by a `Server` (`Server.make_worker`); driving one by
+    hand shows the steps::
+
+        server = Server(client, keys, "s1", handler)
+        (worker,) = server.start()            # claim the id, drain debris, make the workers
+        task = worker.take(timeout=1)         # None if the queue stayed empty
+        if task is not None:
+            worker.record(task)
+            done = worker.release(task, worker.execute(task))
+            assert done.held and done.action == "committed"
+        worker.close()
+    """
+
     def __init__(
         self,
         client: redis.Redis,
