@@ -51,7 +51,7 @@ class NamedMutant:
 
 MUTANTS: tuple[NamedMutant, ...] = (
     NamedMutant(
-        "blmove-reverted-to-blpop",
+        "blpop-take",
         "no loss: the take pops the task with nothing in the in-flight list (the old BLPOP "
         "design, from the same end: BRPOP), and the processing record is the only trace, "
         "written after the reply; the release then finds no custody to give up",
@@ -75,7 +75,7 @@ MUTANTS: tuple[NamedMutant, ...] = (
         ),
     ),
     NamedMutant(
-        "release-lrem-dropped",
+        "no-release",
         "no duplication / bounded custody: the release commits without removing the task from "
         "the in-flight list, which stays there for a drain to requeue",
         (
@@ -110,7 +110,7 @@ MUTANTS: tuple[NamedMutant, ...] = (
         ),
     ),
     NamedMutant(
-        "startup-drain-include-self-false",
+        "startup-skips-own",
         "eventually empty: the startup drain skips the own id's lists; debris of an earlier run "
         "is parked forever",
         (
@@ -138,7 +138,7 @@ MUTANTS: tuple[NamedMutant, ...] = (
         ),
     ),
     NamedMutant(
-        "processing-sweep-keeps-custody",
+        "processing-sweep-no-custody",
         "no duplication: the processing sweep requeues a task without removing it from its "
         "holder's list, so the drain requeues it a second time",
         (
@@ -150,7 +150,7 @@ MUTANTS: tuple[NamedMutant, ...] = (
         ),
     ),
     NamedMutant(
-        "drain-until-empty",
+        "unbounded-drain",
         "bounded work: the drain loops until the list is empty instead of at most LLEN moves "
         "read up front; it never ends under a concurrent appender",
         (
@@ -167,7 +167,7 @@ MUTANTS: tuple[NamedMutant, ...] = (
         ),
     ),
     NamedMutant(
-        "sweep-drains-before-prune",
+        "drain-before-prune",
         "prompt recovery: the sweep decides which lists are dead before it prunes expired "
         "servers (the two calls swapped); liveness is registration, so a server that expired "
         "since the last pass still looks live and its lists are recovered a whole period late",
@@ -228,7 +228,7 @@ MUTANTS: tuple[NamedMutant, ...] = (
         ),
     ),
     NamedMutant(
-        "lists-registered-only-at-start",
+        "register-once",
         "registered custody: the old design; a list is registered once, by the claim, and "
         "neither a take nor a heartbeat that finds its registration gone registers it again, so "
         "after Redis lost its data (or a sweep forgot the list) a take fills a list that no "
@@ -253,7 +253,7 @@ MUTANTS: tuple[NamedMutant, ...] = (
         ),
     ),
     NamedMutant(
-        "recovery-count-not-incremented",
+        "recoveries-not-counted",
         "bounded executions: recovery counts nothing (every recovery reads a count of 1), so a "
         "task that kills each process that runs it is requeued for ever and takes the fleet down",
         (
@@ -265,7 +265,7 @@ MUTANTS: tuple[NamedMutant, ...] = (
         ),
     ),
     NamedMutant(
-        "suspects-requeued-to-queue",
+        "recovered-to-queue",
         "suspects run alone: recovery pushes a counted task back to the queue's take end (the "
         "design before suspects), beside the tasks that died with it, so the next process takes "
         "them together again and an innocent task is dead-lettered with a poison pill",
@@ -283,10 +283,10 @@ MUTANTS: tuple[NamedMutant, ...] = (
         ),
     ),
     NamedMutant(
-        "promotion-copies-instead-of-moving",
+        "promote-copies",
         "no duplication: the promotion of a due retry LPUSHes it on the queue without the ZREM "
         "that takes it out of the scheduled set, so the task is in two places and every later "
-        "promotion pushes it again (design 13, promote-copies)",
+        "promotion pushes it again (design 13)",
         (
             Edit(
                 SCRIPTS,
@@ -339,9 +339,9 @@ MUTANTS += (
         (Edit(SCRIPTS, "  redis.call('HSET', KEYS[2], id, ARGV[9])\n", ""),),
     ),
     NamedMutant(
-        "composite-commits-without-custody",
+        "composite-commits-unheld",
         "no double commit: the composite step's release commits whether or not the task was "
-        "still in the own list (design 15, composite-commits-unheld), so a worker judged dead "
+        "still in the own list (design 15), so a worker judged dead "
         "commits a task that recovery already handed to another worker",
         (Edit(SCRIPTS, "RELEASE_AND_TAKE = _RELEASE_STEP + _TAKE_NEXT\n",
               'RELEASE_AND_TAKE = _RELEASE_STEP.replace("if held == 1 then", "if true then") '

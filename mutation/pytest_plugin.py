@@ -125,7 +125,7 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
     # The soft limit is armed around the call phase only (pytest_runtest_call below): an alarm
     # that fired in pytest's own reporting after the call, or in a teardown, ended the whole run
     # as an INTERNALERROR (exit 3) with no test to name, and the gate counted the mutant as an
-    # error instead of a kill (seen once in three runs of drain-until-empty). Setup and teardown
+    # error instead of a kill (seen once in three runs of unbounded-drain). Setup and teardown
     # stay under the watchdog's hard limit.
     item.stash[_LIMIT] = (limit, expire)
     try:

@@ -8,34 +8,23 @@ from taskcustody_model import Bounds, check
 from taskcustody_model.cli import model_check
 from taskcustody_model.trace import render_trace
 
-# The length of each broken design's shortest counterexample at the CI bounds below.
-PINNED = {
-    "blpop-take": ("no-loss", 1),
-    "no-release": ("no-duplication", 3),
-    "sweep-drains-live": ("no-double-execution", 3),
-    "startup-skips-own": ("prompt-recovery", 5),
-    "processing-sweep-no-custody": ("no-duplication", 6),
-    "unbounded-drain": ("bounded-work", 8),
-    "drain-before-prune": ("prompt-recovery", 4),
-    # stall, clock, a sweep forgets the stalled server's empty list, its worker takes into it
-    "register-once": ("registered-custody", 4),
-    # a take waits on an empty queue (arm), its server stalls and is judged dead, a sweep forgets
-    # the list at once, the waiting take is served into it
-    "gc-when-empty": ("registered-custody", 8),
-    # take, record, and the composite release-and-take whose reply is lost: it popped the next
-    # task into that reply, so the task is nowhere
-    "composite-pops-next": ("no-loss", 3),
-    # take, record, stall, clock, a sweep requeues the task; the stalled worker's composite
-    # commits it (not held) and takes it back from the queue
-    "composite-commits-unheld": ("no-duplication", 6),
-}
+from taskcustody.verify.designs import (
+    BYSTANDER_BOUNDS,
+    CHECKER_BOUNDS,
+    DESIGNS,
+    POISON_BOUNDS,
+    RETRY_BOUNDS,
+)
 
-VARIANT_BOUNDS = Bounds(tasks=3, servers=2, workers=2, faults=2)
+#: Each broken design's shortest counterexample (property, length) at its bounds: the designs
+#: table's (`taskcustody.verify.designs`, `Pinned`), where each is explained.
+PINNED = {d.name: (d.pinned.property, d.pinned.length) for d in DESIGNS}
+PINNED_AT = {d.name: d.pinned.bounds for d in DESIGNS}
 
 
 @pytest.mark.parametrize("name", sorted(PINNED))
 def test_broken_variant_is_rejected_with_a_shortest_counterexample(name: str) -> None:
-    result = check(VARIANT_BOUNDS, name)
+    result = check(PINNED_AT[name], name)
     assert not result.ok
     assert result.violation is not None
     prop, length = PINNED[name]
@@ -125,12 +114,6 @@ def test_cli_exit_codes() -> None:
 
 # -- poison pills (docs/protocol.md, section 9) ---------------------------------------------------
 
-#: One task, its holder dying (a stall: the worker runs on, judged dead) as often as 3 faults allow,
-#: and the tightest limit: a task recovered twice is dead-lettered.
-POISON_BOUNDS = Bounds(tasks=1, servers=2, workers=1, faults=3, processes_per_server=1,
-                       max_recoveries=1)
-
-
 def test_correct_dead_letters_a_task_recovered_too_often_and_bounds_its_executions() -> None:
     """Every task commits once or is dead-lettered as a poison pill (never lost), and none starts
     executing more than max_recoveries + 1 times (26,452 distinct states; 24,332 before
@@ -150,18 +133,12 @@ def test_recovery_that_does_not_count_in_its_own_step_is_rejected(name: str) -> 
     before the composite, with a release, a take and a record for each)."""
     result = check(POISON_BOUNDS, name)
     assert result.violation is not None
-    assert (result.property, len(result.violation)) == ("bounded-executions", 8), render_trace(
-        result.violation)
+    # (its length is pinned in the designs table:
+    # test_broken_variant_is_rejected_with_a_shortest_counterexample)
     assert [s.action.name for s in result.violation.steps].count("release_and_take") == 2
 
 
 # -- bystanders: a suspect runs alone (docs/protocol.md, section 9) --------------------------------
-
-#: Two workers per server, so that a dying process holds two tasks, and crashes or stalls among
-#: the faults; the tightest limit.
-BYSTANDER_BOUNDS = Bounds(tasks=2, servers=2, workers=2, faults=2, processes_per_server=1,
-                          max_recoveries=1)
-
 
 @pytest.mark.parametrize("faults", [
     1,
@@ -182,20 +159,14 @@ def test_recovered_tasks_requeued_beside_each_other_are_rejected() -> None:
     and one server's two workers take both: one process holds two counted tasks, and its next
     death counts the innocent one again. (With one fault: both workers of a server take, it
     stalls, the clock expires it, the other's sweep requeues both, its two workers take them: 7.)"""
-    result = check(BYSTANDER_BOUNDS, "recovered-to-queue")
-    assert result.violation is not None
-    assert (result.property, len(result.violation)) == ("suspects-run-alone", 6), render_trace(
-        result.violation)
+    # (the two-fault length is pinned in the designs table:
+    # test_broken_variant_is_rejected_with_a_shortest_counterexample)
     one_fault = check(BYSTANDER_BOUNDS._replace(faults=1), "recovered-to-queue")
     assert one_fault.violation is not None
     assert (one_fault.property, len(one_fault.violation)) == ("suspects-run-alone", 7)
 
 
 # -- retry delays: the scheduled set (docs/protocol.md, section 10) -------------------------------
-
-#: The CI bounds of the correct design, with handlers that may fail (each failure is a fault).
-RETRY_BOUNDS = VARIANT_BOUNDS._replace(processes_per_server=1, handler_failures=True)
-
 
 def test_correct_schedules_and_promotes_failed_handlers_retries() -> None:
     """A failed handler's retry waits in the scheduled set and a promotion moves it back: every
@@ -212,15 +183,6 @@ def test_retries_keep_a_suspect_alone_and_bound_its_executions() -> None:
     assert result.ok, result.violation and render_trace(result.violation)
     bystanders = check(BYSTANDER_BOUNDS._replace(faults=1, handler_failures=True))
     assert bystanders.ok, bystanders.violation and render_trace(bystanders.violation)
-
-
-def test_promotion_that_copies_is_rejected() -> None:
-    """Design 13: take, record, the handler fails and the release schedules the retry, a
-    promotion pushes it on the queue and leaves it scheduled: two places at once."""
-    result = check(RETRY_BOUNDS, "promote-copies")
-    assert result.violation is not None
-    assert (result.property, len(result.violation)) == ("no-duplication", 4), render_trace(
-        result.violation)
 
 
 def test_without_handler_failures_nothing_is_ever_scheduled() -> None:
@@ -256,10 +218,10 @@ def test_correct_with_the_composite_passes_with_wipes_retries_and_suspects(bound
 def test_the_composite_s_broken_designs_break_in_the_composite() -> None:
     """Designs 14 and 15 differ from the correct design in the composite only: the last step of
     each counterexample is a release_and_take (design 14's with its reply lost)."""
-    pops = check(VARIANT_BOUNDS, "composite-pops-next").violation
+    pops = check(CHECKER_BOUNDS, "composite-pops-next").violation
     assert pops is not None
     last = pops.steps[-1].action
     assert (last.name, last.command) == ("dropped_reply", "release_and_take")
-    unheld = check(VARIANT_BOUNDS, "composite-commits-unheld").violation
+    unheld = check(CHECKER_BOUNDS, "composite-commits-unheld").violation
     assert unheld is not None
     assert unheld.steps[-1].action.name == "release_and_take"

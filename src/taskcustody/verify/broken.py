@@ -6,7 +6,8 @@ They exist to show what goes wrong (`taskcustody verify --variant NAME` prints t
 and to prove the checker's power: the conformance machine must fail on every one of them, with a
 short counterexample (`tests/stateful/test_finds_broken_designs.py`).
 
-The names are the model's variant names (`taskcustody_model.variants`).
+Which class demonstrates which design is said by the designs table (`designs.DESIGNS`); `BROKEN`
+is built from it.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from ..recovery import RecoveryReport
 from ..server import Server
 from ..settings import Settings
 from ..worker import Release, Worker
+from .designs import DESIGNS, design
 
 
 class BlpopTakeWorker(Worker):
@@ -227,13 +229,6 @@ class RecoveriesNotCountedServer(Server):
                          **kwargs)
 
 
-class CountAfterRecoveryServer(Server):
-    """11. Recovery writes a task's recovery count in a later step than the one that moves it.
-    The stateful run does not show this one (it would need a recovery whose count is still
-    unwritten when the task is recovered again, and this implementation has no such window to
-    drive); the model check finds it. The real server stands in for it here."""
-
-
 _DRAIN_TO_QUEUE = scripts.DRAIN_CHUNK.replace(
     "    redis.call('LMOVE', KEYS[1], KEYS[8], 'RIGHT', 'LEFT')\n",
     "    redis.call('LMOVE', KEYS[1], KEYS[2], 'RIGHT', 'RIGHT')\n",
@@ -338,29 +333,20 @@ class CompositeCommitsUnheldServer(_DemoServer):
     worker_class = CompositeCommitsUnheldWorker
 
 
-BROKEN: dict[str, type[Server]] = {
-    "blpop-take": BlpopTakeServer,
-    "no-release": NoReleaseServer,
-    "sweep-drains-live": SweepDrainsLiveServer,
-    "startup-skips-own": StartupSkipsOwnServer,
-    "processing-sweep-no-custody": ProcessingSweepNoCustodyServer,
-    "unbounded-drain": UnboundedDrainServer,
-    "drain-before-prune": DrainBeforePruneServer,
-    "register-once": RegisterOnceServer,
-    "gc-when-empty": GcWhenEmptyServer,
-    "recoveries-not-counted": RecoveriesNotCountedServer,
-    "count-after-recovery": CountAfterRecoveryServer,
-    "recovered-to-queue": RecoveredToQueueServer,
-    "promote-copies": PromoteCopiesServer,
-    "composite-pops-next": CompositePopsNextServer,
-    "composite-commits-unheld": CompositeCommitsUnheldServer,
-}
+def _demonstrations() -> dict[str, type[Server]]:
+    """Each design's demonstration, by the class name the table gives (`designs.DESIGNS`); a
+    name the table gives that is not a class here fails the import."""
+    classes = globals()
+    return {d.name: classes[d.demo] for d in DESIGNS if d.demo is not None}
+
+
+BROKEN: dict[str, type[Server]] = _demonstrations()
 
 
 def server_factory(name: str) -> Callable[..., Server]:
-    """A harness server factory building the named broken design (or the real one for
-    "correct")."""
-    cls: type[Server] = Server if name == "correct" else BROKEN[name]
+    """A harness server factory building the named broken design's demonstration (the real
+    server for "correct", and for a design with none: `designs.Design.no_demo`)."""
+    cls: type[Server] = Server if name == "correct" else BROKEN.get(design(name).name, Server)
 
     def make(client: redis.Redis, keys: QueueKeys, server_id: str, *, settings: Settings,
              clock: Clock, workers: int) -> Server:

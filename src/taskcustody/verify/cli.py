@@ -14,9 +14,10 @@ from pathlib import Path
 import click
 import redis
 from taskcustody_model import Progress
-from taskcustody_model.variants import VARIANTS, variant_listing
+from taskcustody_model.variants import variant_listing
 
 from .deployment import DeploymentError, deployment_error, describe
+from .designs import CHOICES
 from .machine import RunStats
 from .report import html_report, text_report
 from .run import Options, default_examples, verify
@@ -143,9 +144,9 @@ def verify_command(examples: int | None, steps: int, seed: int | None, variant: 
     if variant == "list":
         click.echo(variant_listing())
         return
-    if variant not in VARIANTS:
+    if variant not in CHOICES:
         raise click.BadParameter(
-            f"unknown design {variant!r} (known: {', '.join(VARIANTS)}; see --variant list)",
+            f"unknown design {variant!r} (known: {', '.join(CHOICES)}; see --variant list)",
             param_hint="--variant")
     if not model_check and not stateful:
         raise click.UsageError("--no-model-check and --no-stateful: nothing to run")

@@ -27,12 +27,12 @@ from hypothesis import seed as hypothesis_seed
 from hypothesis.reporting import with_reporter
 from hypothesis.stateful import get_state_machine_test
 from taskcustody_model import Bounds, CheckResult, Progress, check
-from taskcustody_model.variants import VARIANTS
 
 from .. import cluster
 from ..connection import connect, connect_fake
 from ..keys import QueueKeys
 from .deployment import DeploymentError, deployment_error, describe
+from .designs import BY_NAME, CHOICES
 from .harness import VERIFY_SETTINGS, Mismatch, StepRecord
 from .machine import RETRY_BOUNDS, RunStats, build_machine, default_bounds
 
@@ -41,62 +41,33 @@ from .machine import RETRY_BOUNDS, RunStats, build_machine, default_bounds
 #: minute on one core.
 MODEL_BOUNDS = Bounds(tasks=2, servers=2, workers=2, faults=2, processes_per_server=1,
                       late_tasks=1, redis_faults=True)
-#: Designs that only show with poison-pill detection on: one task whose holder keeps dying.
-POISON_MODEL_BOUNDS = Bounds(tasks=1, servers=2, workers=1, faults=3, processes_per_server=1,
-                             max_recoveries=1)
-#: Design 12 needs a process that holds two tasks (2 workers) and dies with them.
-BYSTANDER_MODEL_BOUNDS = Bounds(tasks=2, servers=2, workers=2, faults=2, processes_per_server=1,
-                                max_recoveries=1)
-#: Design 13 needs a handler that fails, so that a retry is scheduled and promoted.
-RETRY_MODEL_BOUNDS = Bounds(tasks=2, servers=2, workers=1, faults=2, processes_per_server=1,
-                            handler_failures=True)
-DESIGN_MODEL_BOUNDS = {
-    "recoveries-not-counted": POISON_MODEL_BOUNDS,
-    "count-after-recovery": POISON_MODEL_BOUNDS,
-    "recovered-to-queue": BYSTANDER_MODEL_BOUNDS,
-    "promote-copies": RETRY_MODEL_BOUNDS,
-}
-#: The stateful run's bounds of a design that needs more than the machine's default: handler
-#: failures (the retrying machine, `machine.RETRY_BOUNDS`) for design 13.
-DESIGN_STATEFUL_BOUNDS = {
-    "promote-copies": RETRY_BOUNDS,
-}
-#: The stateful run's bounds (the conformance test's).
+#: Stateful examples when none are asked for; a broken design's run (`taskcustody verify --variant
+#: NAME`) runs at least the examples its stateful search is pinned to find it in
+#: (`designs.Stateful.examples`, the finds-the-bug tests' counts). Every design is also caught by
+#: the model check; these make the stateful part catch it too.
+DEFAULT_EXAMPLES = 200
 #: Hypothesis shrinks for at most 300 s by default; a report does not need the last few steps.
 SHRINK_SECONDS = 60.0
-#: Stateful examples for a broken design when none are asked for (`taskcustody verify --variant
-#: NAME`), where the derandomized search needs more than the default 200 to reach it: the counts
-#: the finds-the-bug tests use (tests/stateful/test_finds_broken_designs.py). Every design is also
-#: caught by the model check; these make the stateful part catch it too.
-DESIGN_EXAMPLES = {
-    "sweep-drains-live": 300,
-    "startup-skips-own": 600,
-    "processing-sweep-no-custody": 600,
-    "drain-before-prune": 300,
-    "unbounded-drain": 300,
-    "register-once": 300,
-    "composite-pops-next": 300,
-    "composite-commits-unheld": 300,
-}
 
 
 @dataclass
 class Options:
-    examples: int = 200
+    examples: int = DEFAULT_EXAMPLES
     steps: int = 40
     seed: int | None = None
     variant: str = "correct"
     redis_url: str | None = None
     model_check: bool = True
     stateful: bool = True
-    #: the model check's bounds; None: `MODEL_BOUNDS`, or the design's own (`DESIGN_MODEL_BOUNDS`)
+    #: the model check's bounds; None: the design's own (`designs.Design.verify_bounds`), else
+    #: `MODEL_BOUNDS`
     model_bounds: Bounds | None = None
     #: the stateful run's bounds; None: the machine's default (`machine.default_bounds`)
     bounds: Bounds | None = None
 
     @property
     def stateful_bounds(self) -> Bounds:
-        return self.bounds or DESIGN_STATEFUL_BOUNDS.get(self.variant) or default_bounds(
+        return self.bounds or _design_stateful_bounds(self.variant) or default_bounds(
             self.prefetch)
     shrink_seconds: float = SHRINK_SECONDS
     shrink: bool = True
@@ -129,7 +100,20 @@ class Options:
 
 def default_examples(variant: str) -> int:
     """How many stateful examples a run of this design generates unless told otherwise."""
-    return max(Options.examples, DESIGN_EXAMPLES.get(variant, 0))
+    pinned = BY_NAME[variant].stateful if variant in BY_NAME else None
+    return max(DEFAULT_EXAMPLES, pinned.examples if pinned else 0)
+
+
+def _design_stateful_bounds(variant: str) -> Bounds | None:
+    """The stateful run's bounds a design needs beyond the machine's default: handler failures
+    (the retrying machine, `machine.RETRY_BOUNDS`)."""
+    pinned = BY_NAME[variant].stateful if variant in BY_NAME else None
+    return RETRY_BOUNDS if pinned and pinned.handler_failures else None
+
+
+def _design_model_bounds(variant: str) -> Bounds:
+    own = BY_NAME[variant].verify_bounds if variant in BY_NAME else None
+    return own or MODEL_BOUNDS
 
 
 @dataclass
@@ -258,8 +242,8 @@ def verify(
     """Run the model check and then the stateful run; never raises on a property violation (it is
     in the result)."""
     started = time.perf_counter()
-    if options.variant not in VARIANTS:
-        raise ValueError(f"unknown variant {options.variant!r}; known: {', '.join(VARIANTS)}")
+    if options.variant not in CHOICES:
+        raise ValueError(f"unknown variant {options.variant!r}; known: {', '.join(CHOICES)}")
     fake = options.redis_url is None
     result = Result(options, "fakeredis" if fake else "redis")
 
@@ -267,7 +251,7 @@ def verify(
         if on_phase:
             on_phase("model check")
         t = time.perf_counter()
-        bounds = options.model_bounds or DESIGN_MODEL_BOUNDS.get(options.variant, MODEL_BOUNDS)
+        bounds = options.model_bounds or _design_model_bounds(options.variant)
         result.model = check(bounds, options.variant, progress=on_model)
         result.model_seconds = time.perf_counter() - t
 
@@ -318,7 +302,7 @@ def verify(
 
 def _stateful(options: Options, make_client: Callable[[], redis.Redis], keys: QueueKeys,
               stats: RunStats, *, real: bool) -> Failure | None:
-    machine = build_machine(make_client, bounds=options.bounds or DESIGN_STATEFUL_BOUNDS.get(
+    machine = build_machine(make_client, bounds=options.bounds or _design_stateful_bounds(
                                 options.variant), implementation=options.variant,
                             real_redis=real, stats=stats, keys=keys,
                             prefetching=options.prefetch,

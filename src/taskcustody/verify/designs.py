@@ -1,0 +1,234 @@
+"""The broken designs of `docs/protocol.md` (section 7), one row each: the one home of what the
+repository says about a design.
+
+A row gives the design's one name (the model variant's, the demonstration's key, the named
+mutant's when there is one that makes the same bug), its number in `docs/protocol.md`, its
+demonstration implementation in `verify/broken.py` (by class name, or None and why), the property
+it breaks, its pinned shortest model counterexample and the bounds it is pinned at, the bounds
+`taskcustody verify` model-checks it at, and what its stateful run is pinned to find. Everything
+else reads from here: the checker's pins (tests/model/test_checker.py), the finds-the-bug
+expectations (tests/stateful/test_finds_broken_designs.py), `verify`'s example budgets and its
+`--variant` choices, and the demonstrations' registry (`broken.BROKEN`).
+`tests/test_designs_table.py` fails if the model's variants, the demonstrations, the named
+mutants, or the lists in docs/protocol.md and the README disagree with this table.
+
+The model keeps its parameters (`taskcustody_model.variants`, which imports nothing from here);
+this table names them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from taskcustody_model import Bounds
+from taskcustody_model.variants import VARIANTS, Variant
+
+#: The checker's bounds for most designs: 3 tasks, 2 servers x 2 workers, 2 faults.
+CHECKER_BOUNDS = Bounds(tasks=3, servers=2, workers=2, faults=2)
+#: Designs 10 and 11 show with poison-pill detection on: one task whose holder keeps dying, the
+#: tightest limit (a task recovered twice is dead-lettered).
+POISON_BOUNDS = Bounds(tasks=1, servers=2, workers=1, faults=3, processes_per_server=1,
+                       max_recoveries=1)
+#: Design 12 needs a process that holds two tasks (2 workers) and dies with them.
+BYSTANDER_BOUNDS = Bounds(tasks=2, servers=2, workers=2, faults=2, processes_per_server=1,
+                          max_recoveries=1)
+#: Design 13 needs a handler that fails, so that a retry is scheduled and promoted: the checker's
+#: bounds with handler failures.
+RETRY_BOUNDS = CHECKER_BOUNDS._replace(processes_per_server=1, handler_failures=True)
+#: The same, smaller: what `taskcustody verify` model-checks design 13 at.
+VERIFY_RETRY_BOUNDS = Bounds(tasks=2, servers=2, workers=1, faults=2, processes_per_server=1,
+                             handler_failures=True)
+
+#: Shrinking of a finds-the-bug run is capped by time (Hypothesis's own cap is 300 s); on a loaded
+#: machine a short cap leaves a few removable steps in. The pins below hold with this cap on a
+#: 2-core machine at load 5.
+SHRINK_SECONDS = 90.0
+
+
+@dataclass(frozen=True)
+class Pinned:
+    """The model checker's shortest counterexample: the property it breaks and its length, at
+    these bounds."""
+
+    property: str
+    length: int
+    bounds: Bounds = CHECKER_BOUNDS
+
+
+@dataclass(frozen=True)
+class Stateful:
+    """What the stateful run (the model driving the demonstration) is pinned to find."""
+
+    examples: int  # found within this many examples; `verify --variant` runs at least this many
+    seed: int | None  # None: derandomized
+    max_steps: int  # the shrunk counterexample has at most this many steps
+    kinds: tuple[str, ...]  # what the failure is (Mismatch kinds)
+    slow: bool = False
+    shrink_seconds: float = SHRINK_SECONDS
+    #: run the retrying machine (handler failures; `machine.RETRY_BOUNDS`)
+    handler_failures: bool = False
+
+
+@dataclass(frozen=True)
+class Design:
+    name: str  # the model variant's name, the demonstration's, and the same-bug named mutant's
+    number: int  # its section in docs/protocol.md, section 7
+    #: the property it breaks, and the model's shortest counterexample
+    pinned: Pinned
+    #: the class in `verify/broken.py`; None: there is none, `no_demo` says why (the stateful
+    #: part then runs the real implementation, and only the model check can catch the design)
+    demo: str | None
+    #: the stateful run's pin; None: it cannot find this design, `no_stateful` says why
+    stateful: Stateful | None
+    #: True: the named mutant of the same name (mutation/named.py) makes this bug in the real code
+    mutant: bool
+    #: named mutants that break the same property near the same lines, but are a different bug,
+    #: each with how it differs
+    related_mutants: tuple[tuple[str, str], ...] = ()
+    #: the bounds `taskcustody verify` model-checks this design at; None: `run.MODEL_BOUNDS`
+    verify_bounds: Bounds | None = None
+    no_demo: str = ""
+    no_stateful: str = ""
+
+    @property
+    def variant(self) -> Variant:
+        return VARIANTS[self.name]
+
+    @property
+    def breaks(self) -> str:
+        return self.pinned.property
+
+    @property
+    def named_mutant(self) -> str | None:
+        return self.name if self.mutant else None
+
+
+_STEPPED_BY_THE_MODEL_ONLY = (
+    "the stateful run's takes never wait on an empty queue (its grace is 0 already, see "
+    "`harness.VERIFY_SETTINGS`), so it cannot leave a take pending while the list is forgotten")
+
+DESIGNS: tuple[Design, ...] = (
+    Design("blpop-take", 1, Pinned("no-loss", 1),
+           demo="BlpopTakeServer",
+           stateful=Stateful(20, None, 1, ("real:no-loss",)),
+           mutant=True,
+           related_mutants=(("prefetch-take-without-custody",
+                             "the same flaw in the prefetching worker's batched take (RPOP in "
+                             "its script), not in the take"),)),
+    Design("no-release", 2, Pinned("no-duplication", 3),
+           demo="NoReleaseServer",
+           stateful=Stateful(20, None, 3, ("real:no-duplication",)),
+           mutant=True),
+    Design("sweep-drains-live", 3, Pinned("no-double-execution", 3),
+           demo="SweepDrainsLiveServer",
+           stateful=Stateful(300, None, 8, ("conformance",)),
+           mutant=False,
+           related_mutants=(("sweep-include-self-true",
+                             "only the `include_self` half: the sweep drains its own server's "
+                             "live lists but still skips other live servers'; the design drains "
+                             "every registered list"),)),
+    Design("startup-skips-own", 4, Pinned("prompt-recovery", 5),
+           demo="StartupSkipsOwnServer",
+           # observed: 5 steps (stall, clock, claim, take, startup drain), found after 386
+           # examples
+           stateful=Stateful(600, None, 8, ("conformance",), slow=True),
+           mutant=True),
+    Design("processing-sweep-no-custody", 5, Pinned("no-duplication", 6),
+           demo="ProcessingSweepNoCustodyServer",
+           # Since the composite step's rule (2026-12-01) the derandomized search no longer
+           # reaches it in 878 examples; seed 1 finds it after 27 (`python -m
+           # taskcustody.verify.seeds --seeds 6 --examples 600 --designs
+           # processing-sweep-no-custody`: 5 of 6 seeds, median 10.8 s; seed 0 not in 835
+           # examples), unshrunk 10 steps
+           stateful=Stateful(600, 1, 12, ("conformance", "real:no-duplication"), slow=True),
+           mutant=True),
+    Design("unbounded-drain", 6, Pinned("bounded-work", 8),
+           demo="UnboundedDrainServer",
+           # observed: 13 steps with 20 s of shrinking: a stalled worker's take, a sweep, and
+           # between two moves of its drain the stalled worker's record, release and take; the
+           # rest (a wipe, claims, an enqueue) is setup the shrinker keeps.
+           stateful=Stateful(300, None, 14, ("real:bounded-work", "conformance"),
+                             shrink_seconds=20.0),
+           mutant=True),
+    Design("drain-before-prune", 7, Pinned("prompt-recovery", 4),
+           demo="DrainBeforePruneServer",
+           # observed: 12 steps (a second worker's steps and a lost release the shrinker keeps)
+           stateful=Stateful(300, None, 13, ("conformance",)),
+           mutant=True),
+    # model: stall, clock, a sweep forgets the stalled server's empty list, its worker takes into
+    # it (also 4 with Redis wipes among the faults: tests/model/test_checker.py)
+    Design("register-once", 8, Pinned("registered-custody", 4),
+           demo="RegisterOnceServer",
+           # observed: 6 steps: a wipe, the reconciles, then a heartbeat that registers the
+           # server but not its lists (the model's heartbeat registers both)
+           stateful=Stateful(300, None, 8, ("conformance", "real:registered-custody")),
+           mutant=True),
+    # model: a take waits on an empty queue (arm), its server stalls and is judged dead, a sweep
+    # forgets the list at once, the waiting take is served into it
+    Design("gc-when-empty", 9, Pinned("registered-custody", 8),
+           demo="GcWhenEmptyServer",
+           stateful=None,
+           no_stateful=_STEPPED_BY_THE_MODEL_ONLY,
+           mutant=False),
+    Design("recoveries-not-counted", 10, Pinned("bounded-executions", 8, POISON_BOUNDS),
+           demo="RecoveriesNotCountedServer",
+           # observed: 7 steps since the composite step's rule (2026-12-01; 2 before, with other
+           # draws): a wipe, a claim, an enqueue, a reconcile, a stall, the stalled worker's
+           # take, and a new incarnation's startup drain that recovers it: the model counts the
+           # recovery, the demonstration does not
+           stateful=Stateful(200, None, 8, ("conformance",)),
+           mutant=True,
+           verify_bounds=POISON_BOUNDS),
+    Design("count-after-recovery", 11, Pinned("bounded-executions", 8, POISON_BOUNDS),
+           demo=None,
+           no_demo="this implementation counts in the script that moves the task, so there is no "
+                   "later step to move the count to without rewriting recovery; the stateful part "
+                   "runs the real implementation",
+           stateful=None,
+           no_stateful="it needs a recovery whose count is still unwritten when the task is "
+                       "recovered again, and this implementation has no such window to drive",
+           mutant=False,
+           verify_bounds=POISON_BOUNDS),
+    Design("recovered-to-queue", 12, Pinned("suspects-run-alone", 6, BYSTANDER_BOUNDS),
+           demo="RecoveredToQueueServer",
+           # observed: the same 7 steps as design 10: the model puts the counted task on the
+           # suspects list, the demonstration on the queue
+           stateful=Stateful(200, None, 8, ("conformance",)),
+           mutant=True,
+           verify_bounds=BYSTANDER_BOUNDS),
+    Design("promote-copies", 13, Pinned("no-duplication", 4, RETRY_BOUNDS),
+           demo="PromoteCopiesServer",
+           # observed: 4 steps: take, record, the handler fails (retry scheduled), a promotion
+           # copies it to the queue: in two places at once
+           stateful=Stateful(200, None, 6, ("real:no-duplication", "conformance"),
+                             handler_failures=True),
+           mutant=True,
+           verify_bounds=VERIFY_RETRY_BOUNDS),
+    # model: take, record, and the composite release-and-take whose reply is lost: it popped the
+    # next task into that reply, so the task is nowhere
+    Design("composite-pops-next", 14, Pinned("no-loss", 3),
+           demo="CompositePopsNextServer",
+           # observed: 5 steps (the model counts the task in the worker's hands, so the real side
+           # fails first)
+           stateful=Stateful(300, None, 7, ("real:no-loss", "conformance")),
+           mutant=False),
+    # model: take, record, stall, clock, a sweep requeues the task; the stalled worker's composite
+    # commits it (not held) and takes it back from the queue
+    Design("composite-commits-unheld", 15, Pinned("no-duplication", 6),
+           demo="CompositeCommitsUnheldServer",
+           # observed: 10 steps with 60 s of shrinking
+           stateful=Stateful(300, None, 12, ("real:no-duplication", "conformance")),
+           mutant=True),
+)
+
+BY_NAME: dict[str, Design] = {d.name: d for d in DESIGNS}
+
+#: What `taskcustody verify --variant` accepts (besides `list`): the correct design and these.
+CHOICES: tuple[str, ...] = ("correct", *BY_NAME)
+
+
+def design(name: str) -> Design:
+    try:
+        return BY_NAME[name]
+    except KeyError:
+        raise ValueError(f"unknown design {name!r}; known: {', '.join(BY_NAME)}") from None
