@@ -1,0 +1,125 @@
+"""The conformance suite as pytest items, for `pytest --taskcustody-redis-url URL` in a user's
+project (the hooks are in the `taskcustody_pytest` entry point, which imports this only when asked).
+
+One item per stateful run: the plain worker cycle, and with the user's `Settings.prefetch > 1`
+the prefetching worker's too. Each is `taskcustody verify --no-model-check --redis-url URL` with
+the user's settings (`run.run_settings`): the model check is about the protocol, not about the
+user's deployment, and `taskcustody verify` runs it. A violation fails the item with the report
+(the counterexample and the command that reproduces it); a deployment that stops the run, or a
+queue that holds keys already, fails it with that one line; a run the time budget cut short
+passes with what it covered in its report section, and one it did not reach is skipped.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+import pytest
+
+from ..settings import Settings
+from .budget import Budget
+from .coverage import coverage_text
+from .deployment import DeploymentError, deployment_error, describe
+from .report import text_report
+from .run import SKIPPED, Options, QueueInUse, verify
+
+_BUDGET = pytest.StashKey[Budget]()
+
+
+def load_settings(spec: str) -> Settings:
+    """`module:attr` -> the Settings it names; a pytest.UsageError saying what is wrong."""
+    module_name, sep, attr = spec.partition(":")
+    if not sep or not module_name or not attr:
+        raise pytest.UsageError(f"--taskcustody-settings {spec!r}: expected MODULE:ATTR, "
+                                "e.g. myapp.queue:SETTINGS")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise pytest.UsageError(f"--taskcustody-settings {spec!r}: cannot import "
+                                f"{module_name!r}: {exc}") from exc
+    value: Any = module
+    for name in attr.split("."):
+        if not hasattr(value, name):
+            raise pytest.UsageError(f"--taskcustody-settings {spec!r}: {module_name!r} has no "
+                                    f"attribute {attr!r}")
+        value = getattr(value, name)
+    if not isinstance(value, Settings):
+        raise pytest.UsageError(f"--taskcustody-settings {spec!r}: is a "
+                                f"{type(value).__name__}, not a taskcustody Settings")
+    return value
+
+
+def _options(config: pytest.Config, prefetch: bool, settings: Settings | None) -> Options:
+    url = config.getoption("--taskcustody-redis-url")
+    queue = config.getoption("--taskcustody-queue")
+    examples = config.getoption("--taskcustody-examples")
+    steps = config.getoption("--taskcustody-steps")
+    if examples < 1 or steps < 1:
+        raise pytest.UsageError("--taskcustody-examples and --taskcustody-steps must be >= 1")
+    if queue is not None:
+        from ..keys import QueueKeys
+
+        try:
+            QueueKeys(queue)
+        except ValueError as exc:
+            raise pytest.UsageError(f"--taskcustody-queue: {exc}") from exc
+    return Options(examples=examples, steps=steps, redis_url=url, model_check=False,
+                   prefetch=prefetch, queue=queue, settings=settings)
+
+
+def conformance_items(session: pytest.Session, config: pytest.Config) -> list[pytest.Item]:
+    spec = config.getoption("--taskcustody-settings")
+    settings = load_settings(spec) if spec else None
+    max_seconds = config.getoption("--taskcustody-max-seconds")
+    try:
+        config.stash[_BUDGET] = Budget(max_seconds)
+    except ValueError as exc:
+        raise pytest.UsageError(f"--taskcustody-max-seconds: {exc}") from exc
+    runs = [False] + ([True] if settings is not None and settings.prefetch > 1 else [])
+    items: list[pytest.Item] = []
+    for prefetch in runs:
+        options = _options(config, prefetch, settings)
+        name = options.part_name.replace(" ", "-")
+        items.append(ConformanceItem.from_parent(session, name=name,
+                                                 nodeid=f"taskcustody::{name}",
+                                                 options=options))
+    return items
+
+
+class ConformanceFailure(Exception):
+    """A property was violated: the report is the failure's text (no traceback of ours)."""
+
+
+class ConformanceItem(pytest.Item):
+    def __init__(self, *, options: Options, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.options = options
+
+    def runtest(self) -> None:
+        budget = self.config.stash[_BUDGET]
+        try:
+            result = verify(self.options, budget=budget)
+        except (QueueInUse, DeploymentError) as exc:
+            pytest.fail(str(exc), pytrace=False)
+        except Exception as exc:
+            cause = deployment_error(exc)
+            if cause is None:
+                raise
+            pytest.fail(f"the run was stopped by the deployment: {describe(cause)}",
+                        pytrace=False)
+        self.add_report_section("call", "taskcustody", coverage_text(result))
+        if not result.ok:
+            raise ConformanceFailure(text_report(result))
+        skipped = [p for p in result.parts if p.outcome == SKIPPED]
+        if skipped:
+            pytest.skip(skipped[0].message)
+
+    def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException],
+                     style: Any = None) -> str:
+        if isinstance(excinfo.value, ConformanceFailure):
+            return str(excinfo.value)
+        return str(super().repr_failure(excinfo, style=style))
+
+    def reportinfo(self) -> tuple[str, int | None, str]:
+        return "taskcustody", None, f"taskcustody conformance: {self.options.part_name}"
