@@ -39,6 +39,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                          "between examples once it is spent and say how much they covered.")
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    if config.getoption(URL) is not None:
+        config.addinivalue_line(
+            "markers", "taskcustody: taskcustody's conformance run (--taskcustody-redis-url)")
+
+
 @pytest.hookimpl(tryfirst=True)  # before -k and -m deselect: they apply to these items too
 def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config,
                                   items: list[pytest.Item]) -> None:

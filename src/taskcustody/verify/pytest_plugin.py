@@ -81,9 +81,11 @@ def conformance_items(session: pytest.Session, config: pytest.Config) -> list[py
     for prefetch in runs:
         options = _options(config, prefetch, settings)
         name = options.part_name.replace(" ", "-")
-        items.append(ConformanceItem.from_parent(session, name=name,
-                                                 nodeid=f"taskcustody::{name}",
-                                                 options=options))
+        item = ConformanceItem.from_parent(session, name=name, nodeid=f"taskcustody::{name}",
+                                           options=options)
+        # `-m taskcustody` or `-k taskcustody` selects them, `not taskcustody` leaves them out.
+        item.add_marker("taskcustody")
+        items.append(item)
     return items
 
 

@@ -1,0 +1,143 @@
+"""The pytest plugin: `pytest --taskcustody-redis-url URL [--taskcustody-settings module:attr]` runs
+the conformance suite against that Redis as test items; without the option it adds nothing.
+
+Each run is a pytest of its own in a subprocess, in a throwaway project, with the plugin loaded by
+`-p taskcustody_pytest` (what the pytest11 entry point names, which the test environment need not
+have installed).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import redis
+from click.testing import CliRunner
+
+from taskcustody.cli import main
+from tests.support.redis_server import RedisServerProcess
+
+ROOT = Path(__file__).resolve().parent.parent
+PLUGIN = "taskcustody_pytest"
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    """A user's project: one test of its own and a settings module."""
+    (tmp_path / "test_theirs.py").write_text("def test_theirs():\n    pass\n")
+    (tmp_path / "their_settings.py").write_text(
+        "from taskcustody import Settings\n"
+        "SETTINGS = Settings(prefetch=4)\n"
+        "PLAIN = Settings()\n"
+        "NOT_SETTINGS = 3\n")
+    return tmp_path
+
+
+def pytest_in(project: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "src"), str(ROOT / "model"), str(project)])
+    env.pop("PYTEST_ADDOPTS", None)
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", PLUGIN, "-p", "no:cacheprovider", "-q",
+         "-rA", str(project), *args],
+        capture_output=True, text=True, timeout=300, cwd=project, env=env)
+
+
+def test_the_entry_point_is_declared() -> None:
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    assert project["entry-points"]["pytest11"] == {"taskcustody": PLUGIN}
+
+
+def test_loading_the_plugin_imports_nothing_of_taskcustody() -> None:
+    """pytest loads it in every run: it must not import the package before a run has set its
+    paths (the mutation gate tests a mutated copy), nor cost more than pytest itself."""
+    code = (f"import sys, {PLUGIN}\n"
+            "loaded = sorted(m for m in sys.modules if m.split('.')[0] in "
+            "('taskcustody', 'taskcustody_model', 'hypothesis', 'redis', 'fakeredis'))\n"
+            "assert not loaded, loaded\n")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            timeout=60, cwd=ROOT,
+                            env={**os.environ, "PYTHONPATH": str(ROOT / "src")})
+    assert result.returncode == 0, result.stderr
+
+
+def test_without_the_option_the_plugin_adds_nothing(project: Path) -> None:
+    result = pytest_in(project, "--collect-only")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "test_theirs.py::test_theirs" in result.stdout
+    assert "taskcustody" not in result.stdout.replace("--taskcustody", "")
+    assert "1 test collected" in result.stdout
+
+
+def test_the_option_adds_the_conformance_run_against_that_redis(
+        project: Path, real_redis: RedisServerProcess) -> None:
+    client = redis.Redis.from_url(real_redis.url)
+    client.flushall()
+    client.set("someone-else", "untouched")
+    result = pytest_in(project, "--taskcustody-redis-url", real_redis.url,
+                       "--taskcustody-examples", "3", "--taskcustody-steps", "15")
+    out = result.stdout
+    assert result.returncode == 0, out + result.stderr
+    assert "PASSED taskcustody::stateful-conformance-on-redis" in out
+    assert "PASSED test_theirs.py::test_theirs" in out
+    assert "2 passed" in out
+    assert "3 of 3 examples" in out  # the item's report section says what it covered
+    assert client.keys("*") == [b"someone-else"]
+
+
+def test_the_users_settings_bring_the_prefetching_workers_run(
+        project: Path, real_redis: RedisServerProcess) -> None:
+    result = pytest_in(project, "--taskcustody-redis-url", real_redis.url,
+                       "--taskcustody-settings", "their_settings:SETTINGS",
+                       "--taskcustody-examples", "3", "--taskcustody-steps", "15",
+                       "-k", "taskcustody")
+    out = result.stdout
+    assert result.returncode == 0, out + result.stderr
+    assert "PASSED taskcustody::stateful-conformance-on-redis\n" in out
+    assert "PASSED taskcustody::stateful-conformance-on-redis-with-the-prefetching-worker" in out
+    assert "2 passed, 1 deselected" in out
+
+
+def test_a_queue_that_holds_keys_is_refused_and_left_alone(
+        project: Path, real_redis: RedisServerProcess) -> None:
+    client = redis.Redis.from_url(real_redis.url)
+    client.flushall()
+    client.rpush("taskcustody-verify:{busy}:queue", "somebody's task")
+    result = pytest_in(project, "--taskcustody-redis-url", real_redis.url,
+                       "--taskcustody-queue", "busy", "-k", "taskcustody")
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "already holds 1 key(s)" in result.stdout
+    assert "Traceback" not in result.stdout
+    assert client.lrange("taskcustody-verify:{busy}:queue", 0, -1) == [b"somebody's task"]
+
+
+def test_the_cli_refuses_a_queue_that_holds_keys_too(real_redis: RedisServerProcess) -> None:
+    client = redis.Redis.from_url(real_redis.url)
+    client.flushall()
+    client.rpush("taskcustody-verify:{busy}:queue", "somebody's task")
+    result = CliRunner().invoke(main, ["verify", "--redis-url", real_redis.url, "--queue",
+                                       "busy", "--no-model-check", "--quiet"])
+    assert result.exit_code == 2, result.output
+    assert "already holds 1 key(s)" in result.output
+    assert client.lrange("taskcustody-verify:{busy}:queue", 0, -1) == [b"somebody's task"]
+
+
+@pytest.mark.parametrize(("args", "said"), [
+    (["--taskcustody-settings", "their_settings:NOT_SETTINGS"], "not a taskcustody Settings"),
+    (["--taskcustody-settings", "their_settings"], "expected MODULE:ATTR"),
+    (["--taskcustody-settings", "no_such_module:X"], "cannot import"),
+    (["--taskcustody-max-seconds", "-1"], "> 0"),
+    (["--taskcustody-queue", "a b"], "--taskcustody-queue"),
+])
+def test_bad_options_are_a_usage_error_in_one_line(project: Path, args: list[str],
+                                                   said: str) -> None:
+    # A URL nothing listens on: the options are refused before anything connects.
+    result = pytest_in(project, "--taskcustody-redis-url", "redis://127.0.0.1:1/0", *args)
+    assert result.returncode == 4, result.stdout + result.stderr
+    errors = [line for line in result.stderr.splitlines() if line.startswith("ERROR:")]
+    assert len(errors) == 1 and said in errors[0], result.stderr
+    assert "Traceback" not in result.stderr
