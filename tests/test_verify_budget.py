@@ -64,7 +64,26 @@ def test_the_stateful_part_stops_between_examples_and_says_how_many_ran() -> Non
     assert result.stats.examples == 3 and result.stats.steps > 0
     [part] = result.parts
     assert part.outcome == PARTIAL
-    assert part.covered == f"3 of 50 examples, {result.stats.steps:,} steps"
+    assert part.covered == f"3 examples run (50 asked for), {result.stats.steps:,} steps"
+
+
+def test_a_run_cut_short_explores_the_first_examples_of_the_run_without_a_budget() -> None:
+    """The same examples, in the same order: a budget changes how far a run goes, never where
+    (so the reproduce line, which has no budget, finds what the budgeted run found)."""
+    full: list[tuple[int, int]] = []
+    verify(Options(examples=6, steps=15, model_check=False),
+           on_example=lambda s: full.append((s.steps, sum(s.faults.values()))))
+    clock = StepClock()
+    cut: list[tuple[int, int]] = []
+
+    def after_example(stats: RunStats) -> None:
+        cut.append((stats.steps, sum(stats.faults.values())))
+        if stats.examples == 3:
+            clock.now = 100.0
+
+    verify(Options(examples=6, steps=15, model_check=False), on_example=after_example,
+           budget=Budget(10, clock))
+    assert len(cut) == 3 and len(full) > 3 and cut == full[:3]
 
 
 def test_the_model_check_stops_at_a_progress_report_and_the_stateful_part_is_skipped() -> None:
@@ -132,7 +151,7 @@ def test_a_run_cut_short_exits_0_and_says_partial(monkeypatch: pytest.MonkeyPatc
                     "--max-seconds", "60")
     assert code == 0, out
     assert "PARTIAL" in out and "VERIFIED" not in out
-    assert "2 of 40 examples" in out
+    assert "2 examples run (40 asked for)" in out
     assert "coverage: PARTIAL (0 of 1 parts run to the end)" in out
 
 
