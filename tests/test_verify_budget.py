@@ -8,6 +8,8 @@ nothing here depends on how fast the machine is.
 from __future__ import annotations
 
 import math
+import xml.etree.ElementTree as ET
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -136,7 +138,8 @@ def test_a_bad_budget_exits_2_with_one_error_line(value: str) -> None:
     assert "Traceback" not in out
 
 
-def test_a_run_cut_short_exits_0_and_says_partial(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_run_cut_short_exits_0_and_says_partial_everywhere(monkeypatch: pytest.MonkeyPatch,
+                                                             tmp_path: Path) -> None:
     clock = StepClock()
     monkeypatch.setattr(verify_cli, "CLOCK", clock)
     original = verify_cli._Progress.on_example
@@ -147,12 +150,20 @@ def test_a_run_cut_short_exits_0_and_says_partial(monkeypatch: pytest.MonkeyPatc
             clock.now = 1_000.0
 
     monkeypatch.setattr(verify_cli._Progress, "on_example", on_example)
+    page, junit = tmp_path / "run.html", tmp_path / "run.xml"
     code, out = run("--examples", "40", "--steps", "10", "--quiet", "--no-model-check",
-                    "--max-seconds", "60")
+                    "--max-seconds", "60", "--report", str(page), "--junit-xml", str(junit))
     assert code == 0, out
     assert "PARTIAL" in out and "VERIFIED" not in out
     assert "2 examples run (40 asked for)" in out
     assert "coverage: PARTIAL (0 of 1 parts run to the end)" in out
+    html = page.read_text(encoding="utf-8")
+    assert "Parts (PARTIAL" in html and "2 examples run (40 asked for)" in html
+    assert html.rstrip().endswith("</body></html>")
+    [case] = ET.parse(junit).getroot().iter("testcase")
+    assert case.find("failure") is None and case.find("skipped") is None
+    assert "2 examples run (40 asked for)" in (case.findtext("system-out") or "")
+    assert "partial" in (case.findtext("system-out") or "")
 
 
 def test_the_help_says_what_the_budget_does() -> None:

@@ -102,6 +102,19 @@ def test_the_users_settings_bring_the_prefetching_workers_run(
     assert "2 passed, 1 deselected" in out
 
 
+def test_the_budget_stops_the_conformance_item_cleanly(
+        project: Path, real_redis: RedisServerProcess) -> None:
+    """A budget far below one example's time: the item is skipped (spent before the run began)
+    or passes having run a single example; either way it says so and exits 0."""
+    result = pytest_in(project, "--taskcustody-redis-url", real_redis.url,
+                       "--taskcustody-examples", "50", "--taskcustody-max-seconds", "0.001",
+                       "-m", "taskcustody")
+    out = result.stdout
+    assert result.returncode == 0, out + result.stderr
+    assert ("SKIPPED" in out and "(--taskcustody-max-seconds 0.001)" in out) or (
+        "1 examples run (50 asked for)" in out and "PARTIAL" in out), out
+
+
 def test_a_queue_that_holds_keys_is_refused_and_left_alone(
         project: Path, real_redis: RedisServerProcess) -> None:
     client = redis.Redis.from_url(real_redis.url)

@@ -24,13 +24,16 @@ class BudgetSpent(KeyboardInterrupt):
 
 
 class Budget:
-    """`seconds` from the moment it is made (None: no limit), measured by `clock`."""
+    """`seconds` from the moment it is made (None: no limit), measured by `clock`; `option` is
+    how the user set it, for the messages."""
 
-    def __init__(self, seconds: float | None = None, clock: Clock = time.monotonic) -> None:
+    def __init__(self, seconds: float | None = None, clock: Clock = time.monotonic,
+                 option: str = "--max-seconds") -> None:
         if seconds is not None and (math.isnan(seconds) or seconds <= 0):
             raise ValueError(f"a time budget must be a number of seconds > 0, not {seconds!r}")
         self.seconds = seconds
         self.clock = clock
+        self.option = option
         self.started = clock()
 
     @property
@@ -54,5 +57,8 @@ class Budget:
         if self.spent():
             raise BudgetSpent(f"the time budget of {self.seconds:g} s is spent")
 
+    def label(self) -> str:
+        return f"the time budget ({self.option} {self.seconds:g})"
+
     def reason(self) -> str:
-        return f"not run: the time budget (--max-seconds {self.seconds:g}) was spent"
+        return f"not run: {self.label()} was spent"

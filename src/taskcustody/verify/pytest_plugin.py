@@ -71,9 +71,8 @@ def _options(config: pytest.Config, prefetch: bool, settings: Settings | None) -
 def conformance_items(session: pytest.Session, config: pytest.Config) -> list[pytest.Item]:
     spec = config.getoption("--taskcustody-settings")
     settings = load_settings(spec) if spec else None
-    max_seconds = config.getoption("--taskcustody-max-seconds")
     try:
-        config.stash[_BUDGET] = Budget(max_seconds)
+        Budget(config.getoption("--taskcustody-max-seconds"))  # refused now, not at run time
     except ValueError as exc:
         raise pytest.UsageError(f"--taskcustody-max-seconds: {exc}") from exc
     runs = [False] + ([True] if settings is not None and settings.prefetch > 1 else [])
@@ -99,6 +98,12 @@ class ConformanceItem(pytest.Item):
         self.options = options
 
     def runtest(self) -> None:
+        # The budget starts with the first conformance item, not with the session: the
+        # user's own tests before it do not spend it.
+        if _BUDGET not in self.config.stash:
+            self.config.stash[_BUDGET] = Budget(
+                self.config.getoption("--taskcustody-max-seconds"),
+                option="--taskcustody-max-seconds")
         budget = self.config.stash[_BUDGET]
         try:
             result = verify(self.options, budget=budget)

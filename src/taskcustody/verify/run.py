@@ -423,8 +423,8 @@ def _model_part(options: Options, result: Result, budget: Budget,
         covered = (f"{last[0].distinct_states:,} states, depth {last[0].depth}"
                    if last else "no states reported")
         result.parts.append(Part(name, SKIPPED, result.model_seconds, covered,
-                                 f"stopped by the time budget (--max-seconds {budget.seconds:g}) "
-                                 f"after {covered}: not a complete check"))
+                                 f"stopped by {budget.label()} after {covered}: not a "
+                                 "complete check"))
         return
     result.model_seconds = time.perf_counter() - t
     m = result.model
