@@ -129,6 +129,15 @@ def test_a_queue_that_holds_keys_is_refused_and_left_alone(
     assert client.lrange("taskcustody-verify:{busy}:queue", 0, -1) == [b"somebody's task"]
 
 
+def test_an_unreachable_redis_fails_the_item_in_one_line(project: Path) -> None:
+    result = pytest_in(project, "--taskcustody-redis-url", "redis://127.0.0.1:1/0",
+                       "-m", "taskcustody")
+    out = result.stdout
+    assert result.returncode == 1, out + result.stderr
+    assert "FAILED taskcustody::stateful-conformance-on-redis" in out
+    assert "127.0.0.1:1" in out and "Traceback" not in out
+
+
 def test_the_cli_refuses_a_queue_that_holds_keys_too(real_redis: RedisServerProcess) -> None:
     client = redis.Redis.from_url(real_redis.url)
     client.flushall()

@@ -25,11 +25,10 @@ from taskcustody_model.variants import VARIANTS, variant_listing
 
 from .budget import Budget, Clock
 from .coverage import coverage_text, with_coverage
-from .deployment import DeploymentError, deployment_error, describe
 from .junit import junit_xml
 from .machine import RunStats
 from .report import html_report, text_report
-from .run import Options, QueueInUse, Result, default_examples, verify
+from .run import Options, QueueInUse, Result, default_examples, stopped_by_deployment, verify
 
 #: The time budget's clock (tests replace it: a budget must not depend on how fast a machine is).
 CLOCK: Clock = time.monotonic
@@ -237,12 +236,10 @@ def _run(options: Options, budget: Budget, quiet: bool) -> Result:
                       on_phase=progress.on_phase, budget=budget)
     except QueueInUse as exc:
         raise click.BadParameter(str(exc), param_hint="--queue") from exc
-    except DeploymentError as exc:
-        _deployment_failed(str(exc))
     except Exception as exc:
-        cause = deployment_error(exc)
-        if cause is None:
+        message = stopped_by_deployment(exc)
+        if message is None:
             raise
-        _deployment_failed(f"the run was stopped by the deployment: {describe(cause)}")
+        _deployment_failed(message)
     finally:
         progress.end()

@@ -20,9 +20,8 @@ import pytest
 from ..settings import Settings
 from .budget import Budget
 from .coverage import coverage_text
-from .deployment import DeploymentError, deployment_error, describe
 from .report import text_report
-from .run import SKIPPED, Options, QueueInUse, verify
+from .run import SKIPPED, Options, QueueInUse, stopped_by_deployment, verify
 
 _BUDGET = pytest.StashKey[Budget]()
 
@@ -107,14 +106,13 @@ class ConformanceItem(pytest.Item):
         budget = self.config.stash[_BUDGET]
         try:
             result = verify(self.options, budget=budget)
-        except (QueueInUse, DeploymentError) as exc:
+        except QueueInUse as exc:
             pytest.fail(str(exc), pytrace=False)
         except Exception as exc:
-            cause = deployment_error(exc)
-            if cause is None:
+            message = stopped_by_deployment(exc)
+            if message is None:
                 raise
-            pytest.fail(f"the run was stopped by the deployment: {describe(cause)}",
-                        pytrace=False)
+            pytest.fail(message, pytrace=False)
         self.add_report_section("call", "taskcustody", coverage_text(result))
         if not result.ok:
             raise ConformanceFailure(text_report(result))

@@ -386,6 +386,15 @@ def verify(
     return result
 
 
+def stopped_by_deployment(exc: BaseException) -> str | None:
+    """The one line to say when `exc`, out of `verify`, means the deployment stopped the run
+    (deployment.py: never a finding); None when it does not."""
+    if isinstance(exc, DeploymentError):
+        return str(exc)
+    cause = deployment_error(exc)
+    return None if cause is None else f"the run was stopped by the deployment: {describe(cause)}"
+
+
 def _refuse_a_queue_in_use(client: redis.Redis, keys: QueueKeys) -> None:
     found = cluster.tag_keys(client, keys.queue, keys.base + ":")
     if found:
