@@ -163,7 +163,7 @@ def test_bad_options_are_a_usage_error_in_one_line(project: Path, args: list[str
     assert "Traceback" not in result.stderr
 
 
-@pytest.mark.parametrize(("spec", "said"), [
+@pytest.mark.parametrize(("spec", "said"), [  # (the loader of the plugin and of verify)
     ("their_settings:PLAIN", ""),
     ("their_settings:NOT_SETTINGS", "is a int, not a taskcustody Settings"),
     ("their_settings", "expected MODULE:ATTR"),
@@ -173,11 +173,31 @@ def test_bad_options_are_a_usage_error_in_one_line(project: Path, args: list[str
 def test_settings_are_loaded_from_module_attr(project: Path, monkeypatch: pytest.MonkeyPatch,
                                               spec: str, said: str) -> None:
     from taskcustody import Settings
-    from taskcustody.verify.pytest_plugin import load_settings
+    from taskcustody.verify.run import load_settings
 
     monkeypatch.syspath_prepend(str(project))
     if not said:
         assert load_settings(spec) == Settings()
         return
-    with pytest.raises(pytest.UsageError, match=re.escape(said)):
+    with pytest.raises(ValueError, match=re.escape(said)):
         load_settings(spec)
+
+
+def test_verify_takes_the_users_settings_and_repeats_them_in_its_command(
+        project: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from taskcustody.verify.run import Options, run_settings
+
+    monkeypatch.syspath_prepend(str(project))
+    bad = CliRunner().invoke(main, ["verify", "--settings", "their_settings:NOT_SETTINGS"])
+    assert bad.exit_code == 2 and "not a taskcustody Settings" in bad.output
+    assert "--settings their_settings:SETTINGS" in Options(
+        settings_spec="their_settings:SETTINGS").command()
+    good = CliRunner().invoke(main, ["verify", "--settings", "their_settings:PLAIN", "--quiet",
+                                     "--no-model-check", "--examples", "2", "--steps", "10"])
+    assert good.exit_code == 0, good.output
+    from taskcustody import Settings
+
+    mine = run_settings(Settings(socket_timeout_margin=7.0, heartbeat_interval=1.0,
+                                 server_ttl=99.0))
+    assert mine.socket_timeout_margin == 7.0  # how it talks to Redis: the user's
+    assert mine.server_ttl == run_settings(None).server_ttl  # the protocol's timing: the model's

@@ -28,7 +28,15 @@ from .coverage import coverage_text, with_coverage
 from .junit import junit_xml
 from .machine import RunStats
 from .report import html_report, text_report
-from .run import Options, QueueInUse, Result, default_examples, stopped_by_deployment, verify
+from .run import (
+    Options,
+    QueueInUse,
+    Result,
+    default_examples,
+    load_settings,
+    stopped_by_deployment,
+    verify,
+)
 
 #: The time budget's clock (tests replace it: a budget must not depend on how fast a machine is).
 CLOCK: Clock = time.monotonic
@@ -155,6 +163,10 @@ def _deployment_failed(message: str) -> NoReturn:
               help="With --redis-url: the queue name (hash tag) of the run's keys, instead of "
                    "verify-<pid>. On a Redis Cluster it picks the slot, so the master, the run "
                    "happens on.")
+@click.option("--settings", "settings_spec", default=None, metavar="MODULE:ATTR",
+              help="Your taskcustody Settings (an attribute of an importable module): the "
+                   "stateful run uses its connection, replication and eviction fields; the "
+                   "protocol's timing stays the model's.")
 @click.option("--junit-xml", "junit_file", type=click.Path(dir_okay=False, writable=True,
                                                          path_type=Path),
               default=None, metavar="FILE",
@@ -171,7 +183,8 @@ def _deployment_failed(message: str) -> NoReturn:
 def verify_command(examples: int | None, steps: int, seed: int | None, variants: Sequence[str],
                    redis_url: str | None, report_file: Path | None, model_check: bool,
                    stateful: bool, shrink_seconds: float, prefetch: bool, queue: str | None,
-                   junit_file: Path | None, max_seconds: float | None, quiet: bool) -> None:
+                   settings_spec: str | None, junit_file: Path | None,
+                   max_seconds: float | None, quiet: bool) -> None:
     """Verify the custody protocol: the bounded model check, then the model drives the real
     implementation step by step with faults injected (dropped replies, worker and server
     crashes, stalls, clock moves), comparing Redis with the model after every step.
@@ -200,6 +213,12 @@ def verify_command(examples: int | None, steps: int, seed: int | None, variants:
             QueueKeys(queue)
         except ValueError as exc:
             raise click.BadParameter(str(exc), param_hint="--queue") from exc
+    user_settings = None
+    if settings_spec is not None:
+        try:
+            user_settings = load_settings(settings_spec)
+        except ValueError as exc:
+            raise click.BadParameter(str(exc), param_hint="--settings") from exc
     if redis_url is not None:
         _check_reachable(redis_url)
     budget = Budget(max_seconds, CLOCK)
@@ -208,7 +227,8 @@ def verify_command(examples: int | None, steps: int, seed: int | None, variants:
         n = examples if examples is not None else default_examples(variant)
         options = Options(examples=n, steps=steps, seed=seed, variant=variant,
                           redis_url=redis_url, model_check=model_check, stateful=stateful,
-                          shrink_seconds=shrink_seconds, prefetch=prefetch, queue=queue)
+                          shrink_seconds=shrink_seconds, prefetch=prefetch, queue=queue,
+                          settings=user_settings, settings_spec=settings_spec)
         result = _run(options, budget, quiet)
         results.append(result)
         if len(results) > 1:

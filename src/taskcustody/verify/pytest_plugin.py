@@ -12,7 +12,6 @@ passes with what it covered in its report section, and one it did not reach is s
 
 from __future__ import annotations
 
-import importlib
 from typing import Any
 
 import pytest
@@ -21,35 +20,22 @@ from ..settings import Settings
 from .budget import Budget
 from .coverage import coverage_text
 from .report import text_report
-from .run import SKIPPED, Options, QueueInUse, stopped_by_deployment, verify
+from .run import SKIPPED, Options, QueueInUse, load_settings, stopped_by_deployment, verify
 
 _BUDGET = pytest.StashKey[Budget]()
 
 
-def load_settings(spec: str) -> Settings:
-    """`module:attr` -> the Settings it names; a pytest.UsageError saying what is wrong."""
-    module_name, sep, attr = spec.partition(":")
-    if not sep or not module_name or not attr:
-        raise pytest.UsageError(f"--taskcustody-settings {spec!r}: expected MODULE:ATTR, "
-                                "e.g. myapp.queue:SETTINGS")
+def _settings(config: pytest.Config) -> tuple[Settings | None, str | None]:
+    spec = config.getoption("--taskcustody-settings")
+    if not spec:
+        return None, None
     try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise pytest.UsageError(f"--taskcustody-settings {spec!r}: cannot import "
-                                f"{module_name!r}: {exc}") from exc
-    value: Any = module
-    for name in attr.split("."):
-        if not hasattr(value, name):
-            raise pytest.UsageError(f"--taskcustody-settings {spec!r}: {module_name!r} has no "
-                                    f"attribute {attr!r}")
-        value = getattr(value, name)
-    if not isinstance(value, Settings):
-        raise pytest.UsageError(f"--taskcustody-settings {spec!r}: is a "
-                                f"{type(value).__name__}, not a taskcustody Settings")
-    return value
+        return load_settings(spec), spec
+    except ValueError as exc:
+        raise pytest.UsageError(f"--taskcustody-settings {exc}") from exc
 
 
-def _options(config: pytest.Config, prefetch: bool, settings: Settings | None) -> Options:
+def _options(config: pytest.Config, prefetch: bool) -> Options:
     url = config.getoption("--taskcustody-redis-url")
     queue = config.getoption("--taskcustody-queue")
     examples = config.getoption("--taskcustody-examples")
@@ -63,13 +49,13 @@ def _options(config: pytest.Config, prefetch: bool, settings: Settings | None) -
             QueueKeys(queue)
         except ValueError as exc:
             raise pytest.UsageError(f"--taskcustody-queue: {exc}") from exc
+    settings, spec = _settings(config)
     return Options(examples=examples, steps=steps, redis_url=url, model_check=False,
-                   prefetch=prefetch, queue=queue, settings=settings)
+                   prefetch=prefetch, queue=queue, settings=settings, settings_spec=spec)
 
 
 def conformance_items(session: pytest.Session, config: pytest.Config) -> list[pytest.Item]:
-    spec = config.getoption("--taskcustody-settings")
-    settings = load_settings(spec) if spec else None
+    settings, _ = _settings(config)
     try:
         Budget(config.getoption("--taskcustody-max-seconds"))  # refused now, not at run time
     except ValueError as exc:
@@ -77,7 +63,7 @@ def conformance_items(session: pytest.Session, config: pytest.Config) -> list[py
     runs = [False] + ([True] if settings is not None and settings.prefetch > 1 else [])
     items: list[pytest.Item] = []
     for prefetch in runs:
-        options = _options(config, prefetch, settings)
+        options = _options(config, prefetch)
         name = options.part_name.replace(" ", "-")
         item = ConformanceItem.from_parent(session, name=name, nodeid=f"taskcustody::{name}",
                                            options=options)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import importlib
 import os
 import platform
 import shlex
@@ -116,6 +117,8 @@ class Options:
     #: the user's own Settings (`run_settings` says which of its fields the run takes); None:
     #: the harness's `VERIFY_SETTINGS` as they are
     settings: Settings | None = None
+    #: where `settings` came from (`module:attr`, `load_settings`), for the command line
+    settings_spec: str | None = None
 
     @property
     def part_name(self) -> str:
@@ -138,6 +141,8 @@ class Options:
             args += ["--redis-url", self.redis_url]
         if self.queue:
             args += ["--queue", self.queue]
+        if self.settings_spec:
+            args += ["--settings", self.settings_spec]
         if not self.model_check:
             args.append("--no-model-check")
         if not self.stateful:
@@ -159,6 +164,25 @@ def run_settings(user: Settings | None) -> Settings:
         return VERIFY_SETTINGS
     return dataclasses.replace(VERIFY_SETTINGS,
                                **{name: getattr(user, name) for name in USER_FIELDS})
+
+
+def load_settings(spec: str) -> Settings:
+    """`module:attr` (the module importable) -> the Settings it names; ValueError saying what is
+    wrong with it otherwise."""
+    module_name, sep, attr = spec.partition(":")
+    if not sep or not module_name or not attr:
+        raise ValueError(f"{spec!r}: expected MODULE:ATTR, e.g. myapp.queue:SETTINGS")
+    try:
+        value: Any = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ValueError(f"{spec!r}: cannot import {module_name!r}: {exc}") from exc
+    for name in attr.split("."):
+        if not hasattr(value, name):
+            raise ValueError(f"{spec!r}: {module_name!r} has no attribute {attr!r}")
+        value = getattr(value, name)
+    if not isinstance(value, Settings):
+        raise ValueError(f"{spec!r}: is a {type(value).__name__}, not a taskcustody Settings")
+    return value
 
 
 class QueueInUse(ValueError):
