@@ -73,3 +73,26 @@ def test_every_python_block_of_the_readme_compiles_and_imports_what_exists() -> 
             if isinstance(node, ast.ImportFrom) and node.module == "taskcustody":
                 missing = [a.name for a in node.names if not hasattr(taskcustody, a.name)]
                 assert not missing, f"the README imports {missing} from taskcustody"
+
+
+def test_the_ci_example_uses_options_that_exist() -> None:
+    """The "Verify in your CI" workflow: every option it passes to `taskcustody verify` is in
+    `verify --help`, every --taskcustody-* option it passes to pytest is the plugin's."""
+    from click.testing import CliRunner
+
+    from taskcustody.cli import main
+
+    block = re.search(r"```yaml\n(.*?)```", section("### Verify in your CI"), re.S)
+    assert block is not None and "image: redis:7" in block.group(1)
+    text = block.group(1)
+    verify_help = CliRunner().invoke(main, ["verify", "--help"]).output
+    verify_options = re.findall(r"--[a-z-]+", text[text.index("taskcustody verify"):
+                                                    text.index("python -m pytest")])
+    assert {"--redis-url", "--junit-xml", "--max-seconds"} <= set(verify_options)
+    for option in verify_options:
+        assert option in verify_help, option
+    plugin = (ROOT / "src" / "taskcustody_pytest" / "__init__.py").read_text()
+    plugin_options = re.findall(r"--taskcustody-[a-z-]+", text)
+    assert "--taskcustody-redis-url" in plugin_options
+    for option in plugin_options:
+        assert f"\"{option}\"" in plugin, option

@@ -3,24 +3,44 @@
 Exit status: 0 every property held; 1 a property was violated (the counterexample is printed, with
 the command that reproduces it) -- with `--variant NAME` that is the expected outcome: the broken
 design was caught; 2 usage errors (and a Redis that cannot be reached).
+
+For CI: `--junit-xml FILE` writes the run as JUnit XML (junit.py), `--max-seconds N` stops it
+cleanly when N seconds are spent (budget.py); a run cut short that found nothing exits 0 and says
+"PARTIAL" with what it covered.
 """
 
 from __future__ import annotations
 
+import math
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
+from typing import NoReturn
 
 import click
 import redis
 from taskcustody_model import Progress
 from taskcustody_model.variants import variant_listing
 
-from .deployment import DeploymentError, deployment_error, describe
+from .budget import Budget, Clock
+from .coverage import coverage_text, with_coverage
 from .designs import CHOICES
+from .junit import junit_xml
 from .machine import RunStats
 from .report import html_report, text_report
-from .run import Options, default_examples, verify
+from .run import (
+    Options,
+    QueueInUse,
+    Result,
+    default_examples,
+    load_settings,
+    stopped_by_deployment,
+    verify,
+)
+
+#: The time budget's clock (tests replace it: a budget must not depend on how fast a machine is).
+CLOCK: Clock = time.monotonic
 
 
 class _Progress:
@@ -89,7 +109,24 @@ def _check_reachable(url: str) -> None:
         client.close()
 
 
-def _deployment_failed(message: str) -> None:
+def _max_seconds(ctx: click.Context, param: click.Parameter, value: str | None) -> float | None:
+    if value is None:
+        return None
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = math.nan
+    if math.isnan(seconds) or seconds <= 0:
+        raise click.BadParameter(f"{value!r} is not a number of seconds > 0")
+    return seconds
+
+
+def _report_path(path: Path, variant: str, several: bool) -> Path:
+    """With several designs, one HTML page each: FILE's name with the design's before its suffix."""
+    return path.with_name(f"{path.stem}-{variant}{path.suffix}") if several else path
+
+
+def _deployment_failed(message: str) -> NoReturn:
     """Exit 2: the deployment stopped the run; nothing was found about the protocol."""
     click.echo(f"Error: {message}", err=True)
     click.echo("No property was checked to the end: this is not a violation.", err=True)
@@ -104,8 +141,9 @@ def _deployment_failed(message: str) -> None:
               help="Maximum steps per stateful example.")
 @click.option("--seed", type=int, default=None,
               help="Explore with this random seed (default: derandomized, the same every run).")
-@click.option("--variant", default="correct", show_default=True, metavar="NAME",
-              help="Verify a broken design instead of the real one; 'list' names them.")
+@click.option("--variant", "variants", multiple=True, metavar="NAME",
+              help="Verify a broken design instead of the real one (default: correct); 'list' "
+                   "names them. Repeat it to run several designs, one after the other.")
 @click.option("--redis-url", default=None, metavar="URL",
               help="Run the stateful part against this Redis (default: in-process fakeredis). "
                    "It writes only keys under taskcustody-verify:{verify-<pid>}: and deletes "
@@ -126,12 +164,28 @@ def _deployment_failed(message: str) -> None:
               help="With --redis-url: the queue name (hash tag) of the run's keys, instead of "
                    "verify-<pid>. On a Redis Cluster it picks the slot, so the master, the run "
                    "happens on.")
+@click.option("--settings", "settings_spec", default=None, metavar="MODULE:ATTR",
+              help="Your taskcustody Settings (an attribute of an importable module): the "
+                   "stateful run uses its connection, replication and eviction fields; the "
+                   "protocol's timing stays the model's.")
+@click.option("--junit-xml", "junit_file", type=click.Path(dir_okay=False, writable=True,
+                                                         path_type=Path),
+              default=None, metavar="FILE",
+              help="Also write the run as JUnit XML for CI: one test case per part (model "
+                   "check, stateful conformance) and design; a violation is a failure with the "
+                   "counterexample, a part the time budget did not reach is skipped.")
+@click.option("--max-seconds", callback=_max_seconds, default=None, metavar="N",
+              help="A time budget: stop cleanly once N seconds are spent (between parts, "
+                   "model-check progress reports and stateful examples) and say how much was "
+                   "covered. A run cut short that found nothing exits 0 and says PARTIAL. A "
+                   "counterexample found is still shrunk (--shrink-seconds).")
 @click.option("--quiet", is_flag=True,
               help="No progress on stderr. (No short form: -q is --queue in every command.)")
-def verify_command(examples: int | None, steps: int, seed: int | None, variant: str,
+def verify_command(examples: int | None, steps: int, seed: int | None, variants: Sequence[str],
                    redis_url: str | None, report_file: Path | None, model_check: bool,
                    stateful: bool, shrink_seconds: float, prefetch: bool, queue: str | None,
-                   quiet: bool) -> None:
+                   settings_spec: str | None, junit_file: Path | None,
+                   max_seconds: float | None, quiet: bool) -> None:
     """Verify the custody protocol: the bounded model check, then the model drives the real
     implementation step by step with faults injected (dropped replies, worker and server
     crashes, stalls, clock moves), comparing Redis with the model after every step.
@@ -139,19 +193,20 @@ def verify_command(examples: int | None, steps: int, seed: int | None, variant: 
     Exit status: 0 verified; 1 a property was violated (with --variant: the broken design was
     caught, as it should be; its counterexample is printed as numbered steps); 2 usage errors,
     or the deployment stopped the run (Redis unreachable, a cluster redirect, a key of the
-    wrong type): never reported as a violation.
+    wrong type, a --queue that holds keys already): never reported as a violation. A run that
+    --max-seconds cut short exits 0 if nothing failed in what it covered, and says PARTIAL.
     """
-    if variant == "list":
+    if "list" in variants:
         click.echo(variant_listing())
         return
-    if variant not in CHOICES:
-        raise click.BadParameter(
-            f"unknown design {variant!r} (known: {', '.join(CHOICES)}; see --variant list)",
-            param_hint="--variant")
+    for variant in variants:
+        if variant not in CHOICES:
+            raise click.BadParameter(
+                f"unknown design {variant!r} (known: {', '.join(CHOICES)}; see --variant list)",
+                param_hint="--variant")
+    variants = list(dict.fromkeys(variants)) or ["correct"]
     if not model_check and not stateful:
         raise click.UsageError("--no-model-check and --no-stateful: nothing to run")
-    if examples is None:
-        examples = default_examples(variant)
     if queue is not None:
         from ..keys import QueueKeys
 
@@ -159,29 +214,53 @@ def verify_command(examples: int | None, steps: int, seed: int | None, variant: 
             QueueKeys(queue)
         except ValueError as exc:
             raise click.BadParameter(str(exc), param_hint="--queue") from exc
-    options = Options(examples=examples, steps=steps, seed=seed, variant=variant,
-                      redis_url=redis_url, model_check=model_check, stateful=stateful,
-                      shrink_seconds=shrink_seconds, prefetch=prefetch, queue=queue)
+    user_settings = None
+    if settings_spec is not None:
+        try:
+            user_settings = load_settings(settings_spec)
+        except ValueError as exc:
+            raise click.BadParameter(str(exc), param_hint="--settings") from exc
     if redis_url is not None:
         _check_reachable(redis_url)
-    progress = _Progress(quiet, examples)
+    budget = Budget(max_seconds, CLOCK)
+    results: list[Result] = []
+    for variant in variants:
+        n = examples if examples is not None else default_examples(variant)
+        options = Options(examples=n, steps=steps, seed=seed, variant=variant,
+                          redis_url=redis_url, model_check=model_check, stateful=stateful,
+                          shrink_seconds=shrink_seconds, prefetch=prefetch, queue=queue,
+                          settings=user_settings, settings_spec=settings_spec)
+        result = _run(options, budget, quiet)
+        results.append(result)
+        if len(results) > 1:
+            click.echo("")
+        click.echo(text_report(result))
+        click.echo(coverage_text(result))
+        if report_file is not None:
+            page = _report_path(report_file, variant, len(variants) > 1)
+            page.write_text(with_coverage(html_report(result), result), encoding="utf-8")
+            click.echo(f"report written to {page}")
+        if result.ok and not result.partial and variant != "correct":
+            click.echo(f"note: the broken design {variant!r} was NOT caught within these bounds",
+                       err=True)
+    if junit_file is not None:
+        junit_file.write_text(junit_xml(results, text_report, max_seconds), encoding="utf-8")
+        click.echo(f"JUnit XML written to {junit_file}")
+    sys.exit(0 if all(r.ok for r in results) else 1)
+
+
+def _run(options: Options, budget: Budget, quiet: bool) -> Result:
+    """One design's run; a deployment that stops it, or a queue in use, exits 2."""
+    progress = _Progress(quiet, options.examples)
     try:
-        result = verify(options, on_model=progress.on_model, on_example=progress.on_example,
-                        on_phase=progress.on_phase)
-    except DeploymentError as exc:
-        _deployment_failed(str(exc))
+        return verify(options, on_model=progress.on_model, on_example=progress.on_example,
+                      on_phase=progress.on_phase, budget=budget)
+    except QueueInUse as exc:
+        raise click.BadParameter(str(exc), param_hint="--queue") from exc
     except Exception as exc:
-        cause = deployment_error(exc)
-        if cause is None:
+        message = stopped_by_deployment(exc)
+        if message is None:
             raise
-        _deployment_failed(f"the run was stopped by the deployment: {describe(cause)}")
+        _deployment_failed(message)
     finally:
         progress.end()
-    click.echo(text_report(result))
-    if report_file is not None:
-        report_file.write_text(html_report(result), encoding="utf-8")
-        click.echo(f"report written to {report_file}")
-    if result.ok and variant != "correct":
-        click.echo(f"note: the broken design {variant!r} was NOT caught within these bounds",
-                   err=True)
-    sys.exit(0 if result.ok else 1)

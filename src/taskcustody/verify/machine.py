@@ -28,6 +28,7 @@ from taskcustody_model.protocol import Action
 from taskcustody_model.state import Bounds
 
 from ..keys import QueueKeys
+from ..settings import Settings
 from . import prefetching as pipelines
 from .broken import server_factory
 from .harness import Harness, StepRecord
@@ -91,10 +92,12 @@ def build_machine(
     keys: QueueKeys | None = None,
     prefetching: bool = False,
     flush_scripts: bool = True,
+    settings: Settings | None = None,
 ) -> type[RuleBasedStateMachine]:
     """The machine; with `prefetching`, a subclass that also drives the prefetching worker's
     pipelines (a separate class, so that the plain machine's derandomized runs, which the
-    finds-the-bug tests pin, draw exactly as before)."""
+    finds-the-bug tests pin, draw exactly as before). `settings`: the harness's (None: its
+    default, `harness.VERIFY_SETTINGS`)."""
     run_stats = stats if stats is not None else RunStats()
     factory = server_factory(implementation)
     the_bounds = bounds or default_bounds(prefetching)
@@ -107,7 +110,8 @@ def build_machine(
         def __init__(self) -> None:
             super().__init__()
             self.h = Harness(make_client, the_bounds, server_factory=factory,
-                             real_redis=real_redis, keys=keys, flush_scripts=flush_scripts)
+                             real_redis=real_redis, keys=keys, flush_scripts=flush_scripts,
+                             **({} if settings is None else {"settings": settings}))
             self.failed = False
 
         @initialize()

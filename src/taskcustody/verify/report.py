@@ -71,6 +71,9 @@ def numbered(steps: list[DiagramStep]) -> list[str]:
 
 def verdict(result: Result) -> str:
     variant = result.options.variant
+    if result.ok and result.partial:
+        return ("PARTIAL: nothing failed in what was covered, but the time budget cut the run "
+                "short (see parts)")
     if result.ok:
         return "VERIFIED: every property held in every state and step explored"
     if variant != "correct":

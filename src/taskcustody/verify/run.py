@@ -6,11 +6,18 @@ Determinism: without a seed the stateful run is derandomized (the same command e
 examples every time); `seed=N` explores other examples, reproducibly. Either way a failing run's
 counterexample is shrunk (for at most `shrink_seconds`) and replayed once more at the end, so the
 steps recorded last are the shrunk counterexample's.
+
+Parts and budget: a run is made of parts (the model check, the stateful conformance run), each
+with an outcome in `Result.parts`. With a time budget (`budget.Budget`, `--max-seconds`) a part
+that the budget did not reach is skipped, and one that it cut short (between two model-check
+progress reports, or between two stateful examples) is partial; each says what it covered.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import importlib
 import os
 import platform
 import shlex
@@ -25,12 +32,14 @@ import redis
 from hypothesis import HealthCheck, Phase, settings
 from hypothesis import seed as hypothesis_seed
 from hypothesis.reporting import with_reporter
-from hypothesis.stateful import get_state_machine_test
+from hypothesis.stateful import RuleBasedStateMachine, get_state_machine_test
 from taskcustody_model import Bounds, CheckResult, Progress, check
 
 from .. import cluster
 from ..connection import connect, connect_fake
 from ..keys import QueueKeys
+from ..settings import Settings
+from .budget import Budget, BudgetSpent
 from .deployment import DeploymentError, deployment_error, describe
 from .designs import BY_NAME, CHOICES
 from .harness import VERIFY_SETTINGS, Mismatch, StepRecord
@@ -64,11 +73,6 @@ class Options:
     model_bounds: Bounds | None = None
     #: the stateful run's bounds; None: the machine's default (`machine.default_bounds`)
     bounds: Bounds | None = None
-
-    @property
-    def stateful_bounds(self) -> Bounds:
-        return self.bounds or _design_stateful_bounds(self.variant) or default_bounds(
-            self.prefetch)
     shrink_seconds: float = SHRINK_SECONDS
     shrink: bool = True
     #: also drive the prefetching worker's pipelined takes and releases
@@ -76,6 +80,23 @@ class Options:
     #: the queue (hash tag) of a run on a real Redis; None: verify-<pid>. On a cluster it picks
     #: the master the run happens on (every key of the run is in that tag's slot).
     queue: str | None = None
+    #: the user's own Settings (`run_settings` says which of its fields the run takes); None:
+    #: the harness's `VERIFY_SETTINGS` as they are
+    settings: Settings | None = None
+    #: where `settings` came from (`module:attr`, `load_settings`), for the command line
+    settings_spec: str | None = None
+
+    @property
+    def stateful_bounds(self) -> Bounds:
+        return self.bounds or _design_stateful_bounds(self.variant) or default_bounds(
+            self.prefetch)
+
+    @property
+    def part_name(self) -> str:
+        """The stateful part's name (in the report and as a JUnit test case)."""
+        where = "fakeredis" if self.redis_url is None else "redis"
+        return (f"stateful conformance on {where}"
+                + (" with the prefetching worker" if self.prefetch else ""))
 
     def command(self) -> str:
         """The command line that repeats this run."""
@@ -91,11 +112,69 @@ class Options:
             args += ["--redis-url", self.redis_url]
         if self.queue:
             args += ["--queue", self.queue]
+        if self.settings_spec:
+            args += ["--settings", self.settings_spec]
         if not self.model_check:
             args.append("--no-model-check")
         if not self.stateful:
             args.append("--no-stateful")
         return shlex.join(args)
+
+
+#: The fields of a user's Settings that a run takes as they are: how the deployment talks to
+#: Redis. The others (deadlines, sweep and heartbeat periods, drain chunks, attempts, commit
+#: tracking) must be the harness's, whose timing is the model's ticks, or Redis could not be
+#: compared with the model step by step.
+USER_FIELDS = ("socket_timeout_margin", "allow_evicting_policy", "min_replicas",
+               "replica_timeout", "result_ttl", "oom_log_interval")
+
+
+def run_settings(user: Settings | None) -> Settings:
+    """The settings of a run for a user whose deployment uses `user` (see `USER_FIELDS`)."""
+    if user is None:
+        return VERIFY_SETTINGS
+    return dataclasses.replace(VERIFY_SETTINGS,
+                               **{name: getattr(user, name) for name in USER_FIELDS})
+
+
+def load_settings(spec: str) -> Settings:
+    """`module:attr` (the module importable) -> the Settings it names; ValueError saying what is
+    wrong with it otherwise."""
+    module_name, sep, attr = spec.partition(":")
+    if not sep or not module_name or not attr:
+        raise ValueError(f"{spec!r}: expected MODULE:ATTR, e.g. myapp.queue:SETTINGS")
+    try:
+        value: Any = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ValueError(f"{spec!r}: cannot import {module_name!r}: {exc}") from exc
+    for name in attr.split("."):
+        if not hasattr(value, name):
+            raise ValueError(f"{spec!r}: {module_name!r} has no attribute {attr!r}")
+        value = getattr(value, name)
+    if not isinstance(value, Settings):
+        raise ValueError(f"{spec!r}: is a {type(value).__name__}, not a taskcustody Settings")
+    return value
+
+
+class QueueInUse(ValueError):
+    """The run's queue on a real Redis already holds keys: they are somebody's, the run would
+    delete them. Raised before any part runs."""
+
+
+PASSED, FAILED, SKIPPED, PARTIAL = "passed", "failed", "skipped", "partial"
+
+
+@dataclass
+class Part:
+    """One part of a run and its outcome: PASSED, FAILED (`message`: what broke), SKIPPED (not
+    run: `message` says why) or PARTIAL (cut short by the time budget, nothing failed in what it
+    covered)."""
+
+    name: str
+    outcome: str
+    seconds: float = 0.0
+    covered: str = ""
+    message: str = ""
 
 
 def default_examples(variant: str) -> int:
@@ -138,6 +217,12 @@ class Result:
     stateful_seconds: float = 0.0
     seconds: float = 0.0
     versions: dict[str, str] = field(default_factory=dict)
+    parts: list[Part] = field(default_factory=list)
+
+    @property
+    def partial(self) -> bool:
+        """The time budget skipped a part or cut one short."""
+        return any(p.outcome in (SKIPPED, PARTIAL) for p in self.parts)
 
     @property
     def model_ok(self) -> bool:
@@ -238,22 +323,18 @@ def verify(
     on_model: Callable[[Progress], None] | None = None,
     on_example: Callable[[RunStats], None] | None = None,
     on_phase: Callable[[str], None] | None = None,
+    budget: Budget | None = None,
 ) -> Result:
     """Run the model check and then the stateful run; never raises on a property violation (it is
-    in the result)."""
+    in the result). `budget`: a time budget shared with other runs (several designs); a part it
+    does not reach is skipped, one it cuts short is partial (`Result.parts`). Raises QueueInUse
+    if the run's queue on a real Redis holds keys already, DeploymentError if Redis fails it."""
     started = time.perf_counter()
+    budget = budget or Budget()
     if options.variant not in CHOICES:
         raise ValueError(f"unknown variant {options.variant!r}; known: {', '.join(CHOICES)}")
     fake = options.redis_url is None
     result = Result(options, "fakeredis" if fake else "redis")
-
-    if options.model_check:
-        if on_phase:
-            on_phase("model check")
-        t = time.perf_counter()
-        bounds = options.model_bounds or _design_model_bounds(options.variant)
-        result.model = check(bounds, options.variant, progress=on_model)
-        result.model_seconds = time.perf_counter() - t
 
     if fake:
         import fakeredis
@@ -269,44 +350,166 @@ def verify(
         # A queue of its own, so that the run touches nothing else on the user's server.
         keys = QueueKeys(options.queue or f"verify-{os.getpid()}", prefix="taskcustody-verify")
         url = _node_url(options.redis_url, keys)
+        connection_settings = run_settings(options.settings)
 
         def make_client() -> redis.Redis:
-            return connect(url, VERIFY_SETTINGS, cluster=False)
+            return connect(url, connection_settings, cluster=False)
 
+    # Before any part: a deployment that cannot run the stateful part, or a queue that holds
+    # somebody's keys, is said at once, not after a minute of model checking.
     try:
         probe = make_client()
         try:
             probe.ping()
             result.versions = versions(probe, fake)
+            if not fake and options.stateful:
+                _refuse_a_queue_in_use(probe, keys)
         finally:
             probe.close()
     except redis.RedisError as exc:
         raise DeploymentError(f"cannot set up the run on {options.redis_url}: "
                               f"{describe(exc)}") from exc
 
+    if options.model_check:
+        _model_part(options, result, budget, on_model, on_phase)
+
     if options.stateful:
-        if on_phase:
-            on_phase("stateful run")
-        t = time.perf_counter()
-        stats = _ProgressStats(on_example)
-        result.stats = stats
-        try:
-            result.failure = _stateful(options, make_client, keys, stats, real=not fake)
-        finally:
-            result.stateful_seconds = time.perf_counter() - t
-            if not fake:
-                _cleanup(make_client, keys)
+        if budget.spent():
+            result.parts.append(Part(options.part_name, SKIPPED, message=budget.reason()))
+        else:
+            if on_phase:
+                on_phase("stateful run")
+            t = time.perf_counter()
+            stats = _ProgressStats(on_example)
+            result.stats = stats
+            try:
+                result.failure, stopped = _stateful(options, make_client, keys, stats,
+                                                    real=not fake, budget=budget)
+            finally:
+                result.stateful_seconds = time.perf_counter() - t
+                if not fake:
+                    _cleanup(make_client, keys)
+            result.parts.append(_stateful_part(options, result, stopped))
     result.seconds = time.perf_counter() - started
     return result
 
 
+def stopped_by_deployment(exc: BaseException) -> str | None:
+    """The one line to say when `exc`, out of `verify`, means the deployment stopped the run
+    (deployment.py: never a finding); None when it does not."""
+    if isinstance(exc, DeploymentError):
+        return str(exc)
+    cause = deployment_error(exc)
+    return None if cause is None else f"the run was stopped by the deployment: {describe(cause)}"
+
+
+def _refuse_a_queue_in_use(client: redis.Redis, keys: QueueKeys) -> None:
+    found = cluster.tag_keys(client, keys.queue, keys.base + ":")
+    if found:
+        raise QueueInUse(
+            f"the queue {keys.queue!r} already holds {len(found)} key(s) under {keys.base}: "
+            f"(e.g. {min(found).decode(errors='replace')}); the run would delete them. Pick "
+            "another queue name, or delete those keys if they are a dead run's.")
+
+
+def _model_part(options: Options, result: Result, budget: Budget,
+                on_model: Callable[[Progress], None] | None,
+                on_phase: Callable[[str], None] | None) -> None:
+    name = "model check"
+    if budget.spent():
+        result.parts.append(Part(name, SKIPPED, message=budget.reason()))
+        return
+    if on_phase:
+        on_phase("model check")
+    last: list[Progress] = []
+
+    def progress(p: Progress) -> None:
+        last[:] = [p]
+        if on_model:
+            on_model(p)
+        budget.check()  # between two reports: the search holds nothing outside this process
+
+    t = time.perf_counter()
+    bounds = options.model_bounds or _design_model_bounds(options.variant)
+    try:
+        # With a budget, a report every 512 states (checked against the budget's own clock).
+        result.model = check(bounds, options.variant, progress=progress,
+                             progress_every=0.0 if budget.limited else 2.0)
+    except BudgetSpent:
+        result.model_seconds = time.perf_counter() - t
+        covered = (f"{last[0].distinct_states:,} states, depth {last[0].depth}"
+                   if last else "no states reported")
+        result.parts.append(Part(name, SKIPPED, result.model_seconds, covered,
+                                 f"stopped by {budget.label()} after {covered}: not a "
+                                 "complete check"))
+        return
+    result.model_seconds = time.perf_counter() - t
+    m = result.model
+    covered = f"{m.distinct_states:,} states, depth {m.depth}"
+    if m.ok:
+        result.parts.append(Part(name, PASSED, result.model_seconds, covered))
+    else:
+        message = (f"{m.property}: {m.violation.message}" if m.violation is not None
+                   else f"{m.property}")
+        result.parts.append(Part(name, FAILED, result.model_seconds, covered, message))
+
+
+def _stateful_part(options: Options, result: Result, stopped: bool) -> Part:
+    s = result.stats
+    # Hypothesis may run a few more examples than asked for (overruns, replays): both are said.
+    covered = (f"{s.examples:,} examples run ({options.examples:,} asked for), "
+               f"{s.steps:,} steps")
+    if result.failure is not None:
+        f = result.failure
+        return Part(options.part_name, FAILED, result.stateful_seconds, covered,
+                    f"{f.kind}: {f.message}")
+    if stopped:
+        return Part(options.part_name, PARTIAL, result.stateful_seconds, covered,
+                    "stopped by the time budget between two examples; nothing failed in "
+                    "what was covered")
+    return Part(options.part_name, PASSED, result.stateful_seconds, covered)
+
+
+def _budgeted(machine: type[RuleBasedStateMachine], budget: Budget) -> Any:
+    """`machine`, ended between two examples once `budget` is spent. Never once an example has
+    failed: Hypothesis is then shrinking it, and the counterexample is the finding (shrinking has
+    a budget of its own, `shrink_seconds`)."""
+    base: Any = machine
+    seen = {"failure": False}
+
+    class Budgeted(base):  # type: ignore[misc]
+        def __init__(self) -> None:
+            if not seen["failure"]:
+                budget.check()
+            super().__init__()
+
+        def teardown(self) -> None:
+            ended_clean = False
+            try:
+                super().teardown()
+                ended_clean = not getattr(self, "failed", False)
+            finally:
+                if not ended_clean:
+                    seen["failure"] = True
+
+    Budgeted.__name__ = machine.__name__
+    return Budgeted
+
+
 def _stateful(options: Options, make_client: Callable[[], redis.Redis], keys: QueueKeys,
-              stats: RunStats, *, real: bool) -> Failure | None:
+              stats: RunStats, *, real: bool,
+              budget: Budget | None = None) -> tuple[Failure | None, bool]:
+    """The stateful run: its failure (None: none) and whether the budget ended it early."""
+    budget = budget or Budget()
     machine = build_machine(make_client, bounds=options.bounds or _design_stateful_bounds(
                                 options.variant), implementation=options.variant,
                             real_redis=real, stats=stats, keys=keys,
                             prefetching=options.prefetch,
-                            flush_scripts=options.redis_url is None)
+                            flush_scripts=options.redis_url is None,
+                            settings=run_settings(options.settings))
+    explored = machine
+    if budget.limited:
+        machine = _budgeted(machine, budget)
     phases = [Phase.explicit, Phase.generate] + ([Phase.shrink] if options.shrink else [])
     the_settings = settings(
         max_examples=options.examples,
@@ -321,6 +524,14 @@ def _stateful(options: Options, make_client: Callable[[], redis.Redis], keys: Qu
     )
     make_test: Any = get_state_machine_test  # (untyped in Hypothesis)
     test = make_test(machine, settings=the_settings)
+    if machine is not explored:
+        # A derandomized run draws from a seed digested from the machine class's source: the
+        # budgeted subclass's would explore other examples than the same command without a
+        # budget (and its reproduce line). Digest the machine it wraps. (Hypothesis internals,
+        # as of 6.170, like `shrink_budget` and `no_local_constants`.)
+        from hypothesis.internal.reflection import function_digest
+
+        test.hypothesis.inner_test._hypothesis_internal_add_digest = function_digest(explored)
     if options.seed is not None:
         test = hypothesis_seed(options.seed)(test)
     printed: list[str] = []
@@ -328,10 +539,12 @@ def _stateful(options: Options, make_client: Callable[[], redis.Redis], keys: Qu
     def reporter(value: object) -> None:
         printed.append(str(value))
 
+    shrink_seconds = min(options.shrink_seconds, max(1.0, budget.remaining()))
     try:
-        with shrink_budget(options.shrink_seconds), no_local_constants(), \
-                with_reporter(reporter):
+        with shrink_budget(shrink_seconds), no_local_constants(), with_reporter(reporter):
             test()
+    except BudgetSpent:
+        return None, True
     except Exception as exc:  # the finding: a property or conformance failure, or a crash
         cause = deployment_error(exc)
         if cause is not None:
@@ -342,8 +555,8 @@ def _stateful(options: Options, make_client: Callable[[], redis.Redis], keys: Qu
         message = exc.message if isinstance(exc, Mismatch) else str(exc)
         notes = [str(n) for n in getattr(exc, "__notes__", [])]
         return Failure(kind, message, list(stats.last_steps), "\n".join(printed + notes),
-                       dict(stats.last_tallies))
-    return None
+                       dict(stats.last_tallies)), False
+    return None, False
 
 
 def _node_url(url: str, keys: QueueKeys) -> str:
