@@ -158,11 +158,6 @@ def build_machine(
         def record(self, data: st.DataObject) -> None:
             self._do(data, "record")
 
-        @precondition(lambda self: self._has("execute"))
-        @rule(data=st.data())
-        def execute(self, data: st.DataObject) -> None:
-            self._do(data, "execute")
-
         @precondition(lambda self: self._has("release"))
         @rule(data=st.data())
         def release(self, data: st.DataObject) -> None:
