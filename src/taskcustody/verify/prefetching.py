@@ -80,7 +80,7 @@ def prefetching_take(h: Harness, s: int, i: int, lost_at: int | None) -> None:
     pw = _pipelined(h, s, i, workers)
     # As `PrefetchingWorker.register` does (here, unfaulted): a lost reply must be the reply of a
     # take that ran, not of a NOSCRIPT answer.
-    h.admin.script_load(scripts.TAKE_AND_RECORD)
+    scripts.TAKE_AND_RECORD_SCRIPT.load(h.admin)
     if lost_at is not None:
         h.injector.arm("EVALSHA", connection=pw._conn, skip=lost_at)
     try:

@@ -175,8 +175,8 @@ class Stepping(Observation):
         self.check()
 
     def _load_release_scripts(self) -> None:
-        self.admin.script_load(scripts.RELEASE)
-        self.admin.script_load(scripts.RELEASE_AND_TAKE)
+        scripts.RELEASE_SCRIPT.load(self.admin)
+        scripts.RELEASE_AND_TAKE_SCRIPT.load(self.admin)
 
     def _enqueue(self, t: int) -> None:
         Producer(self.admin, self.keys, self.clock).enqueue({"n": t}, task_id=self.task_id(t))
@@ -369,9 +369,9 @@ class Stepping(Observation):
                 for ws in slot.workers:
                     if ws.worker is None or ws.crashed or ws.stopped:
                         continue
-                    ws.worker.close()
-                    ws.worker._unread_replies = 0
-                    ws.worker.dirty = True
+                    # what the worker loop does after a connection error (on a cluster it
+                    # reconnects to the slot's master; the slot did not move)
+                    ws.worker.follow_slot(refresh=False)
                     ws.task = ws.outcome = None
                     ws.stage = IDLE
                     if slot.server.superseded:
