@@ -108,7 +108,8 @@ def apply_edits(mutant: NamedMutant, read: Callable[[str], str]) -> dict[str, st
 
 
 def check_syntax(path: str, text: str) -> None:
-    """A mutant must be a program that runs: a syntax error would be a fake kill."""
+    """A mutant must be a program that runs: a syntax error would be a fake kill. For
+    scripts.py that includes its Lua: every script of its `LUA` table must load."""
     compile(text, path, "exec")
     if not path.endswith("scripts.py"):
         return
@@ -118,14 +119,17 @@ def check_syntax(path: str, text: str) -> None:
         return
     namespace: dict[str, object] = {}
     exec(compile(text, path, "exec"), namespace)
+    # Only the scripts the module lists as Lua (`scripts.LUA`): its other constants are not.
+    lua_scripts = namespace.get("LUA")
+    if not isinstance(lua_scripts, dict):
+        raise SyntaxError(f"{path}: no LUA table of its Lua scripts")
     lua = lupa.LuaRuntime()
     load = lua.eval("load")
-    for name, value in namespace.items():
-        if name.isupper() and isinstance(value, str):
-            loaded = load(value)
-            fn, err = loaded if isinstance(loaded, tuple) else (loaded, None)
-            if fn is None:
-                raise SyntaxError(f"{path}: Lua script {name} does not compile: {err}")
+    for name, value in lua_scripts.items():
+        loaded = load(value)
+        fn, err = loaded if isinstance(loaded, tuple) else (loaded, None)
+        if fn is None:
+            raise SyntaxError(f"{path}: Lua script {name} does not compile: {err}")
 
 
 # -- running the suite ------------------------------------------------------------------------

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import hashlib
 import logging
 import threading
 from collections.abc import Callable, Iterator
@@ -49,8 +48,8 @@ PROBE = "probe"
 WORKER_LOG = "taskcustody.worker"
 SERVER_LOG = "taskcustody.server"
 OOM_TEXT = "command not allowed when used memory > 'maxmemory'."
-RELEASE_SHA = hashlib.sha1(scripts.RELEASE.encode()).hexdigest()
-RELEASE_AND_TAKE_SHA = hashlib.sha1(scripts.RELEASE_AND_TAKE.encode()).hexdigest()
+RELEASE_SHA = scripts.RELEASE_SCRIPT.sha
+RELEASE_AND_TAKE_SHA = scripts.RELEASE_AND_TAKE_SCRIPT.sha
 
 
 @pytest.fixture(scope="module")

@@ -3,7 +3,6 @@ driven in-process: run_once is scripted, the stop event records the pauses it is
 
 from __future__ import annotations
 
-import hashlib
 import logging
 
 import fakeredis
@@ -51,17 +50,14 @@ def fake() -> redis.Redis:
     return connect_fake(fakeredis.FakeServer())
 
 
-def sha(text: str) -> str:
-    return hashlib.sha1(text.encode()).hexdigest()
-
-
 def test_run_loads_its_scripts_before_anything_else(
     backend: Backend, keys: QueueKeys
 ) -> None:
     client = backend.client()
     client.script_flush()
     worker = new_worker(client, keys)
-    assert client.script_exists(sha(scripts.RECORD), sha(scripts.RELEASE)) == [False, False]
+    shas = scripts.RECORD_SCRIPT.sha, scripts.RELEASE_SCRIPT.sha
+    assert client.script_exists(*shas) == [False, False]
     stop = Stop()
     stop.set()
     calls = script(worker, stop, [])
@@ -69,7 +65,7 @@ def test_run_loads_its_scripts_before_anything_else(
     assert calls == []  # stopped: never took
     # registered by the claim (and again by every take), not by run()
     assert client.zrange(keys.inflight_registry, 0, -1) == [worker.list_key.encode()]
-    assert client.script_exists(sha(scripts.RECORD), sha(scripts.RELEASE)) == [True, True]
+    assert client.script_exists(*shas) == [True, True]
     worker.close()
 
 

@@ -6,12 +6,26 @@ Imports nothing from ``taskcustody`` (the implementation).  Single steps::
     config = Config(Bounds(), variant("correct"))
     state = initial_state(config.bounds)
     for action in enabled_actions(state, config): ...
+
+Besides the checker, the conformance harness (``taskcustody.verify``) drives this model step by
+step; what it needs to read a state (``list_of``, ``is_live``, ``prune``, ``renewed``) or to edit
+one (``with_process``) is exported here.
 """
 
 from .checker import CheckResult, Progress, Step, Trace, check
 from .invariants import INVARIANTS, check_invariants, check_transition, is_done
-from .protocol import FAULTS, Action, Config, apply, enabled_actions
-from .state import Bounds, State, initial_state
+from .protocol import (
+    FAULTS,
+    Action,
+    Config,
+    apply,
+    enabled_actions,
+    is_live,
+    prune,
+    renewed,
+    with_process,
+)
+from .state import Bounds, State, initial_state, list_of
 from .variants import VARIANTS, Variant, variant
 
 __all__ = [
@@ -34,5 +48,10 @@ __all__ = [
     "enabled_actions",
     "initial_state",
     "is_done",
+    "is_live",
+    "list_of",
+    "prune",
+    "renewed",
     "variant",
+    "with_process",
 ]

@@ -181,7 +181,8 @@ def _set(t: tuple, i: int, value: object) -> tuple:  # type: ignore[type-arg]
     return (*t[:i], value, *t[i + 1 :])
 
 
-def _with_process(state: State, s: int, i: int, proc: Process | None) -> State:
+def with_process(state: State, s: int, i: int, proc: Process | None) -> State:
+    """``state`` with process ``i`` of server ``s`` replaced by ``proc`` (removed when None)."""
     procs = state.processes[s]
     new = procs[:i] + ((proc,) if proc is not None else ()) + procs[i + 1 :]
     return state._replace(processes=_set(state.processes, s, new))
@@ -189,7 +190,7 @@ def _with_process(state: State, s: int, i: int, proc: Process | None) -> State:
 
 def _with_worker(state: State, s: int, i: int, w: int, worker: Worker) -> State:
     proc = state.processes[s][i]
-    return _with_process(state, s, i, proc._replace(workers=_set(proc.workers, w, worker)))
+    return with_process(state, s, i, proc._replace(workers=_set(proc.workers, w, worker)))
 
 
 def registered_with(registered: tuple[ListKey, ...], *keys: ListKey) -> tuple[ListKey, ...]:
@@ -234,7 +235,7 @@ def _recovered(state: State, t: int, config: Config, by: tuple[int, int]) -> Sta
         # design 11: the count is written later, by the recovering process (``count_recovery``)
         s, i = by
         proc = state.processes[s][i]
-        state = _with_process(state, s, i, proc._replace(
+        state = with_process(state, s, i, proc._replace(
             pending_counts=(*proc.pending_counts, t)))
         return _back(state, t, config)
     state = state._replace(recoveries=_set(state.recoveries, t, n))
@@ -255,7 +256,7 @@ def _free_slot(state: State, s: int, i: int, w: int) -> State:
     its process's suspect slot, the slot is free."""
     proc = state.processes[s][i]
     if proc.suspect == w and proc.workers[w].phase == IDLE:
-        return _with_process(state, s, i, proc._replace(suspect=-1))
+        return with_process(state, s, i, proc._replace(suspect=-1))
     return state
 
 
@@ -504,12 +505,12 @@ def _clock_may_advance(state: State) -> bool:
     process renews (its process crashed or stalled, or its claim's reply was lost).  Ticks while
     every registration is renewed change nothing observable, so they are not generated."""
     for s, reg in enumerate(state.registry):
-        if reg is not None and reg.deadline > 0 and not _renewed(state, s, reg.inc):
+        if reg is not None and reg.deadline > 0 and not renewed(state, s, reg.inc):
             return True
     return False
 
 
-def _renewed(state: State, s: int, inc: int) -> bool:
+def renewed(state: State, s: int, inc: int) -> bool:
     """Whether a healthy process (running, not stalled, not superseded) holds this registration.
 
     A healthy server heartbeats much more often than the TTL, so its registration never lapses:
@@ -611,7 +612,7 @@ def apply(state: State, action: Action, config: Config) -> State:
                 )
                 if slot_was_ours and not lost:
                     # clean between the halves, and what it takes now is no suspect
-                    state = _with_process(state, s, i, state.processes[s][i]._replace(suspect=-1))
+                    state = with_process(state, s, i, state.processes[s][i]._replace(suspect=-1))
         if t != NO_TASK:
             state = _record(state, s, i, w, t, config, executes=not lost)
         if lost or debris:
@@ -659,7 +660,7 @@ def apply(state: State, action: Action, config: Config) -> State:
             for wk in proc.workers
         )
         proc = proc._replace(phase=SUPERSEDED, drains=(), workers=workers)
-        return _settle(_with_process(state, s, i, proc))
+        return _settle(with_process(state, s, i, proc))
 
     if name == "claim":
         # Refused while the id is registered; else a new incarnation takes the id, and (in the
@@ -690,7 +691,7 @@ def apply(state: State, action: Action, config: Config) -> State:
         proc = state.processes[s][i]
         drains = _startup_selection(state, s, proc, v)
         proc = proc._replace(phase=STARTING if drains else RUNNING, drains=drains)
-        return _finish_pass(_with_process(state, s, i, proc), s, i, config)
+        return _finish_pass(with_process(state, s, i, proc), s, i, config)
 
     if name == "sweep":
         # One pass: prune_inactive_servers, then select every list that is not live and not
@@ -709,7 +710,7 @@ def apply(state: State, action: Action, config: Config) -> State:
                 state = state._replace(
                     registered=tuple(k for k in state.registered if k not in garbage)
                 )
-        return _finish_pass(_with_process(state, s, i, proc._replace(drains=drains)), s, i, config)
+        return _finish_pass(with_process(state, s, i, proc._replace(drains=drains)), s, i, config)
 
     if name == "drain_step":
         # One LMOVE of the drain in progress (drains are steps so that appenders interleave).
@@ -727,7 +728,7 @@ def apply(state: State, action: Action, config: Config) -> State:
                 proc = proc._replace(phase=CLAIMED)  # the startup drain starts over
         if proc.phase == STARTING and not drains:
             proc = proc._replace(phase=RUNNING)
-        return _with_process(state, s, i, proc._replace(drains=drains))
+        return with_process(state, s, i, proc._replace(drains=drains))
 
     if name == "requeue_stuck_processing_tasks":
         # For each record whose list is not live, one Lua step: LREM the task from that list;
@@ -766,19 +767,19 @@ def apply(state: State, action: Action, config: Config) -> State:
         for t in proc.pending_counts:
             recoveries = _set(recoveries, t, recoveries[t] + 1)
         state = state._replace(recoveries=recoveries)
-        return _with_process(state, s, i, proc._replace(pending_counts=()))
+        return with_process(state, s, i, proc._replace(pending_counts=()))
 
     if name == "crash_server":
-        return _with_process(state, s, i, None)
+        return with_process(state, s, i, None)
 
     if name == "stall_server":
         proc = state.processes[s][i]
         state = state._replace(stalled_ever=True)
-        return _with_process(state, s, i, proc._replace(stalled=True))
+        return with_process(state, s, i, proc._replace(stalled=True))
 
     if name == "resume_server":
         proc = state.processes[s][i]
-        return _with_process(state, s, i, proc._replace(stalled=False))
+        return with_process(state, s, i, proc._replace(stalled=False))
 
     if name == "enqueue":
         # The producer's LPUSH of the next task that was not enqueued yet.
@@ -834,7 +835,7 @@ def apply(state: State, action: Action, config: Config) -> State:
                 None
                 if r is None
                 else r
-                if _renewed(state, s, r.inc)
+                if renewed(state, s, r.inc)
                 else r._replace(deadline=max(0, r.deadline - 1))
                 for s, r in enumerate(state.registry)
             )
@@ -880,7 +881,7 @@ def _take_suspect(state: State, s: int, i: int, w: int) -> tuple[State, int]:
         lists=with_list(state.lists, key, (t, *list_of(state, key))),
         records=_set(state.records, t, key),
     )
-    return _with_process(state, s, i, proc._replace(suspect=w)), t
+    return with_process(state, s, i, proc._replace(suspect=w)), t
 
 
 def _record(state: State, s: int, i: int, w: int, t: int, config: Config, executes: bool) -> State:

@@ -18,7 +18,7 @@ from typing import NamedTuple
 
 # --- the clock -----------------------------------------------------------------------------------
 #: A heartbeat sets the deadline to now + TTL.  Healthy servers renew before every tick (see
-#: ``protocol._renewed``), so one tick without renewal expires a registration: deadlines are
+#: ``protocol.renewed``), so one tick without renewal expires a registration: deadlines are
 #: 1 (registered) or 0 (expired, not yet pruned).
 TTL = 1
 
@@ -176,6 +176,7 @@ class Bounds(NamedTuple):
 
 
 def list_of(state: State, key: ListKey) -> tuple[int, ...]:
+    """The tasks in the in-flight list ``key``, left end first (() when it is empty)."""
     for k, tasks in state.lists:
         if k == key:
             return tasks

@@ -109,6 +109,20 @@ def own_connection(client: redis.Redis, key: str) -> redis.connection.Connection
                 pool.connection_class(**pool.connection_kwargs))
 
 
+def reconnect(conn: redis.connection.ConnectionInterface, client: redis.Redis, key: str, *,
+              refresh_map: bool = True) -> redis.connection.ConnectionInterface:
+    """The own connection to use after MOVED, UNBLOCKED or a lost connection: `conn` is dropped;
+    on a cluster, the slot map is re-read (unless `refresh_map` is False: the caller did) and a
+    new own connection goes to the master that owns `key`'s slot now; on a single node `conn`
+    itself stays (it reconnects on its next command)."""
+    conn.disconnect()  # type: ignore[no-untyped-call]
+    if not is_cluster(client):
+        return conn
+    if refresh_map:
+        refresh(client)
+    return own_connection(client, key)
+
+
 def refresh(client: redis.Redis) -> None:
     """Re-read the slot map (after MOVED, UNBLOCKED, or a connection lost to a node that may have
     failed over). A no-op for a single node."""

@@ -15,7 +15,6 @@ ordinary blocking cycle (BLMOVE), so an idle worker still waits on the server, n
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import threading
 from typing import Any
@@ -34,8 +33,8 @@ from .worker import (
     run_until_stopped,
 )
 
-_TAKE = ("EVALSHA", hashlib.sha1(scripts.TAKE_AND_RECORD.encode()).hexdigest(), 4)
-_RELEASE = ("EVALSHA", hashlib.sha1(scripts.RELEASE.encode()).hexdigest())
+_TAKE = ("EVALSHA", scripts.TAKE_AND_RECORD_SCRIPT.sha, 4)
+_RELEASE = ("EVALSHA", scripts.RELEASE_SCRIPT.sha)
 
 log = logging.getLogger("taskcustody.prefetch")
 
@@ -105,7 +104,7 @@ class PrefetchingWorker:
     def register(self) -> None:
         for slot in self.slots:
             slot.register()
-        self.lead.client.script_load(scripts.TAKE_AND_RECORD)
+        scripts.TAKE_AND_RECORD_SCRIPT.load(self.lead.client)
 
     def take_suspect(self) -> tuple[Batch, Exception | None] | None:
         """A suspect, as a batch of one in the lead slot, if our process holds none (see
@@ -249,12 +248,8 @@ class PrefetchingWorker:
     def follow_slot(self, refresh: bool = True) -> None:
         """`Worker.follow_slot` for our pipelines' connection and every slot's (the lead's
         blocking take uses its own): one refresh of the slot map, then each reconnects."""
-        self._conn.disconnect()  # type: ignore[no-untyped-call]
-        client = self.lead.client
-        if cluster.is_cluster(client):
-            if refresh:
-                cluster.refresh(client)
-            self._conn = cluster.own_connection(client, self.lead.keys.queue)
+        self._conn = cluster.reconnect(self._conn, self.lead.client, self.lead.keys.queue,
+                                       refresh_map=refresh)
         for slot in self.slots:
             slot.follow_slot(refresh=False)
 

@@ -104,7 +104,7 @@ def prune_inactive_servers(client: redis.Redis, keys: QueueKeys, now: float) -> 
     return [_text(s) for s in expired]
 
 
-#: Verification only (`taskcustody.verify.harness`); None in production, where it costs one
+#: Verification only (`taskcustody.verify.stepping`); None in production, where it costs one
 #: global lookup per chunk. Called with the list's key after every chunk a drain moves, so that
 #: the stateful machine can let a stalled worker append to the list *while* it is drained: the
 #: interleaving that tells a drain bounded by the LLEN read up front from one that loops until

@@ -11,6 +11,13 @@ record it is with one string comparison (list keys never contain spaces).
 
 from __future__ import annotations
 
+import hashlib
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import redis
+
 # A list is live iff its server is registered with the list's incarnation. Registration, not the
 # clock: a server whose deadline has passed stays live until a sweep prunes it -- which is why the
 # sweep prunes before it drains (or recovery would lag a whole period behind).
@@ -394,3 +401,47 @@ for _, raw in ipairs(due) do
 end
 return moved
 """
+
+
+#: Every Lua script above, by name: exactly what the mutation gate loads as Lua to reject a
+#: mutant that does not compile (mutation/gate.py). The module's other constants are not Lua.
+LUA: dict[str, str] = {
+    "RELEASE": RELEASE,
+    "RELEASE_AND_TAKE": RELEASE_AND_TAKE,
+    "RECORD": RECORD,
+    "TAKE_AND_RECORD": TAKE_AND_RECORD,
+    "DRAIN_CHUNK": DRAIN_CHUNK,
+    "CLAIM": CLAIM,
+    "HEARTBEAT": HEARTBEAT,
+    "DEREGISTER": DEREGISTER,
+    "PRUNE_INACTIVE_SERVERS": PRUNE_INACTIVE_SERVERS,
+    "REQUEUE_STUCK": REQUEUE_STUCK,
+    "FORGET_EMPTY_LIST": FORGET_EMPTY_LIST,
+    "FORGET_DEAD_EMPTY_LISTS": FORGET_DEAD_EMPTY_LISTS,
+    "MIGRATE_LEGACY_REGISTRY": MIGRATE_LEGACY_REGISTRY,
+    "PROMOTE": PROMOTE,
+}
+
+
+@dataclass(frozen=True)
+class Script:
+    """A script called by hash, as redis-py's `Script` holds one but without a client (a worker
+    sends it on its own connection): its source, sent with EVAL when Redis answers NOSCRIPT, and
+    the SHA1 that EVALSHA names it by, computed once."""
+
+    source: str
+    sha: str = field(init=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "sha", hashlib.sha1(self.source.encode()).hexdigest())
+
+    def load(self, client: redis.Redis) -> None:
+        """SCRIPT LOAD: from now on EVALSHA finds it (until the script cache is flushed)."""
+        client.script_load(self.source)
+
+
+# The scripts a worker (worker.py, prefetch.py) calls by hash.
+RECORD_SCRIPT = Script(RECORD)
+RELEASE_SCRIPT = Script(RELEASE)
+TAKE_AND_RECORD_SCRIPT = Script(TAKE_AND_RECORD)
+RELEASE_AND_TAKE_SCRIPT = Script(RELEASE_AND_TAKE)

@@ -10,7 +10,6 @@ the next cycle blocks on the server (`take`), so an idle worker waits there, not
 from __future__ import annotations
 
 import base64
-import hashlib
 import json
 import logging
 import threading
@@ -79,11 +78,6 @@ def _attempts(data: str | bytes) -> int:
     except (ValueError, KeyError, TypeError):
         return 1
 
-
-_RELEASE_SHA = hashlib.sha1(scripts.RELEASE.encode()).hexdigest()
-_RECORD_SHA = hashlib.sha1(scripts.RECORD.encode()).hexdigest()
-_TAKE_SHA = hashlib.sha1(scripts.TAKE_AND_RECORD.encode()).hexdigest()
-_RELEASE_AND_TAKE_SHA = hashlib.sha1(scripts.RELEASE_AND_TAKE.encode()).hexdigest()
 
 
 #: The positions in `Worker.release_args` that change from one task to the next (the result key,
@@ -232,10 +226,9 @@ class Worker:
     def register(self) -> None:
         """Load the scripts our own connection calls by hash. (The list itself is registered by
         every take, in the same round trip: see `take`.)"""
-        self.client.script_load(scripts.RECORD)
-        self.client.script_load(scripts.RELEASE)
-        self.client.script_load(scripts.TAKE_AND_RECORD)
-        self.client.script_load(scripts.RELEASE_AND_TAKE)
+        for script in (scripts.RECORD_SCRIPT, scripts.RELEASE_SCRIPT,
+                       scripts.TAKE_AND_RECORD_SCRIPT, scripts.RELEASE_AND_TAKE_SCRIPT):
+            script.load(self.client)
 
     def reconcile(self) -> int:
         """Drain our own list back to the queue. Only called while we hold nothing, so whatever
@@ -315,7 +308,7 @@ class Worker:
         try:
             try:
                 self._then_wait(replication.TAKE)
-                reply = self._call("EVALSHA", _TAKE_SHA, *args)
+                reply = self._call("EVALSHA", scripts.TAKE_AND_RECORD_SCRIPT.sha, *args)
             except redis.exceptions.NoScriptError:
                 self._then_wait(replication.TAKE)
                 reply = self._call("EVAL", scripts.TAKE_AND_RECORD, *args)
@@ -371,7 +364,7 @@ class Worker:
         self._deferred = ("EVAL", scripts.RECORD, 2, self.list_key, self.keys.processing,
                           task.raw, task.id, self.record_value())
         self._record_refused = False  # an earlier task's refused record is moot now
-        self._send("EVALSHA", _RECORD_SHA, *self._deferred[2:])
+        self._send("EVALSHA", scripts.RECORD_SCRIPT.sha, *self._deferred[2:])
 
     def flush(self) -> None:
         """Read the replies of commands sent without waiting (a synchronisation point for tests
@@ -512,11 +505,8 @@ class Worker:
         the connection is dropped (it reconnects on the next command)."""
         self.dirty = True
         self._unread_replies = 0
-        self._conn.disconnect()  # type: ignore[no-untyped-call]
-        if cluster.is_cluster(self.client):
-            if refresh:
-                cluster.refresh(self.client)
-            self._conn = cluster.own_connection(self.client, self.keys.queue)
+        self._conn = cluster.reconnect(self._conn, self.client, self.keys.queue,
+                                       refresh_map=refresh)
 
     # -- plumbing ----------------------------------------------------------------------------
 
@@ -558,7 +548,7 @@ class Worker:
         """Release (RELEASE), sent again while Redis redirects it (`_redirected`)."""
         args = self.release_args(raw, task_id, action, data)
         return self._redirected(lambda: self.released(
-            self._send_release(args, _RELEASE_SHA, scripts.RELEASE), action))
+            self._send_release(args, scripts.RELEASE_SCRIPT), action))
 
     def _release_and_take_raw(self, raw: bytes, task_id: str, action: str, data: str,
                               take: tuple[str, str, str]) -> tuple[Release, list[Any]]:
@@ -569,8 +559,7 @@ class Worker:
                 *take)
 
         def once() -> tuple[Release, list[Any]]:
-            reply = list(self._send_release(args, _RELEASE_AND_TAKE_SHA,
-                                            scripts.RELEASE_AND_TAKE))
+            reply = list(self._send_release(args, scripts.RELEASE_AND_TAKE_SCRIPT))
             # a suspect taken in the step keeps our process's slot ours (reply[5])
             keep = len(reply) > 5 and int(reply[5]) == 1
             return self.released(reply, action, keep_slot=keep), reply
@@ -597,8 +586,9 @@ class Worker:
                 if kind == cluster.MOVED:
                     self.follow_slot()
 
-    def _send_release(self, args: tuple[Any, ...], sha: str, script: str) -> Any:
-        """Send a release script (by `sha`, then as EVAL after NOSCRIPT) and return its reply."""
+    def _send_release(self, args: tuple[Any, ...], script: scripts.Script) -> Any:
+        """Send a release script (by its SHA, then as EVAL after NOSCRIPT) and return its
+        reply."""
         if self._record_refused and self._deferred:
             # The record was refused by a redirect (it did not run): send it again first, so
             # that it precedes the release as it did.
@@ -607,12 +597,12 @@ class Worker:
         try:
             try:
                 self._then_wait(replication.RELEASE)
-                command = ("EVALSHA", sha, *args)
+                command = ("EVALSHA", script.sha, *args)
                 return self._call(*command, packed=self._packed(command))
             except redis.exceptions.NoScriptError:
                 # The script cache was flushed; NOSCRIPT means it did not run, so EVAL is safe.
                 self._then_wait(replication.RELEASE)
-                return self._call("EVAL", script, *args)
+                return self._call("EVAL", script.source, *args)
         except (redis.ConnectionError, redis.TimeoutError):
             # The release may have run: we cannot know whether we committed. Reconcile later;
             # the release is idempotent (a second one finds nothing to remove and commits nothing).

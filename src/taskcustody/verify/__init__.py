@@ -1,8 +1,12 @@
 """`taskcustody verify`: the model drives the real implementation, with faults injected.
 
 - `faults`: dropped replies injected inside redis-py's connection handling.
-- `harness`: the conformance machine's core (servers, workers, a ManualClock, the mapping from
-  real Redis state to the model's terms), shared by the pytest state machine and the CLI.
+- `harness`: the conformance machine's core (`Harness`), shared by the pytest state machine and
+  the CLI, made of two parts:
+  - `stepping`: set-up, the model's actions on the implementation and on the model, faults and
+    recovery passes (what changes Redis);
+  - `observation`: reading Redis back into the model's terms (the mapping), the checks and the
+    tallies.
 - `broken`: reference implementations of the designs the checker must reject (demonstrations).
 - `report`: the text report and the self-contained HTML page.
 - `cli`: the `taskcustody verify` command.

@@ -64,11 +64,11 @@ class NoReleaseWorker(Worker):
     """2. The release forgets the LREM: the task stays in custody after it committed, and the
     next drain of the list runs it again."""
 
-    def _send_release(self, args: tuple[Any, ...], sha: str, script: str) -> Any:
+    def _send_release(self, args: tuple[Any, ...], script: scripts.Script) -> Any:
         # (RELEASE and RELEASE_AND_TAKE share the release's text)
-        script = script.replace("local held = redis.call('LREM', KEYS[1], 1, ARGV[1])",
-                                "local held = 1")
-        return self._call("EVAL", script, *args)
+        source = script.source.replace("local held = redis.call('LREM', KEYS[1], 1, ARGV[1])",
+                                       "local held = 1")
+        return self._call("EVAL", source, *args)
 
 
 def _collect_garbage(server: Server) -> list[str]:
@@ -305,24 +305,25 @@ class CompositePopsNextWorker(Worker):
     into the in-flight list: one round trip per task like the real step, but the task it took has
     no custody. A lost reply loses it, as in design 1."""
 
-    def _send_release(self, args: tuple[Any, ...], sha: str, script: str) -> Any:
-        if script != scripts.RELEASE_AND_TAKE:
-            return super()._send_release(args, sha, script)
-        script = scripts.RELEASE_AND_TAKE.replace(
+    def _send_release(self, args: tuple[Any, ...], script: scripts.Script) -> Any:
+        if script != scripts.RELEASE_AND_TAKE_SCRIPT:
+            return super()._send_release(args, script)
+        source = scripts.RELEASE_AND_TAKE.replace(
             "local raw = redis.call('LMOVE', source, KEYS[1], 'RIGHT', 'LEFT')",
             "local raw = redis.call('RPOP', source)")
-        script = script.replace("  redis.call('HSET', KEYS[2], id, ARGV[9])\n", "")
-        return self._call("EVAL", script, *args)
+        source = source.replace("  redis.call('HSET', KEYS[2], id, ARGV[9])\n", "")
+        return self._call("EVAL", source, *args)
 
 
 class CompositeCommitsUnheldWorker(Worker):
     """15. The composite step's release commits whether or not the task was still in the own
     list: a worker judged dead (stalled) commits a task that recovery already put back."""
 
-    def _send_release(self, args: tuple[Any, ...], sha: str, script: str) -> Any:
-        if script != scripts.RELEASE_AND_TAKE:
-            return super()._send_release(args, sha, script)
-        return self._call("EVAL", script.replace("if held == 1 then", "if true then"), *args)
+    def _send_release(self, args: tuple[Any, ...], script: scripts.Script) -> Any:
+        if script != scripts.RELEASE_AND_TAKE_SCRIPT:
+            return super()._send_release(args, script)
+        return self._call("EVAL", script.source.replace("if held == 1 then", "if true then"),
+                          *args)
 
 
 class CompositePopsNextServer(_DemoServer):

@@ -55,7 +55,7 @@ def _model(h: Harness, action: Action, fault: str = "") -> None:
                               actor_of(action, h.state)))
     if fault:
         h.counts[fault] += 1
-    h._model(action)
+    h.model_step(action)
 
 
 def _pipelined(h: Harness, s: int, i: int, workers: list[int]) -> PrefetchingWorker:
@@ -80,7 +80,7 @@ def prefetching_take(h: Harness, s: int, i: int, lost_at: int | None) -> None:
     pw = _pipelined(h, s, i, workers)
     # As `PrefetchingWorker.register` does (here, unfaulted): a lost reply must be the reply of a
     # take that ran, not of a NOSCRIPT answer.
-    h.admin.script_load(scripts.TAKE_AND_RECORD)
+    scripts.TAKE_AND_RECORD_SCRIPT.load(h.admin)
     if lost_at is not None:
         h.injector.arm("EVALSHA", connection=pw._conn, skip=lost_at)
     try:
@@ -111,7 +111,7 @@ def prefetching_take(h: Harness, s: int, i: int, lost_at: int | None) -> None:
                                        "take brought none")
         raw, _ = received[ws.worker.list_key]
         ws.task, ws.stage = decode(raw), RECORDED
-    h._settle()
+    h.settle()
 
 
 def prefetching_release(h: Harness, s: int, i: int, lost_at: int | None) -> None:
@@ -149,4 +149,4 @@ def prefetching_release(h: Harness, s: int, i: int, lost_at: int | None) -> None
             _model(h, Action("release", s, i, w))
         if slot.server.superseded:
             slot.workers[w].stopped = True  # as after a single release
-    h._settle()
+    h.settle()

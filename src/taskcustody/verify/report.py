@@ -22,7 +22,7 @@ class DiagramStep:
     actor: str  # lifeline: "s0#1 w0", "s0#1", "s0" (a claim), "" (the clock)
     label: str  # what happened, short ("take", "release")
     text: str  # the numbered step in words
-    kind: str  # "command" | "lost" | "crash" | "note" | "clock" | "local"
+    kind: str  # "command" | "lost" | "crash" | "note" | "clock"
 
 
 _NOTES = {"stall_server": "stall [fault]", "resume_server": "resume",
@@ -38,8 +38,6 @@ def _kind_and_label(name: str, command: str) -> tuple[str, str]:
         return "note", _NOTES[name]
     if name == "advance_clock":
         return "clock", "clock advances one tick"
-    if name == "execute":
-        return "local", "execute handler"
     return "command", name
 
 
