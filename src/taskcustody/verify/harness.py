@@ -193,6 +193,10 @@ class StepRecord:
     #: who acted, for sequence diagrams: "s0#1 w0" (server 0, model incarnation 1, worker 0),
     #: "s0#1" (that server process), "s0" (a claim of id s0) or "" (the clock)
     actor: str = ""
+    #: the states after the step, the model's and Redis's read back in the model's terms, as the
+    #: check after it saw them (None: no check ran after this step, e.g. a step inside a pass)
+    model: State | None = None
+    real: State | None = None
 
 
 def _text(v: bytes | str) -> str:
@@ -1069,6 +1073,8 @@ class Harness:
         both."""
         real = self.observe()
         model = self.state
+        if self.steps:  # for the report: what this check saw after the last step
+            self.steps[-1].model, self.steps[-1].real = model, real
         for name, have in (("model", model), ("real", real)):
             bad = check_invariants(have, self.config)
             if bad is not None:
