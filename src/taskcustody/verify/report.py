@@ -133,6 +133,11 @@ def _faults_line(faults: dict[str, int]) -> str:
     return ", ".join(f"{k} x{v}" if v > 1 else k for k, v in faults.items())
 
 
+def _counts_line(counts: dict[str, int]) -> str:
+    return "counts in this example (read from Redis when it ended): " + ", ".join(
+        f"{k} {v}" for k, v in counts.items())
+
+
 def _indented(lines: list[str], pad: str) -> list[str]:
     return [pad + x for x in lines]
 
@@ -145,8 +150,7 @@ def counterexample_text(c: Counterexample) -> list[str]:
     lines += [f"    why it matters: {b.why}",
               f"  faults in this counterexample: {_faults_line(c.faults)}"]
     if c.counts:
-        lines.append("  counts in this example: " + ", ".join(
-            f"{k} {v}" for k, v in c.counts.items()))
+        lines.append("  " + _counts_line(c.counts))
     lines.append(f"  0. {c.start}")
     lines.append("       state" + (f" ({c.start_note})" if c.start_note else "") + ":")
     lines += _indented(c.start_state, "         ")
@@ -359,7 +363,8 @@ ol.steps > li { border: 1px solid #ddd; border-radius: 4px; margin: .6em 0; padd
 .state h4 { margin: .2em 0; font-size: .9em; color: #555; }
 .state ul, .difference ul { margin: .2em 0; padding-left: 1.2em; }
 .state li, .difference li { margin: .1em 0; }
-.same { color: #555; align-self: center; }
+li.meaning { list-style: none; font-weight: bold; color: #900; }
+p.meaning { margin-left: 1.2em; font-weight: bold; color: #900; }
 .difference { border-left: 4px solid #b00; background: #fdf1f1; padding: .3em .7em;
   margin-top: .4em; }
 .difference h4 { margin: .2em 0; font-size: .9em; }
@@ -374,7 +379,10 @@ def _table(rows: list[tuple[str, str]], numeric: bool = False) -> str:
 
 
 def _items(lines: list[str]) -> str:
-    return "<ul>" + "".join(f"<li>{html.escape(x)}</li>" for x in lines) + "</ul>"
+    """A list; an indented line (what the line above means) is set apart."""
+    return "<ul>" + "".join(
+        f'<li class="meaning">{html.escape(x.strip())}</li>' if x.startswith(" ") else
+        f"<li>{html.escape(x)}</li>" for x in lines) + "</ul>"
 
 
 def _state(title: str, lines: list[str], cls: str) -> str:
@@ -394,14 +402,15 @@ def _step_html(s: narrate.Step) -> str:
                    "inside a pass, or the step itself failed)</div>")
     elif s.real is None:
         out.append(_state("state after it (the model's)", s.model, "model"))
-    else:
-        redis = (_state("as read from Redis", s.real, "redis") if s.difference else
-                 '<div class="state redis same">as read from Redis: the same</div>')
+    elif not s.difference:  # one state, full width: the two sides agree
+        out.append(_state("state after it, the model's (Redis read back the same)", s.model,
+                          "model redis same"))
+    else:  # side by side, then what differs
         out.append('<div class="states">' + _state("state after it, the model's", s.model,
-                                                     "model") + redis + "</div>")
-        if s.difference:
-            out.append('<div class="difference"><h4>how Redis differs from the model</h4>'
-                       + _items(s.difference) + "</div>")
+                                                     "model")
+                   + _state("as read from Redis", s.real, "redis") + "</div>")
+        out.append('<div class="difference"><h4>how Redis differs from the model</h4>'
+                   + _items(s.difference) + "</div>")
     out.append("</li>")
     return "".join(out)
 
@@ -409,16 +418,15 @@ def _step_html(s: narrate.Step) -> str:
 def counterexample_html(c: Counterexample) -> str:
     e = html.escape
     b = c.broken
-    counts = ("<p>counts in this example: " + e(", ".join(f"{k} {v}" for k, v in
-                                                        c.counts.items())) + "</p>"
-              if c.counts else "")
+    counts = f"<p>{e(_counts_line(c.counts))}</p>" if c.counts else ""
     out = [
         f'<section id="{c.anchor}" class="counterexample">',
         f"<h2>{e(c.title[0].upper() + c.title[1:])}</h2>",
         '<div class="property">',
         f'<p><strong>property broken: <span class="name">{e(b.property)}</span></strong>'
         + (f" ({e(b.side)})" if b.side else "") + "</p>",
-        *(f'<p class="message">{e(x)}</p>' for x in b.message),
+        *(f'<p class="message meaning">{e(x.strip())}</p>' if x.startswith(" ") else
+          f'<p class="message">{e(x)}</p>' for x in b.message),
         f'<p class="why">why it matters: {e(b.why)}</p>',
         "</div>",
         f'<p class="faults">faults in this counterexample: {e(_faults_line(c.faults))}</p>',
