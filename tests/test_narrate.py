@@ -115,3 +115,9 @@ def test_a_broken_property_gets_its_side_and_its_sentence() -> None:
     assert c.message == ["task 0: the model has it ..."]  # words, not the tuples
     assert c.side == "Redis against the model" and c.why == narrate.HARNESS_WHY["conformance"]
     assert narrate.broken("eventual", "x").why == WHY["eventual-recovery"]
+
+
+def test_a_property_broken_during_recovery_says_so() -> None:
+    step = narrate.Step(1, "take", "", [], [], [], recovery=True)
+    b = narrate.broken("real:no-loss", "task 0 is lost", step)
+    assert b.side == "in the state read from Redis, during recovery, after faults stopped"

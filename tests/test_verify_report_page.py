@@ -112,6 +112,11 @@ def test_the_stateful_counterexample_has_an_entry_per_step_with_fault_and_states
     assert "that is a loss" in one(last.find("div", cls="difference")).all_text()
     prop = one(section.find("div", cls="property")).all_text()
     assert "no-loss" in prop and "in the state read from Redis" in prop and WHY["no-loss"] in prop
+    assert "during recovery, after faults stopped" in prop
+    # the example chose no step: the take is recovery's, after faults stopped, and said so
+    assert "recovery" in last.classes
+    entries = one(section.find("ol", cls="steps")).children
+    assert "phase" in entries[entries.index(last) - 1].classes
     # the setup's state, before the first step
     start = one(section.find("li", cls="start")).all_text()
     assert "task 0: in the queue (1st to be taken)" in start
@@ -157,10 +162,15 @@ def test_the_terminal_report_says_the_same_in_the_same_order(blpop_take: Result)
     totals = out.index("totals over all")
     assert stateful < totals
     part = out[stateful:totals]
-    assert "property broken: no-loss (in the state read from Redis)" in part
+    assert ("property broken: no-loss (in the state read from Redis, during recovery, after "
+            "faults stopped)") in part
     assert f"why it matters: {WHY['no-loss']}" in part
     assert "faults in this counterexample: none" in part
-    assert "  1. server 0 (incarnation 0) worker 0: take\n       fault: none\n" in part
+    # the example chose no step: the take is recovery's, after faults stopped
+    assert ("  -- faults stop here: from now on the protocol's own steps run (recovery) until "
+            "every task has committed --\n"
+            "  1. server 0 (incarnation 0) worker 0: take  [recovery]\n"
+            "       fault: none\n") in part
     assert "as read from Redis:\n         task 0: in no queue or list" in part
     assert "faults injected by kind" not in part and "crash_server" not in part
     assert "crash_server" in out[totals:]

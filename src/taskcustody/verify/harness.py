@@ -197,6 +197,8 @@ class StepRecord:
     #: check after it saw them (None: no check ran after this step, e.g. a step inside a pass)
     model: State | None = None
     real: State | None = None
+    #: a step of `Harness.recover` (faults have stopped), not one the machine chose
+    recovery: bool = False
 
 
 def _text(v: bytes | str) -> str:
@@ -248,6 +250,7 @@ class Harness:
         self.recovered = 0  # tasks moved back to the queue by recovery (model-counted)
         self.steps_during_drains = 0  # worker steps interleaved between the moves of a drain
         self.seconds = 0.0
+        self.recovering = False  # in `recover`: its steps are marked so in the step records
         # Ghost records, kept outside Redis (a wipe cannot touch them): per task, enqueued /
         # waiting / wiped, and the commits read back before each wipe.
         self.status = list(self.state.status)
@@ -381,7 +384,8 @@ class Harness:
         steps the list's owner may take then (see the module doc); None lets the drain go on."""
         started = time.perf_counter()
         self.steps.append(StepRecord(len(self.steps) + 1, action, self.describe(action),
-                                     action.is_fault, actor_of(action, self.state)))
+                                     action.is_fault, actor_of(action, self.state),
+                                     recovery=self.recovering))
         try:
             self._step(action, drop_at, variant, interleave)
         finally:
@@ -1093,6 +1097,7 @@ class Harness:
         """Faults stop; recovery and workers run until quiescent (the model's `is_done`).
         Returns the steps taken; raises `Mismatch` if the run does not get there."""
         self.injector.disarm_all()
+        self.recovering = True
         taken = 0
         while not is_done(self.state):
             if taken >= limit:

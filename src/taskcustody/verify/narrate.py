@@ -281,6 +281,12 @@ class Step:
     model: list[str] | None  # the state after it, the model's (None: not read back)
     real: list[str] | None  # ... as read from Redis (None: not read back, or a model trace)
     difference: list[str] = field(default_factory=list)
+    recovery: bool = False  # run by the recovery at the end of an example, after faults stopped
+
+
+#: Said before the first recovery step of a stateful example.
+RECOVERY_STARTS = ("faults stop here: from now on the protocol's own steps run (recovery) until "
+                   "every task has committed")
 
 
 def from_records(steps: list[StepRecord]) -> list[Step]:
@@ -291,7 +297,7 @@ def from_records(steps: list[StepRecord]) -> list[Step]:
         real = describe(s.real) if s.real is not None else None
         diff = difference(s.model, s.real) if s.model is not None and s.real is not None \
             else []
-        out.append(Step(s.index, s.text, fault_of(s.action), model, real, diff))
+        out.append(Step(s.index, s.text, fault_of(s.action), model, real, diff, s.recovery))
     return out
 
 
@@ -336,7 +342,8 @@ class Broken:
 
 def broken(kind: str, message: str, last: Step | None = None) -> Broken:
     """`kind` and `message` as the check raised them (`harness.Mismatch`, or a model checker's
-    violation); `last`, the failing step in words, says a conformance failure task by task."""
+    violation); `last`, the failing step in words, says a conformance failure task by task (if
+    its check read Redis back) and whether it broke during recovery."""
     side, _, name = kind.rpartition(":") if kind.startswith(("model:", "real:")) \
         else ("", "", kind)
     sides = {"model": "in the model's state", "real": "in the state read from Redis",
@@ -348,4 +355,7 @@ def broken(kind: str, message: str, last: Step | None = None) -> Broken:
     if why is None:
         why = _MAPPING_WHY if name in ("commits", "registry", "mapping", "clock") else (
             "The implementation's step did not do what the model predicts for it.")
-    return Broken(name, sides.get(side, ""), text, why)
+    where = sides.get(side, "")
+    if last is not None and last.recovery:
+        where = ", ".join(x for x in (where, "during recovery, after faults stopped") if x)
+    return Broken(name, where, text, why)

@@ -49,6 +49,7 @@ def from_records(steps: list[StepRecord]) -> list[DiagramStep]:
     out = []
     for s in steps:
         kind, label = _kind_and_label(s.action.name, s.action.command)
+        label += " (recovery)" if s.recovery else ""
         out.append(DiagramStep(s.index, s.actor, label, s.text, kind))
     return out
 
@@ -98,14 +99,11 @@ def model_counterexample(trace: Trace) -> Counterexample:
 
 def stateful_counterexample(result: Result, f: Failure) -> Counterexample:
     steps = narrate.from_records(f.steps)
-    last = next((s for s in reversed(steps) if s.model is not None), None)
-    if last is not None and last.index != len(steps):
-        last = None  # the failing step was not read back: its check did not run
     return Counterexample(
         "stateful-counterexample",
         f"stateful run's counterexample ({_steps(len(steps))}, shrunk), on the real "
         "implementation",
-        narrate.broken(f.kind, f.message, last),
+        narrate.broken(f.kind, f.message, steps[-1] if steps else None),
         "setup: tasks enqueued, servers claimed, workers registered",
         narrate.describe(initial_state(result.options.stateful_bounds)),
         "Redis matched the model", steps, from_records(f.steps),
@@ -154,8 +152,10 @@ def counterexample_text(c: Counterexample) -> list[str]:
     lines.append(f"  0. {c.start}")
     lines.append("       state" + (f" ({c.start_note})" if c.start_note else "") + ":")
     lines += _indented(c.start_state, "         ")
-    for s in c.steps:
-        lines.append(f"  {s.index}. {s.text}")
+    for n, s in enumerate(c.steps):
+        if s.recovery and (n == 0 or not c.steps[n - 1].recovery):
+            lines.append(f"  -- {narrate.RECOVERY_STARTS} --")
+        lines.append(f"  {s.index}. {s.text}" + ("  [recovery]" if s.recovery else ""))
         lines.append(f"       fault: {s.fault or 'none'}")
         if s.model is None:
             lines.append("       state: not read back after this step (a step inside a pass, "
@@ -357,6 +357,10 @@ td.n { text-align: right; font-variant-numeric: tabular-nums; }
 ol.steps { list-style: none; padding: 0; }
 ol.steps > li { border: 1px solid #ddd; border-radius: 4px; margin: .6em 0; padding: .4em .8em; }
 .action { font-weight: bold; } .num { color: #666; margin-right: .4em; }
+.tag { font-weight: normal; font-size: .85em; background: #e6f0e6; border-radius: 3px;
+  padding: 0 .4em; margin-left: .5em; }
+ol.steps > li.phase { border: none; border-top: 2px dashed #7a7; border-radius: 0;
+  color: #474; font-style: italic; }
 .fault { margin: .2em 0; } .fault.some { color: #b00; } .fault.none { color: #666; }
 .states { display: grid; grid-template-columns: 1fr 1fr; gap: .8em; }
 .state { background: #f6f6f6; padding: .3em .7em; }
@@ -391,8 +395,10 @@ def _state(title: str, lines: list[str], cls: str) -> str:
 
 def _step_html(s: narrate.Step) -> str:
     e = html.escape
-    out = [f'<li class="step" data-step="{s.index}"><div class="action"><span class="num">'
-           f"{s.index}.</span>{e(s.text)}</div>"]
+    cls, tag = ("step recovery", ' <span class="tag">recovery</span>') if s.recovery else \
+        ("step", "")
+    out = [f'<li class="{cls}" data-step="{s.index}"><div class="action"><span class="num">'
+           f"{s.index}.</span>{e(s.text)}{tag}</div>"]
     if s.fault:
         out.append(f'<div class="fault some">fault: {e(s.fault)}</div>')
     else:
@@ -436,8 +442,11 @@ def counterexample_html(c: Counterexample) -> str:
         f'<li class="start"><div class="action"><span class="num">0.</span>{e(c.start)}</div>'
         + _state("state" + (f" ({c.start_note})" if c.start_note else ""), c.start_state,
                  "model") + "</li>",
-        *(_step_html(s) for s in c.steps),
     ]
+    for n, s in enumerate(c.steps):
+        if s.recovery and (n == 0 or not c.steps[n - 1].recovery):
+            out.append(f'<li class="phase">{e(narrate.RECOVERY_STARTS)}</li>')
+        out.append(_step_html(s))
     if c.end:
         out.append(f'<li class="end"><div class="action"><span class="num">'
                    f"{len(c.steps) + 1}.</span>{e(c.end)}</div></li>")
