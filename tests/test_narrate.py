@@ -121,3 +121,8 @@ def test_a_property_broken_during_recovery_says_so() -> None:
     step = narrate.Step(1, "take", "", [], [], [], recovery=True)
     b = narrate.broken("real:no-loss", "task 0 is lost", step)
     assert b.side == "in the state read from Redis, during recovery, after faults stopped"
+
+
+def test_a_model_message_names_lists_as_the_sentences_do() -> None:
+    b = narrate.broken("bounded-work", "a drain of inflight:0:1:0 made 2 moves")
+    assert b.message == ["a drain of inflight:s0:1:w0 made 2 moves"]

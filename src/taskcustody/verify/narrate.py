@@ -11,6 +11,7 @@ of server id s0's incarnation 1, and ``worker s0:1:w0`` is that worker.
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -329,6 +330,15 @@ _MAPPING_WHY = ("Redis's state must map onto the model's terms (known incarnatio
                 "a commit log that matches the commit counter): otherwise it cannot be checked.")
 
 
+_MODEL_LIST = re.compile(r"\binflight:(\d+):(\d+):(\d+)\b")
+
+
+def in_our_names(text: str) -> str:
+    """A model message with its list names as these sentences give them (the model says
+    ``inflight:0:1:0`` for ``inflight:s0:1:w0``)."""
+    return _MODEL_LIST.sub(lambda m: list_name((int(m[1]), int(m[2]), int(m[3]))), text)
+
+
 @dataclass(frozen=True)
 class Broken:
     """The property that broke: its name, on which side, what the check said, and why it
@@ -348,13 +358,13 @@ def broken(kind: str, message: str, last: Step | None = None) -> Broken:
         else ("", "", kind)
     sides = {"model": "in the model's state", "real": "in the state read from Redis",
              "": "Redis against the model" if name == "conformance" else ""}
-    text = [message]
+    text = [in_our_names(message)]
     if name == "conformance" and last is not None and last.difference:
         text = list(last.difference)
     why = WHY.get(name) or HARNESS_WHY.get(name)
     if why is None:
         why = _MAPPING_WHY if name in ("commits", "registry", "mapping", "clock") else (
-            "The implementation's step did not do what the model predicts for it.")
+            "The implementation's step failed, or did what the model does not predict for it.")
     where = sides.get(side, "")
     if last is not None and last.recovery:
         where = ", ".join(x for x in (where, "during recovery, after faults stopped") if x)
