@@ -179,6 +179,46 @@ INVARIANTS: dict[str, Callable[[State, Config], str | None]] = {
 }
 
 
+#: Why each property matters, in one sentence a reader of a counterexample can check against its
+#: states (reports print it beside the broken property; a test keeps one per property).
+WHY: dict[str, str] = {
+    "no-loss": (
+        "Every enqueued task that has not committed must be somewhere recovery can find it (the "
+        "queue, the suspects list, the scheduled set or an in-flight list): a task in none of "
+        "them, held at most in a worker's memory, is gone for good once that worker dies."),
+    "no-duplication": (
+        "A task must be in at most one place at a time, and nowhere once it has committed: a "
+        "task in two places, or queued after its commit, will be run twice."),
+    "no-double-commit": (
+        "A task must commit once: a second commit means its handler ran to completion twice and "
+        "its effects happened twice."),
+    "no-double-execution": (
+        "Unless some process stalled (and so looked dead to the others), no two live workers may "
+        "hold the same task: while the deployment is healthy, execution is exclusive."),
+    "registered-custody": (
+        "Every in-flight list that holds a task must be in the registry of in-flight lists, "
+        "because recovery finds lists only there: a task in an unregistered list is stranded "
+        "when its holder dies."),
+    "bounded-executions": (
+        "With poison-pill detection a task may start at most max_recoveries + 1 times: more "
+        "means a task that keeps killing its workers is never dead-lettered."),
+    "suspects-run-alone": (
+        "A process may hold at most one recovered (suspect) task at a time, so that when a poison "
+        "pill kills it only the pill's count grows and no innocent task is dead-lettered with it."),
+    "bounded-work": (
+        "A drain must stop after as many moves as its list held when it started: one that goes "
+        "on while the list's live owner refills it never ends, and steals that owner's tasks."),
+    "prompt-recovery": (
+        "A sweep pass must drain every list that is dead when it starts, and a startup drain "
+        "every list of its server id's earlier incarnations: a list left behind keeps a dead "
+        "holder's tasks from every worker for as long as nothing else recovers them."),
+    "eventual-recovery": (
+        "Once faults stop, the protocol's own steps must bring every task to exactly one commit "
+        "with nothing left in the queue, the lists or the records: from a state where no "
+        "sequence of steps gets there, some task is stranded forever."),
+}
+
+
 def check_invariants(state: State, config: Config) -> Violation | None:
     for name, inv in INVARIANTS.items():
         msg = inv(state, config)

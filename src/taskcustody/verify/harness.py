@@ -27,13 +27,12 @@ from ..clock import ManualClock
 from ..keys import QueueKeys
 from ..settings import Settings
 from . import faults
-from .observation import TICK, Mismatch, ProcSlot, WorkerSlot, diff
+from .observation import TICK, Mismatch, ProcSlot, StepRecord, WorkerSlot, diff
 from .stepping import (
     VERIFY_SETTINGS,
     Interleave,
     ServerFactory,
     Stepping,
-    StepRecord,
     actor_of,
     default_server,
 )
@@ -101,6 +100,7 @@ class Harness(Stepping):
         self.enqueued = 0
         self.recovered = 0  # tasks moved back to the queue by recovery (model-counted)
         self.steps_during_drains = 0  # worker steps interleaved between the moves of a drain
+        self.recovering = False  # in `recover`: its steps are marked so in the step records
         self.seconds = 0.0
         # Ghost records, kept outside Redis (a wipe cannot touch them): per task, enqueued /
         # waiting / wiped, and the commits read back before each wipe.

@@ -20,7 +20,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 import redis
-from taskcustody_model import Config, State, check_invariants
+from taskcustody_model import Action, Config, State, check_invariants
 from taskcustody_model.state import (
     CLAIMED,
     CRASHED,
@@ -106,6 +106,25 @@ def _text(v: bytes | str) -> str:
     return v.decode() if isinstance(v, bytes) else v
 
 
+@dataclass
+class StepRecord:
+    """One step of a run, for reports: the action and who/what it touched."""
+
+    index: int
+    action: Action
+    text: str
+    fault: bool
+    #: who acted, for sequence diagrams: "s0#1 w0" (server 0, model incarnation 1, worker 0),
+    #: "s0#1" (that server process), "s0" (a claim of id s0) or "" (the clock)
+    actor: str = ""
+    #: the states after the step, the model's and Redis's read back in the model's terms, as the
+    #: check after it saw them (None: no check ran after this step, e.g. a step inside a pass)
+    model: State | None = None
+    real: State | None = None
+    #: a step of `Harness.recover` (faults have stopped), not one the machine chose
+    recovery: bool = False
+
+
 class Observation:
     """Reads one run's Redis back in the model's terms and judges it. The attributes are the
     run's, set up by `Harness` and kept current by its stepping part."""
@@ -126,6 +145,7 @@ class Observation:
     commits_before_wipes: Counter[int]
     enqueued: int
     recovered: int  # tasks moved back to the queue by recovery (model-counted)
+    steps: list[StepRecord]
 
     # -- naming --------------------------------------------------------------------------------
 
@@ -283,6 +303,8 @@ class Observation:
         both."""
         real = self.observe()
         model = self.state
+        if self.steps:  # for the report: what this check saw after the last step
+            self.steps[-1].model, self.steps[-1].real = model, real
         for name, have in (("model", model), ("real", real)):
             bad = check_invariants(have, self.config)
             if bad is not None:

@@ -8,10 +8,12 @@ import html
 from dataclasses import dataclass
 
 from taskcustody_model.checker import Trace
-from taskcustody_model.trace import describe_action, describe_state
+from taskcustody_model.state import initial_state
+from taskcustody_model.trace import describe_action
 
+from . import narrate
 from .harness import StepRecord, actor_of
-from .run import Result
+from .run import Failure, Result
 
 # -- the steps of a counterexample, in one shape for both sources ---------------------------------
 
@@ -45,6 +47,7 @@ def from_records(steps: list[StepRecord]) -> list[DiagramStep]:
     out = []
     for s in steps:
         kind, label = _kind_and_label(s.action.name, s.action.command)
+        label += " (recovery)" if s.recovery else ""
         out.append(DiagramStep(s.index, s.actor, label, s.text, kind))
     return out
 
@@ -60,8 +63,116 @@ def from_trace(trace: Trace) -> list[DiagramStep]:
     return out
 
 
-def numbered(steps: list[DiagramStep]) -> list[str]:
-    return [f"{s.index:3}. {s.text}" for s in steps]
+# -- the counterexamples, in words (narrate.py), for both layouts ------------------------------
+
+
+@dataclass(frozen=True)
+class Counterexample:
+    """One counterexample as the report shows it."""
+
+    anchor: str  # the HTML section's id
+    title: str
+    broken: narrate.Broken
+    start: str  # step 0 in words
+    start_state: list[str]
+    start_note: str
+    steps: list[narrate.Step]
+    diagram: list[DiagramStep]
+    faults: dict[str, int]  # the faults of this counterexample alone, by kind
+    counts: dict[str, int]  # tallies of this example (empty: none)
+    end: str = ""  # what follows the last step (a model trace's eventual violation)
+
+
+def model_counterexample(trace: Trace) -> Counterexample:
+    steps = narrate.from_trace(trace)
+    return Counterexample(
+        "model-counterexample",
+        f"model checker's counterexample ({_steps(len(steps))}, shortest)",
+        narrate.broken(trace.property, trace.message, steps[-1] if steps else None),
+        "initial state", narrate.describe(trace.initial), "", steps, from_trace(trace),
+        narrate.faults_by_kind(step.action for step in trace.steps), {},
+        "then faults stop: no sequence of protocol steps recovers every task"
+        if trace.eventual else "")
+
+
+def stateful_counterexample(result: Result, f: Failure) -> Counterexample:
+    steps = narrate.from_records(f.steps)
+    return Counterexample(
+        "stateful-counterexample",
+        f"stateful run's counterexample ({_steps(len(steps))}, shrunk), on the real "
+        "implementation",
+        narrate.broken(f.kind, f.message, steps[-1] if steps else None),
+        "setup: tasks enqueued, servers claimed, workers registered",
+        narrate.describe(initial_state(result.options.stateful_bounds)),
+        "Redis matched the model", steps, from_records(f.steps),
+        # (no tallies: the failing state could not be read back as a whole)
+        narrate.faults_by_kind(s.action for s in f.steps), result.counts if f.tallies else {})
+
+
+def _steps(n: int) -> str:
+    return f"{n} step" + ("" if n == 1 else "s")
+
+
+def counterexamples(result: Result) -> list[Counterexample]:
+    out = []
+    m = result.model
+    if m is not None and m.violation is not None:
+        out.append(model_counterexample(m.violation))
+    if result.failure is not None:
+        out.append(stateful_counterexample(result, result.failure))
+    return out
+
+
+def _faults_line(faults: dict[str, int]) -> str:
+    if not faults:
+        return "none: the property broke on the protocol's own steps"
+    return ", ".join(f"{k} x{v}" if v > 1 else k for k, v in faults.items())
+
+
+def _counts_line(counts: dict[str, int]) -> str:
+    return "counts in this example (read from Redis when it ended): " + ", ".join(
+        f"{k} {v}" for k, v in counts.items())
+
+
+def _indented(lines: list[str], pad: str) -> list[str]:
+    return [pad + x for x in lines]
+
+
+def counterexample_text(c: Counterexample) -> list[str]:
+    b = c.broken
+    lines = [c.title + ":",
+             f"  property broken: {b.property}" + (f" ({b.side})" if b.side else "")]
+    lines += _indented(b.message, "    ")
+    lines += [f"    why it matters: {b.why}",
+              f"  faults in this counterexample: {_faults_line(c.faults)}"]
+    if c.counts:
+        lines.append("  " + _counts_line(c.counts))
+    lines.append(f"  0. {c.start}")
+    lines.append("       state" + (f" ({c.start_note})" if c.start_note else "") + ":")
+    lines += _indented(c.start_state, "         ")
+    for n, s in enumerate(c.steps):
+        if s.recovery and (n == 0 or not c.steps[n - 1].recovery):
+            lines.append(f"  -- {narrate.RECOVERY_STARTS} --")
+        lines.append(f"  {s.index}. {s.text}" + ("  [recovery]" if s.recovery else ""))
+        lines.append(f"       fault: {s.fault or 'none'}")
+        if s.model is None:
+            lines.append("       state: not read back after this step (a step inside a pass, "
+                         "or the step itself failed)")
+            continue
+        lines.append("       state after it" + (", the model's:" if s.real is not None else ":"))
+        lines += _indented(s.model, "         ")
+        if s.real is None:
+            continue
+        if not s.difference:
+            lines.append("       as read from Redis: the same")
+            continue
+        lines.append("       as read from Redis:")
+        lines += _indented(s.real, "         ")
+        lines.append("       how Redis differs from the model:")
+        lines += _indented(s.difference, "         ")
+    if c.end:
+        lines.append(f"  {len(c.steps) + 1}. {c.end}")
+    return lines
 
 
 # -- text -----------------------------------------------------------------------------------------
@@ -77,6 +188,13 @@ def verdict(result: Result) -> str:
     if variant != "correct":
         return f"VIOLATION FOUND in the broken design {variant!r} (as it should be)"
     return "VIOLATION FOUND: a property failed (see the counterexample)"
+
+
+def totals_title(result: Result) -> str:
+    n = result.stats.examples
+    return (f"totals over all {n:,} example" + ("" if n == 1 else "s")
+            + " of the stateful run" + (", not only the counterexample's"
+                                        if result.failure else ""))
 
 
 def text_report(result: Result) -> str:
@@ -104,34 +222,19 @@ def text_report(result: Result) -> str:
             f"({s.recovery_steps:,} of them recovery), {result.steps_per_second:,.0f} steps/s, "
             f"{result.stateful_seconds:.1f} s"
             + (f", seed {o.seed}" if o.seed is not None else ", derandomized"))
-        faults = sorted(s.faults.items())
-        lines.append("faults injected by kind:" + ("" if faults else " none"))
-        for kind, n in faults:
-            lines.append(f"  {kind:32} {n:8,}")
-        scope = "the failing example" if result.failure else "all examples, after recovery"
-        lines.append(f"counts ({scope}):")
-        for k, v in result.counts.items():
-            lines.append(f"  {k:32} {v:8,}")
     lines.append(f"time:          {result.seconds:.1f} s")
     lines.append("versions:      " + ", ".join(
         f"{k} {v}" for k, v in result.versions.items() if k != "server"))
-    if m is not None and m.violation is not None:
-        lines += ["", f"model checker's counterexample ({len(m.violation)} steps, shortest):",
-                  f"  property violated: {m.violation.property}: {m.violation.message}",
-                  "    0. initial state"]
-        lines += ["  " + x for x in numbered(from_trace(m.violation))]
-        last = m.violation.steps[-1].state if m.violation.steps else m.violation.initial
-        lines.append("  state after the last step:")
-        lines.append(describe_state(last, indent="    "))
-        if m.violation.eventual:
-            lines.append("  then faults stop: no sequence of protocol steps recovers every task")
-    f = result.failure
-    if f is not None:
-        lines += ["", f"stateful run's counterexample ({len(f.steps)} steps, shrunk), "
-                      "on the real implementation:",
-                  f"  {f.kind}: {f.message}", "    0. setup: tasks enqueued, servers claimed, "
-                                                 "workers registered"]
-        lines += ["  " + x for x in numbered(from_records(f.steps))]
+    for c in counterexamples(result):
+        lines += ["", *counterexample_text(c)]
+    if o.stateful:
+        faults = sorted(result.stats.faults.items())
+        lines += ["", totals_title(result) + ":",
+                  "  faults injected by kind:" + ("" if faults else " none")]
+        lines += [f"    {kind:32} {n:8,}" for kind, n in faults]
+        if result.failure is None:
+            lines.append("  counts (all examples, after recovery):")
+            lines += [f"    {k:32} {v:8,}" for k, v in result.counts.items()]
     if not result.ok:
         lines += ["", f"reproduce: {o.command()}"]
     lines += ["", f"verdict: {verdict(result)}"]
@@ -244,12 +347,32 @@ def sequence_svg(steps: list[DiagramStep], title: str = "") -> str:
 _CSS = """
 body { font-family: sans-serif; margin: 2em; color: #222; max-width: 1200px; }
 h1 { font-size: 1.4em; } h2 { font-size: 1.15em; margin-top: 1.6em; }
+h3 { font-size: 1em; margin: .8em 0 .3em; }
 .ok { color: #070; } .bad { color: #b00; }
 table { border-collapse: collapse; margin: .5em 0; }
-td, th { border: 1px solid #ccc; padding: 3px 10px; text-align: left; }
+td, th { border: 1px solid #ccc; padding: 3px 10px; text-align: left; vertical-align: top; }
 td.n { text-align: right; font-variant-numeric: tabular-nums; }
-pre { background: #f6f6f6; padding: .8em; overflow-x: auto; }
 .diagram { overflow-x: auto; border: 1px solid #ddd; padding: .5em; }
+.property { border-left: 4px solid #b00; background: #fdf1f1; padding: .4em .9em; }
+.property p { margin: .3em 0; } .why { font-style: italic; }
+ol.steps { list-style: none; padding: 0; }
+ol.steps > li { border: 1px solid #ddd; border-radius: 4px; margin: .6em 0; padding: .4em .8em; }
+.action { font-weight: bold; } .num { color: #666; margin-right: .4em; }
+.tag { font-weight: normal; font-size: .85em; background: #e6f0e6; border-radius: 3px;
+  padding: 0 .4em; margin-left: .5em; }
+ol.steps > li.phase { border: none; border-top: 2px dashed #7a7; border-radius: 0;
+  color: #474; font-style: italic; }
+.fault { margin: .2em 0; } .fault.some { color: #b00; } .fault.none { color: #666; }
+.states { display: grid; grid-template-columns: 1fr 1fr; gap: .8em; }
+.state { background: #f6f6f6; padding: .3em .7em; }
+.state h4 { margin: .2em 0; font-size: .9em; color: #555; }
+.state ul, .difference ul { margin: .2em 0; padding-left: 1.2em; }
+.state li, .difference li { margin: .1em 0; }
+li.meaning { list-style: none; font-weight: bold; color: #900; }
+p.meaning { margin-left: 1.2em; font-weight: bold; color: #900; }
+.difference { border-left: 4px solid #b00; background: #fdf1f1; padding: .3em .7em;
+  margin-top: .4em; }
+.difference h4 { margin: .2em 0; font-size: .9em; }
 """
 
 
@@ -258,6 +381,78 @@ def _table(rows: list[tuple[str, str]], numeric: bool = False) -> str:
     body = "".join(f"<tr><th>{html.escape(k)}</th><td{cls}>{html.escape(v)}</td></tr>"
                    for k, v in rows)
     return f"<table>{body}</table>"
+
+
+def _items(lines: list[str]) -> str:
+    """A list; an indented line (what the line above means) is set apart."""
+    return "<ul>" + "".join(
+        f'<li class="meaning">{html.escape(x.strip())}</li>' if x.startswith(" ") else
+        f"<li>{html.escape(x)}</li>" for x in lines) + "</ul>"
+
+
+def _state(title: str, lines: list[str], cls: str) -> str:
+    return (f'<div class="state {cls}"><h4>{html.escape(title)}</h4>{_items(lines)}</div>')
+
+
+def _step_html(s: narrate.Step) -> str:
+    e = html.escape
+    cls, tag = ("step recovery", ' <span class="tag">recovery</span>') if s.recovery else \
+        ("step", "")
+    out = [f'<li class="{cls}" data-step="{s.index}"><div class="action"><span class="num">'
+           f"{s.index}.</span>{e(s.text)}{tag}</div>"]
+    if s.fault:
+        out.append(f'<div class="fault some">fault: {e(s.fault)}</div>')
+    else:
+        out.append('<div class="fault none">fault: none</div>')
+    if s.model is None:
+        out.append('<div class="state unread">state not read back after this step (a step '
+                   "inside a pass, or the step itself failed)</div>")
+    elif s.real is None:
+        out.append(_state("state after it (the model's)", s.model, "model"))
+    elif not s.difference:  # one state, full width: the two sides agree
+        out.append(_state("state after it, the model's (Redis read back the same)", s.model,
+                          "model redis same"))
+    else:  # side by side, then what differs
+        out.append('<div class="states">' + _state("state after it, the model's", s.model,
+                                                     "model")
+                   + _state("as read from Redis", s.real, "redis") + "</div>")
+        out.append('<div class="difference"><h4>how Redis differs from the model</h4>'
+                   + _items(s.difference) + "</div>")
+    out.append("</li>")
+    return "".join(out)
+
+
+def counterexample_html(c: Counterexample) -> str:
+    e = html.escape
+    b = c.broken
+    counts = f"<p>{e(_counts_line(c.counts))}</p>" if c.counts else ""
+    out = [
+        f'<section id="{c.anchor}" class="counterexample">',
+        f"<h2>{e(c.title[0].upper() + c.title[1:])}</h2>",
+        '<div class="property">',
+        f'<p><strong>property broken: <span class="name">{e(b.property)}</span></strong>'
+        + (f" ({e(b.side)})" if b.side else "") + "</p>",
+        *(f'<p class="message meaning">{e(x.strip())}</p>' if x.startswith(" ") else
+          f'<p class="message">{e(x)}</p>' for x in b.message),
+        f'<p class="why">why it matters: {e(b.why)}</p>',
+        "</div>",
+        f'<p class="faults">faults in this counterexample: {e(_faults_line(c.faults))}</p>',
+        counts,
+        f'<div class="diagram">{sequence_svg(c.diagram, c.title)}</div>',
+        '<ol class="steps">',
+        f'<li class="start"><div class="action"><span class="num">0.</span>{e(c.start)}</div>'
+        + _state("state" + (f" ({c.start_note})" if c.start_note else ""), c.start_state,
+                 "model") + "</li>",
+    ]
+    for n, s in enumerate(c.steps):
+        if s.recovery and (n == 0 or not c.steps[n - 1].recovery):
+            out.append(f'<li class="phase">{e(narrate.RECOVERY_STARTS)}</li>')
+        out.append(_step_html(s))
+    if c.end:
+        out.append(f'<li class="end"><div class="action"><span class="num">'
+                   f"{len(c.steps) + 1}.</span>{e(c.end)}</div></li>")
+    out += ["</ol>", "</section>"]
+    return "\n".join(out)
 
 
 def html_report(result: Result) -> str:
@@ -297,36 +492,21 @@ def html_report(result: Result) -> str:
                                f"{result.steps_per_second:,.0f} steps/s, "
                                f"{result.stateful_seconds:.1f} s"),
         ]
-    parts += ["<h2>Run</h2>", _table(overview)]
+    parts += ['<section id="run"><h2>Run</h2>', _table(overview), "</section>"]
+    parts += [counterexample_html(c) for c in counterexamples(result)]
+    if not result.ok:
+        parts.append(f"<p>Reproduce: <code>{e(o.command())}</code></p>")
     if o.stateful:
-        parts += ["<h2>Faults injected, by kind</h2>",
+        title = totals_title(result)
+        parts += ['<section id="totals">', f"<h2>{e(title[0].upper() + title[1:])}</h2>",
+                  "<h3>Faults injected, by kind</h3>",
                   _table([(k, f"{v:,}") for k, v in sorted(result.stats.faults.items())],
-                         numeric=True)]
-        scope = "the failing example" if result.failure else "all examples, after recovery"
-        parts += [f"<h2>Counts ({e(scope)})</h2>",
-                  _table([(k, f"{v:,}") for k, v in result.counts.items()], numeric=True)]
-    parts += ["<h2>Versions</h2>", _table(sorted(result.versions.items()))]
-    if m is not None and m.violation is not None:
-        steps = from_trace(m.violation)
-        last = m.violation.steps[-1].state if m.violation.steps else m.violation.initial
-        parts += [
-            f"<h2>Model checker's counterexample ({len(steps)} steps, shortest)</h2>",
-            f"<p>{e(m.violation.property)}: {e(m.violation.message)}</p>",
-            f'<div class="diagram">{sequence_svg(steps, "model counterexample")}</div>',
-            "<pre>" + e("\n".join(["  0. initial state", *numbered(steps),
-                                   "state after the last step:",
-                                   describe_state(last)])) + "</pre>",
-        ]
-    f = result.failure
-    if f is not None:
-        steps = from_records(f.steps)
-        parts += [
-            f"<h2>Stateful run's counterexample ({len(steps)} steps, shrunk)</h2>",
-            f"<p>{e(f.kind)}: {e(f.message)}</p>",
-            f'<div class="diagram">{sequence_svg(steps, "stateful counterexample")}</div>',
-            "<pre>" + e("\n".join(["  0. setup: tasks enqueued, servers claimed, workers "
-                                   "registered", *numbered(steps)])) + "</pre>",
-            f"<p>Reproduce: <code>{e(o.command())}</code></p>",
-        ]
-    parts.append("</body></html>")
+                         numeric=True) if result.stats.faults else "<p>none</p>"]
+        if result.failure is None:
+            parts += ["<h3>Counts (all examples, after recovery)</h3>",
+                      _table([(k, f"{v:,}") for k, v in result.counts.items()], numeric=True)]
+        parts.append("</section>")
+    parts += ['<section id="versions"><h2>Versions</h2>', _table(sorted(result.versions.items())),
+              "</section>", "</body></html>"]
     return "\n".join(parts)
+

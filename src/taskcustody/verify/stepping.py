@@ -37,7 +37,6 @@ from __future__ import annotations
 import time
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 import redis
@@ -80,7 +79,7 @@ from ..server import Server
 from ..settings import Settings
 from ..worker import Outcome
 from . import faults
-from .observation import TICK, Mismatch, Observation, ProcSlot, WorkerSlot
+from .observation import TICK, Mismatch, Observation, ProcSlot, StepRecord, WorkerSlot
 
 #: Settings whose timing matches the model: deadlines are whole ticks, a drain moves one task per
 #: command (the model's `drain_step`), takes on an empty queue return after 50 ms.
@@ -112,19 +111,6 @@ def default_server(client: redis.Redis, keys: QueueKeys, server_id: str, *, sett
                   settings=settings, clock=clock)
 
 
-@dataclass
-class StepRecord:
-    """One step of a run, for reports: the action and who/what it touched."""
-
-    index: int
-    action: Action
-    text: str
-    fault: bool
-    #: who acted, for sequence diagrams: "s0#1 w0" (server 0, model incarnation 1, worker 0),
-    #: "s0#1" (that server process), "s0" (a claim of id s0) or "" (the clock)
-    actor: str = ""
-
-
 def actor_of(action: Action, state: State) -> str:
     """The lifeline an action belongs to (see `StepRecord.actor`), named from the state before
     it."""
@@ -150,7 +136,6 @@ class Stepping(Observation):
     flush_scripts: bool
     #: on a real server (not fakeredis): replies arrive on a real socket
     real_redis: bool
-    steps: list[StepRecord]
     counts: Counter[str]  # faults by kind, and other events
     steps_during_drains: int  # worker steps interleaved between the moves of a drain
     seconds: float  # time spent in steps
@@ -252,7 +237,8 @@ class Stepping(Observation):
         steps the list's owner may take then (see the module doc); None lets the drain go on."""
         started = time.perf_counter()
         self.steps.append(StepRecord(len(self.steps) + 1, action, self.describe(action),
-                                     action.is_fault, actor_of(action, self.state)))
+                                     action.is_fault, actor_of(action, self.state),
+                                     recovery=self.recovering))
         try:
             self._step(action, drop_at, variant, interleave)
         finally:
@@ -798,6 +784,7 @@ class Stepping(Observation):
         """Faults stop; recovery and workers run until quiescent (the model's `is_done`).
         Returns the steps taken; raises `Mismatch` if the run does not get there."""
         self.injector.disarm_all()
+        self.recovering = True
         taken = 0
         while not is_done(self.state):
             if taken >= limit:
