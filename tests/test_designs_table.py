@@ -69,8 +69,9 @@ def test_each_design_has_a_demonstration_or_says_why_not(d: Design) -> None:
         assert d.stateful is None, f"{d.name}: a stateful pin needs a demonstration to run"
     else:
         assert not d.no_demo
-        doc = inspect.getdoc(getattr(broken, d.demo)) or ""
-        # (the servers of worker-only designs carry no docstring; their workers do)
+        # The class's own docstring (inspect.getdoc would inherit Server's): the servers of
+        # worker-only designs carry none; their workers do.
+        doc = inspect.cleandoc(vars(getattr(broken, d.demo)).get("__doc__") or "")
         if doc:
             assert doc.startswith(f"{d.number}. "), f"{d.demo}: {doc[:40]!r}"
     assert bool(d.stateful is None) == bool(d.no_stateful), (
