@@ -3,7 +3,9 @@ the conformance suite against that Redis as test items; without the option it ad
 
 Each run is a pytest of its own in a subprocess, in a throwaway project, with the plugin loaded by
 `-p taskcustody_pytest` (what the pytest11 entry point names, which the test environment need not
-have installed).
+have installed). The entry point has the module's own name, so that where it is installed (an
+editable install, as in CI) pytest sees the `-p` plugin as already registered instead of refusing
+it as a second registration.
 """
 
 from __future__ import annotations
@@ -50,7 +52,7 @@ def pytest_in(project: Path, *args: str) -> subprocess.CompletedProcess[str]:
 def test_the_entry_point_is_declared() -> None:
     tomllib = pytest.importorskip("tomllib")  # Python 3.11+
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    assert project["entry-points"]["pytest11"] == {"taskcustody": PLUGIN}
+    assert project["entry-points"]["pytest11"] == {PLUGIN: PLUGIN}
 
 
 def test_loading_the_plugin_imports_nothing_of_taskcustody() -> None:
