@@ -12,6 +12,8 @@ from taskcustody_model.state import initial_state
 from taskcustody_model.trace import describe_action
 
 from . import narrate
+from .backends import REAL_SERVER_ONLY, how_to_cover
+from .embedded import NoServerBinary, redis_server_binary
 from .harness import StepRecord, actor_of
 from .run import Failure, Result
 
@@ -175,6 +177,31 @@ def counterexample_text(c: Counterexample) -> list[str]:
     return lines
 
 
+# -- what a fakeredis run cannot see (backends.py) -----------------------------------------------
+
+BLIND_SPOTS_TITLE = "what this run cannot see on fakeredis, and how to cover it"
+
+
+def blind_spots(result: Result) -> list[str]:
+    """A fakeredis run's blind spots in lines: each class of bug only a real server shows, what
+    covers it there, and the command to run; [] for a run on a real server or without the
+    stateful part."""
+    if result.options.redis_url is not None or not result.options.stateful:
+        return []
+    try:
+        binary = redis_server_binary()
+    except NoServerBinary:
+        binary = None
+    lines = []
+    for row in REAL_SERVER_ONLY:
+        cover = ("this run on a real server" if row.in_verify else
+                 "real-server tests only: " + ", ".join(
+                     dict.fromkeys(t.partition("::")[0] for t in row.tests)))
+        lines.append(f"{row.what} ({row.why}); covered by {cover}")
+    lines.append("to cover what this run reaches: " + how_to_cover(binary))
+    return lines
+
+
 # -- text -----------------------------------------------------------------------------------------
 
 
@@ -197,11 +224,18 @@ def totals_title(result: Result) -> str:
                                         if result.failure else ""))
 
 
+def _where(result: Result) -> str:
+    url = result.options.redis_url
+    if url and result.options.embedded:
+        return f" (embedded: a throwaway server at {url}, stopped at the end)"
+    return f" at {url}" if url else ""
+
+
 def text_report(result: Result) -> str:
     o = result.options
     lines = [f"taskcustody verify -- {verdict(result)}", ""]
     server = result.versions.get("server", result.backend)
-    where = f" at {o.redis_url}" if o.redis_url else ""
+    where = _where(result)
     lines.append(f"design:        {o.variant}" + (" (with the prefetching worker)"
                                                      if o.prefetch else ""))
     lines.append(f"backend:       {server}{where}")
@@ -235,6 +269,9 @@ def text_report(result: Result) -> str:
         if result.failure is None:
             lines.append("  counts (all examples, after recovery):")
             lines += [f"    {k:32} {v:8,}" for k, v in result.counts.items()]
+    spots = blind_spots(result)
+    if spots:
+        lines += ["", BLIND_SPOTS_TITLE + ":", *(f"  - {x}" for x in spots)]
     if not result.ok:
         lines += ["", f"reproduce: {o.command()}"]
     lines += ["", f"verdict: {verdict(result)}"]
@@ -469,8 +506,7 @@ def html_report(result: Result) -> str:
     ]
     overview: list[tuple[str, str]] = [
         ("design", o.variant),
-        ("backend", result.versions.get("server", result.backend)
-         + (f" at {o.redis_url}" if o.redis_url else "")),
+        ("backend", result.versions.get("server", result.backend) + _where(result)),
         ("command", o.command()),
         ("total time", f"{result.seconds:.1f} s"),
     ]
@@ -506,6 +542,11 @@ def html_report(result: Result) -> str:
             parts += ["<h3>Counts (all examples, after recovery)</h3>",
                       _table([(k, f"{v:,}") for k, v in result.counts.items()], numeric=True)]
         parts.append("</section>")
+    spots = blind_spots(result)
+    if spots:
+        parts += ['<section id="blind-spots">',
+                  f"<h2>{e(BLIND_SPOTS_TITLE[0].upper() + BLIND_SPOTS_TITLE[1:])}</h2>",
+                  "<ul>" + "".join(f"<li>{e(x)}</li>" for x in spots) + "</ul>", "</section>"]
     parts += ['<section id="versions"><h2>Versions</h2>', _table(sorted(result.versions.items())),
               "</section>", "</body></html>"]
     return "\n".join(parts)
