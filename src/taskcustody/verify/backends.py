@@ -25,7 +25,7 @@ from dataclasses import dataclass
 class RealServerOnly:
     """One class of bug that only a real server shows."""
 
-    name: str
+    name: str  # short, for the report
     what: str  # the class of bug
     why: str  # why fakeredis cannot show it
     #: True: the stateful run catches it on a real server (`--embedded-redis`, `--redis-url`);
@@ -36,7 +36,7 @@ class RealServerOnly:
 
 REAL_SERVER_ONLY: tuple[RealServerOnly, ...] = (
     RealServerOnly(
-        "transport-retries",
+        "transport retries",
         "a client library that sends a command again after a broken connection (redis-py's "
         "Retry): a take or a drain whose reply was lost runs twice",
         "fakeredis ignores the client's retry setting: a dropped reply is never sent again",
@@ -45,7 +45,7 @@ REAL_SERVER_ONLY: tuple[RealServerOnly, ...] = (
          "test_transport_retries_are_caught_on_a_real_server_only",),
     ),
     RealServerOnly(
-        "blocking-and-timeouts",
+        "blocking takes and socket timeouts",
         "a take blocked on an empty queue, and the socket timeout that must end it when the "
         "server stops answering (SIGSTOP, CLIENT PAUSE)",
         "fakeredis ignores socket timeouts and CLIENT PAUSE; the stateful run's takes never "
@@ -55,7 +55,7 @@ REAL_SERVER_ONLY: tuple[RealServerOnly, ...] = (
          "test_take_on_an_unresponsive_server_raises_instead_of_hanging",),
     ),
     RealServerOnly(
-        "connection-kills",
+        "server kills and restarts",
         "a server killed and restarted: connections reset by the server, scripts and keys gone",
         "fakeredis has no socket to break; the run's Redis wipe closes connections on the "
         "client's side only",
@@ -67,7 +67,7 @@ REAL_SERVER_ONLY: tuple[RealServerOnly, ...] = (
          "once"),
     ),
     RealServerOnly(
-        "out-of-memory",
+        "out of memory",
         "maxmemory reached: Redis refuses growing writes (OOM) and the worker must wait it out",
         "fakeredis has no maxmemory",
         False,
@@ -77,7 +77,7 @@ REAL_SERVER_ONLY: tuple[RealServerOnly, ...] = (
          "test_a_running_server_rides_out_oom_and_finishes_the_work_once_memory_frees"),
     ),
     RealServerOnly(
-        "eviction-policy",
+        "eviction policy",
         "an allkeys-* eviction policy that may delete a task in custody",
         "fakeredis evicts nothing and has no INFO to read a policy from",
         False,
@@ -87,13 +87,13 @@ REAL_SERVER_ONLY: tuple[RealServerOnly, ...] = (
     RealServerOnly(
         "replication",
         "a write acknowledged by the primary but not by a replica (Settings.min_replicas, WAIT)",
-        "fakeredis has no replicas and no WAIT (min_replicas is refused on it)",
+        "fakeredis has no replicas and no WAIT; min_replicas is refused on it",
         False,
         ("tests/test_replication.py::"
          "test_a_worker_whose_replica_is_stopped_commits_every_task_once_and_warns_once",),
     ),
     RealServerOnly(
-        "cluster",
+        "Redis Cluster",
         "a Redis Cluster: MOVED and ASK redirects, failover, a slot migrating",
         "fakeredis is one node",
         False,
@@ -103,7 +103,7 @@ REAL_SERVER_ONLY: tuple[RealServerOnly, ...] = (
          "test_verify_passes_on_the_cluster_for_a_tag_on_each_master"),
     ),
     RealServerOnly(
-        "server-version",
+        "server version",
         "a server older than Redis 6.2, which lacks commands the protocol needs",
         "fakeredis implements every command whatever version it says",
         False,
@@ -117,7 +117,11 @@ def how_to_cover(binary: str | None) -> str:
     """What to run to cover the rows the stateful run reaches, given the redis-server found on
     PATH (or $TASKCUSTODY_REDIS_SERVER; None: there is none)."""
     if binary is not None:
-        return (f"rerun with --embedded-redis (a throwaway {binary} on a free port, stopped at "
-                "the end), or with --redis-url URL against your own Redis")
-    return ("rerun with --redis-url URL against a Redis of yours, or install redis-server "
-            "(on PATH, or named by $TASKCUSTODY_REDIS_SERVER) and rerun with --embedded-redis")
+        return (f"rerun with --embedded-redis (a throwaway {binary}), or --redis-url URL "
+                "(your own Redis)")
+    return ("rerun with --redis-url URL (your own Redis), or install redis-server and rerun "
+            "with --embedded-redis")
+
+
+#: How the repository's real-server tests run (they start throwaway servers of their own).
+REAL_SERVER_TESTS = "python -m pytest -m real_redis"

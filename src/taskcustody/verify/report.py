@@ -12,7 +12,7 @@ from taskcustody_model.state import initial_state
 from taskcustody_model.trace import describe_action
 
 from . import narrate
-from .backends import REAL_SERVER_ONLY, how_to_cover
+from .backends import REAL_SERVER_ONLY, REAL_SERVER_TESTS, how_to_cover
 from .embedded import NoServerBinary, redis_server_binary
 from .harness import StepRecord, actor_of
 from .run import Failure, Result
@@ -182,9 +182,10 @@ def counterexample_text(c: Counterexample) -> list[str]:
 BLIND_SPOTS_TITLE = "what this run cannot see on fakeredis, and how to cover it"
 
 
-def blind_spots(result: Result) -> list[str]:
-    """A fakeredis run's blind spots in lines: each class of bug only a real server shows, what
-    covers it there, and the command to run; [] for a run on a real server or without the
+def blind_spots(result: Result) -> list[tuple[str, list[str]]]:
+    """A fakeredis run's blind spots (backends.py), in two groups: what this run catches on a
+    real server, with the command that covers it, and what only the repository's real-server
+    tests cover; each a heading and its lines. [] for a run on a real server or without the
     stateful part."""
     if result.options.redis_url is not None or not result.options.stateful:
         return []
@@ -192,14 +193,15 @@ def blind_spots(result: Result) -> list[str]:
         binary = redis_server_binary()
     except NoServerBinary:
         binary = None
-    lines = []
-    for row in REAL_SERVER_ONLY:
-        cover = ("this run on a real server" if row.in_verify else
-                 "real-server tests only: " + ", ".join(
-                     dict.fromkeys(t.partition("::")[0] for t in row.tests)))
-        lines.append(f"{row.what} ({row.why}); covered by {cover}")
-    lines.append("to cover what this run reaches: " + how_to_cover(binary))
-    return lines
+    reached = [f"{row.name}: {row.what} ({row.why})" for row in REAL_SERVER_ONLY if row.in_verify]
+    tests_only = [
+        f"{row.name} ({row.why}): " + ", ".join(dict.fromkeys(t.partition("::")[0]
+                                                              for t in row.tests))
+        for row in REAL_SERVER_ONLY if not row.in_verify]
+    return [(f"caught by this run on a real server; {how_to_cover(binary)}", reached),
+            (f"beyond this run, covered by the repository's real-server tests "
+             f"({REAL_SERVER_TESTS})",
+             tests_only)]
 
 
 # -- text -----------------------------------------------------------------------------------------
@@ -271,7 +273,9 @@ def text_report(result: Result) -> str:
             lines += [f"    {k:32} {v:8,}" for k, v in result.counts.items()]
     spots = blind_spots(result)
     if spots:
-        lines += ["", BLIND_SPOTS_TITLE + ":", *(f"  - {x}" for x in spots)]
+        lines += ["", BLIND_SPOTS_TITLE + ":"]
+        for heading, items in spots:
+            lines += [f"  {heading}:", *(f"    - {x}" for x in items)]
     if not result.ok:
         lines += ["", f"reproduce: {o.command()}"]
     lines += ["", f"verdict: {verdict(result)}"]
@@ -546,7 +550,9 @@ def html_report(result: Result) -> str:
     if spots:
         parts += ['<section id="blind-spots">',
                   f"<h2>{e(BLIND_SPOTS_TITLE[0].upper() + BLIND_SPOTS_TITLE[1:])}</h2>",
-                  "<ul>" + "".join(f"<li>{e(x)}</li>" for x in spots) + "</ul>", "</section>"]
+                  *(f"<h3>{e(heading[0].upper() + heading[1:])}</h3><ul>"
+                    + "".join(f"<li>{e(x)}</li>" for x in items) + "</ul>"
+                    for heading, items in spots), "</section>"]
     parts += ['<section id="versions"><h2>Versions</h2>', _table(sorted(result.versions.items())),
               "</section>", "</body></html>"]
     return "\n".join(parts)
