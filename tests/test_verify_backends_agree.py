@@ -167,11 +167,15 @@ def _cli(*args: str) -> tuple[int, str]:
     return result.exit_code, result.output
 
 
-@pytest.mark.real_redis
-def test_embedded_redis_runs_on_a_throwaway_server_and_stops_it() -> None:
+def _embedded(*args: str) -> tuple[int, str]:
     if redis_server_binary() is None:
         pytest.skip("no redis-server binary")
-    code, out = _cli("--examples", "3", "--steps", "8", "--embedded-redis")
+    return _cli("--embedded-redis", *args)
+
+
+@pytest.mark.real_redis
+def test_embedded_redis_runs_on_a_throwaway_server_and_stops_it() -> None:
+    code, out = _embedded("--examples", "3", "--steps", "8")
     assert code == 0, out
     assert "backend:       redis-server" in out and "(embedded: a throwaway server at" in out
     assert BLIND_SPOTS_TITLE not in out
@@ -183,9 +187,7 @@ def test_embedded_redis_runs_on_a_throwaway_server_and_stops_it() -> None:
 
 @pytest.mark.real_redis
 def test_a_failing_embedded_run_reproduces_with_embedded_redis() -> None:
-    if redis_server_binary() is None:
-        pytest.skip("no redis-server binary")
-    code, out = _cli("--examples", "20", "--embedded-redis", "--variant", "blpop-take")
+    code, out = _embedded("--examples", "20", "--variant", "blpop-take")
     assert code == 1, out
     reproduce = out.split("reproduce:")[1].splitlines()[0]
     assert "--embedded-redis" in reproduce and "--redis-url" not in reproduce

@@ -95,7 +95,7 @@ class _Progress:
             sys.stderr.flush()
 
 
-def _check_reachable(url: str) -> None:
+def _check_reachable(url: str, option: str = "--redis-url") -> None:
     from ..connection import check_version, connect
     from ..errors import RedisTooOld
     from .harness import VERIFY_SETTINGS
@@ -103,15 +103,15 @@ def _check_reachable(url: str) -> None:
     try:
         client = connect(url, VERIFY_SETTINGS)
     except ValueError as exc:
-        raise click.BadParameter(str(exc), param_hint="--redis-url") from exc
+        raise click.BadParameter(str(exc), param_hint=option) from exc
     try:
         # Before any work: a server below the floor is named and refused (exit 2, like an
         # unreachable one), not counted as a violation of the protocol.
         check_version(client)
     except RedisTooOld as exc:
-        raise click.BadParameter(str(exc), param_hint="--redis-url") from exc
+        raise click.BadParameter(str(exc), param_hint=option) from exc
     except redis.RedisError as exc:
-        raise click.BadParameter(f"cannot reach {url}: {exc}", param_hint="--redis-url") from exc
+        raise click.BadParameter(f"cannot reach {url}: {exc}", param_hint=option) from exc
     finally:
         client.close()
 
@@ -267,7 +267,7 @@ def verify_command(examples: int | None, steps: int, seed: int | None, variants:
     with _embedded_server(embedded_redis and stateful) as embedded_url:
         redis_url = embedded_url or redis_url
         if redis_url is not None:
-            _check_reachable(redis_url)
+            _check_reachable(redis_url, "--embedded-redis" if embedded_url else "--redis-url")
         budget = Budget(max_seconds, CLOCK)
         for variant in variants:
             n = examples if examples is not None else default_examples(variant)
