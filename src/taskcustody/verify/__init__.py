@@ -10,6 +10,8 @@
 - `broken`: reference implementations of the designs the checker must reject (demonstrations).
 - `report`: the text report and the self-contained HTML page.
 - `cli`: the `taskcustody verify` command.
+- `backends`: what a run on fakeredis cannot see, and what covers it on a real server;
+  `embedded`: the throwaway redis-server of `--embedded-redis` (and of the tests).
 - For users' CI: `budget` (`--max-seconds`), `junit` (`--junit-xml`), `coverage` (what each part
   of a run covered) and `pytest_plugin` (the conformance run as pytest items, loaded through the
   `taskcustody_pytest` entry point).

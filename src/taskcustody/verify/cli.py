@@ -11,10 +11,11 @@ cleanly when N seconds are spent (budget.py); a run cut short that found nothing
 
 from __future__ import annotations
 
+import contextlib
 import math
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import NoReturn
 
@@ -26,6 +27,12 @@ from taskcustody_model.variants import variant_listing
 from .budget import Budget, Clock
 from .coverage import coverage_text, with_coverage
 from .designs import CHOICES
+from .embedded import (
+    SERVER_BINARY_VARIABLE,
+    NoServerBinary,
+    RedisServerProcess,
+    redis_server_binary,
+)
 from .junit import junit_xml
 from .machine import RunStats
 from .report import html_report, text_report
@@ -88,7 +95,7 @@ class _Progress:
             sys.stderr.flush()
 
 
-def _check_reachable(url: str) -> None:
+def _check_reachable(url: str, option: str = "--redis-url") -> None:
     from ..connection import check_version, connect
     from ..errors import RedisTooOld
     from .harness import VERIFY_SETTINGS
@@ -96,15 +103,15 @@ def _check_reachable(url: str) -> None:
     try:
         client = connect(url, VERIFY_SETTINGS)
     except ValueError as exc:
-        raise click.BadParameter(str(exc), param_hint="--redis-url") from exc
+        raise click.BadParameter(str(exc), param_hint=option) from exc
     try:
         # Before any work: a server below the floor is named and refused (exit 2, like an
         # unreachable one), not counted as a violation of the protocol.
         check_version(client)
     except RedisTooOld as exc:
-        raise click.BadParameter(str(exc), param_hint="--redis-url") from exc
+        raise click.BadParameter(str(exc), param_hint=option) from exc
     except redis.RedisError as exc:
-        raise click.BadParameter(f"cannot reach {url}: {exc}", param_hint="--redis-url") from exc
+        raise click.BadParameter(f"cannot reach {url}: {exc}", param_hint=option) from exc
     finally:
         client.close()
 
@@ -133,6 +140,35 @@ def _deployment_failed(message: str) -> NoReturn:
     sys.exit(2)
 
 
+@contextlib.contextmanager
+def _embedded_server(wanted: bool) -> Iterator[str | None]:
+    """`--embedded-redis`: a throwaway redis-server's URL (embedded.py), stopped by pid when the
+    run ends; None when not wanted. Without a server to start: one line, exit 2."""
+    if not wanted:
+        yield None
+        return
+    try:
+        binary = redis_server_binary()
+    except NoServerBinary as exc:
+        _no_server(str(exc))
+    if binary is None:
+        _no_server(f"no redis-server on PATH and no ${SERVER_BINARY_VARIABLE}: install Redis, "
+                   "or run on your own Redis with --redis-url URL")
+    try:
+        server = RedisServerProcess(binary=binary).start()
+    except (RuntimeError, OSError) as exc:
+        _no_server(f"cannot start {binary}: {str(exc).strip()}")
+    try:
+        yield server.url
+    finally:
+        server.stop()
+
+
+def _no_server(message: str) -> NoReturn:
+    click.echo(f"Error: --embedded-redis: {message}", err=True)
+    sys.exit(2)
+
+
 @click.command(name="verify")
 @click.option("--examples", type=click.IntRange(1, 1_000_000), default=None,
               show_default="200; 300-600 for a --variant whose derandomized search needs more",
@@ -148,6 +184,10 @@ def _deployment_failed(message: str) -> NoReturn:
               help="Run the stateful part against this Redis (default: in-process fakeredis). "
                    "It writes only keys under taskcustody-verify:{verify-<pid>}: and deletes "
                    "them at the end.")
+@click.option("--embedded-redis", is_flag=True,
+              help="Run the stateful part on a throwaway redis-server (from PATH, or "
+                   "$TASKCUSTODY_REDIS_SERVER) on a free port of 127.0.0.1, stopped at the end: "
+                   "it sees what fakeredis cannot (the report of a fakeredis run lists what).")
 @click.option("--report", "report_file", type=click.Path(dir_okay=False, writable=True,
                                                          path_type=Path),
               default=None, help="Also write the run as a self-contained HTML page.")
@@ -182,7 +222,8 @@ def _deployment_failed(message: str) -> NoReturn:
 @click.option("--quiet", is_flag=True,
               help="No progress on stderr. (No short form: -q is --queue in every command.)")
 def verify_command(examples: int | None, steps: int, seed: int | None, variants: Sequence[str],
-                   redis_url: str | None, report_file: Path | None, model_check: bool,
+                   redis_url: str | None, embedded_redis: bool, report_file: Path | None,
+                   model_check: bool,
                    stateful: bool, shrink_seconds: float, prefetch: bool, queue: str | None,
                    settings_spec: str | None, junit_file: Path | None,
                    max_seconds: float | None, quiet: bool) -> None:
@@ -220,33 +261,44 @@ def verify_command(examples: int | None, steps: int, seed: int | None, variants:
             user_settings = load_settings(settings_spec)
         except ValueError as exc:
             raise click.BadParameter(str(exc), param_hint="--settings") from exc
-    if redis_url is not None:
-        _check_reachable(redis_url)
-    budget = Budget(max_seconds, CLOCK)
+    if embedded_redis and redis_url is not None:
+        raise click.UsageError("--embedded-redis and --redis-url: pick one server")
     results: list[Result] = []
-    for variant in variants:
-        n = examples if examples is not None else default_examples(variant)
-        options = Options(examples=n, steps=steps, seed=seed, variant=variant,
-                          redis_url=redis_url, model_check=model_check, stateful=stateful,
-                          shrink_seconds=shrink_seconds, prefetch=prefetch, queue=queue,
-                          settings=user_settings, settings_spec=settings_spec)
-        result = _run(options, budget, quiet)
-        results.append(result)
-        if len(results) > 1:
-            click.echo("")
-        click.echo(text_report(result))
-        click.echo(coverage_text(result))
-        if report_file is not None:
-            page = _report_path(report_file, variant, len(variants) > 1)
-            page.write_text(with_coverage(html_report(result), result), encoding="utf-8")
-            click.echo(f"report written to {page}")
-        if result.ok and not result.partial and variant != "correct":
-            click.echo(f"note: the broken design {variant!r} was NOT caught within these bounds",
-                       err=True)
+    with _embedded_server(embedded_redis and stateful) as embedded_url:
+        redis_url = embedded_url or redis_url
+        if redis_url is not None:
+            _check_reachable(redis_url, "--embedded-redis" if embedded_url else "--redis-url")
+        budget = Budget(max_seconds, CLOCK)
+        for variant in variants:
+            n = examples if examples is not None else default_examples(variant)
+            options = Options(examples=n, steps=steps, seed=seed, variant=variant,
+                              redis_url=redis_url, model_check=model_check, stateful=stateful,
+                              shrink_seconds=shrink_seconds, prefetch=prefetch, queue=queue,
+                              settings=user_settings, settings_spec=settings_spec,
+                              embedded=embedded_url is not None)
+            results.append(_run(options, budget, quiet))
+            _print(results[-1], len(results) > 1, report_file, len(variants) > 1)
     if junit_file is not None:
         junit_file.write_text(junit_xml(results, text_report, max_seconds), encoding="utf-8")
         click.echo(f"JUnit XML written to {junit_file}")
     sys.exit(0 if all(r.ok for r in results) else 1)
+
+
+def _print(result: Result, after_another: bool, report_file: Path | None,
+           several: bool) -> None:
+    """One design's report: the text, what it covered, its HTML page."""
+    if after_another:
+        click.echo("")
+    click.echo(text_report(result))
+    click.echo(coverage_text(result))
+    variant = result.options.variant
+    if report_file is not None:
+        page = _report_path(report_file, variant, several)
+        page.write_text(with_coverage(html_report(result), result), encoding="utf-8")
+        click.echo(f"report written to {page}")
+    if result.ok and not result.partial and variant != "correct":
+        click.echo(f"note: the broken design {variant!r} was NOT caught within these bounds",
+                   err=True)
 
 
 def _run(options: Options, budget: Budget, quiet: bool) -> Result:

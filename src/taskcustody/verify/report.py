@@ -12,6 +12,8 @@ from taskcustody_model.state import initial_state
 from taskcustody_model.trace import describe_action
 
 from . import narrate
+from .backends import REAL_SERVER_ONLY, REAL_SERVER_TESTS, how_to_cover
+from .embedded import NoServerBinary, redis_server_binary
 from .harness import StepRecord, actor_of
 from .run import Failure, Result
 
@@ -175,6 +177,33 @@ def counterexample_text(c: Counterexample) -> list[str]:
     return lines
 
 
+# -- what a fakeredis run cannot see (backends.py) -----------------------------------------------
+
+BLIND_SPOTS_TITLE = "what this run cannot see on fakeredis, and how to cover it"
+
+
+def blind_spots(result: Result) -> list[tuple[str, list[str]]]:
+    """A fakeredis run's blind spots (backends.py), in two groups: what this run catches on a
+    real server, with the command that covers it, and what only the repository's real-server
+    tests cover; each a heading and its lines. [] for a run on a real server or without the
+    stateful part."""
+    if result.options.redis_url is not None or not result.options.stateful:
+        return []
+    try:
+        binary = redis_server_binary()
+    except NoServerBinary:
+        binary = None
+    reached = [f"{row.name}: {row.what} ({row.why})" for row in REAL_SERVER_ONLY if row.in_verify]
+    tests_only = [
+        f"{row.name} ({row.why}): " + ", ".join(dict.fromkeys(t.partition("::")[0]
+                                                              for t in row.tests))
+        for row in REAL_SERVER_ONLY if not row.in_verify]
+    return [(f"caught by this run on a real server; {how_to_cover(binary)}", reached),
+            (f"beyond this run, covered by the repository's real-server tests "
+             f"({REAL_SERVER_TESTS})",
+             tests_only)]
+
+
 # -- text -----------------------------------------------------------------------------------------
 
 
@@ -197,11 +226,18 @@ def totals_title(result: Result) -> str:
                                         if result.failure else ""))
 
 
+def _where(result: Result) -> str:
+    url = result.options.redis_url
+    if url and result.options.embedded:
+        return f" (embedded: a throwaway server at {url}, stopped at the end)"
+    return f" at {url}" if url else ""
+
+
 def text_report(result: Result) -> str:
     o = result.options
     lines = [f"taskcustody verify -- {verdict(result)}", ""]
     server = result.versions.get("server", result.backend)
-    where = f" at {o.redis_url}" if o.redis_url else ""
+    where = _where(result)
     lines.append(f"design:        {o.variant}" + (" (with the prefetching worker)"
                                                      if o.prefetch else ""))
     lines.append(f"backend:       {server}{where}")
@@ -235,6 +271,11 @@ def text_report(result: Result) -> str:
         if result.failure is None:
             lines.append("  counts (all examples, after recovery):")
             lines += [f"    {k:32} {v:8,}" for k, v in result.counts.items()]
+    spots = blind_spots(result)
+    if spots:
+        lines += ["", BLIND_SPOTS_TITLE + ":"]
+        for heading, items in spots:
+            lines += [f"  {heading}:", *(f"    - {x}" for x in items)]
     if not result.ok:
         lines += ["", f"reproduce: {o.command()}"]
     lines += ["", f"verdict: {verdict(result)}"]
@@ -469,8 +510,7 @@ def html_report(result: Result) -> str:
     ]
     overview: list[tuple[str, str]] = [
         ("design", o.variant),
-        ("backend", result.versions.get("server", result.backend)
-         + (f" at {o.redis_url}" if o.redis_url else "")),
+        ("backend", result.versions.get("server", result.backend) + _where(result)),
         ("command", o.command()),
         ("total time", f"{result.seconds:.1f} s"),
     ]
@@ -506,6 +546,13 @@ def html_report(result: Result) -> str:
             parts += ["<h3>Counts (all examples, after recovery)</h3>",
                       _table([(k, f"{v:,}") for k, v in result.counts.items()], numeric=True)]
         parts.append("</section>")
+    spots = blind_spots(result)
+    if spots:
+        parts += ['<section id="blind-spots">',
+                  f"<h2>{e(BLIND_SPOTS_TITLE[0].upper() + BLIND_SPOTS_TITLE[1:])}</h2>",
+                  *(f"<h3>{e(heading[0].upper() + heading[1:])}</h3><ul>"
+                    + "".join(f"<li>{e(x)}</li>" for x in items) + "</ul>"
+                    for heading, items in spots), "</section>"]
     parts += ['<section id="versions"><h2>Versions</h2>', _table(sorted(result.versions.items())),
               "</section>", "</body></html>"]
     return "\n".join(parts)

@@ -85,6 +85,9 @@ class Options:
     settings: Settings | None = None
     #: where `settings` came from (`module:attr`, `load_settings`), for the command line
     settings_spec: str | None = None
+    #: `redis_url` is a throwaway redis-server that verify started (`--embedded-redis`,
+    #: embedded.py): the server is the run's own, so the Redis wipe flushes its script cache
+    embedded: bool = False
 
     @property
     def stateful_bounds(self) -> Bounds:
@@ -94,7 +97,8 @@ class Options:
     @property
     def part_name(self) -> str:
         """The stateful part's name (in the report and as a JUnit test case)."""
-        where = "fakeredis" if self.redis_url is None else "redis"
+        where = ("fakeredis" if self.redis_url is None else
+                 "embedded redis-server" if self.embedded else "redis")
         return (f"stateful conformance on {where}"
                 + (" with the prefetching worker" if self.prefetch else ""))
 
@@ -108,7 +112,9 @@ class Options:
             args += ["--variant", self.variant]
         if self.prefetch:
             args.append("--prefetch")
-        if self.redis_url:
+        if self.embedded:
+            args.append("--embedded-redis")
+        elif self.redis_url:
             args += ["--redis-url", self.redis_url]
         if self.queue:
             args += ["--queue", self.queue]
@@ -505,7 +511,7 @@ def _stateful(options: Options, make_client: Callable[[], redis.Redis], keys: Qu
                                 options.variant), implementation=options.variant,
                             real_redis=real, stats=stats, keys=keys,
                             prefetching=options.prefetch,
-                            flush_scripts=options.redis_url is None,
+                            flush_scripts=options.redis_url is None or options.embedded,
                             settings=run_settings(options.settings))
     explored = machine
     if budget.limited:
