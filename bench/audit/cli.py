@@ -20,7 +20,7 @@ from pathlib import Path
 from bench.audit.classify import classify
 from bench.audit.report import TrialResult, write_reports
 from bench.audit.systems import SYSTEMS, System
-from bench.audit.trial import Fault, TrialRaw, run_trial, take_path_commands
+from bench.audit.trial import Fault, TrialRaw, choose_skip, run_trial, take_path_commands
 from bench.harness import BENCH_DIR
 
 ORDER = ["taskcustody", "rq", "celery", "dramatiq", "saq", "arq"]
@@ -72,9 +72,7 @@ def plan(system: System, recording: TrialRaw | None, seed: int, quick: bool,
     drops = take_path_commands(recording.commands)
     if quick and len(drops) > QUICK_DROPS:
         drops = sorted(rng.sample(drops, QUICK_DROPS))
-    # Let up to a third of the replies one process read in the recording run through first, so
-    # that the drop lands in the middle of the run, not only on the first take.
-    faults = [Fault("drop", c, rng.randrange(0, max(1, n // 3))) for c, n in drops]
+    faults = [Fault("drop", c, choose_skip(flags, rng)) for c, flags in drops]
     return faults + [Fault(k) for k in OTHER_FAULTS]
 
 

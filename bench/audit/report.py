@@ -29,12 +29,14 @@ class TrialResult:
     detail: str
     restarts: int
     seconds: float
+    carried: list[str]
     outcome: Outcome
 
     @classmethod
     def of(cls, raw: TrialRaw, outcome: Outcome) -> TrialResult:
         return cls(raw.system, raw.fault.kind, raw.fault.command, raw.fault.skip, raw.seed,
-                   raw.fired, raw.detail, raw.restarts, round(raw.seconds, 1), outcome)
+                   raw.fired, raw.detail, raw.restarts, round(raw.seconds, 1),
+                   sorted(raw.carried), outcome)
 
     @property
     def row(self) -> str:
@@ -72,6 +74,46 @@ def aggregate(results: list[TrialResult], system: str) -> dict[str, dict[str, An
     return table
 
 
+def _cell(row: dict[str, Any] | None) -> str:
+    if row is None:
+        return "not run"
+    return f"{row['lost']} lost, {row['more_than_once']} dup / {row['enqueued']}"
+
+
+def summary_table(results: list[TrialResult], systems: list[System]) -> list[str]:
+    """The short table for the README: per system, lost and duplicated tasks per fault."""
+    lines = ["| system (version) | no fault | dropped reply (commands) | SIGKILL mid-task | stall "
+             "| Redis restart |", "|---|---|---|---|---|---|"]
+    for s in systems:
+        rows = aggregate(results, s.name)
+        v = versions(s).get(s.name, "")
+        name = f"**{s.name}** (this commit)" if s.name == "taskcustody" else f"{s.name} {v}"
+        drops = rows.get("dropped reply")
+        drop_cell = _cell(drops) + (f" ({drops['trials']})" if drops else "")
+        lines.append(f"| {name} | {_cell(rows.get('no fault'))} | {drop_cell} "
+                     f"| {_cell(rows.get('kill'))} | {_cell(rows.get('stall'))} "
+                     f"| {_cell(rows.get('restart'))} |")
+    return lines
+
+
+def reach(results: list[TrialResult], systems: list[System]) -> list[str]:
+    """Where the injector reached each system's take path: the commands whose dropped reply
+    carried a task, and the drops that never fired."""
+    lines = []
+    for s in systems:
+        mine = [r for r in results if r.system == s.name and r.fault == "drop"]
+        if not mine:
+            continue
+        carrying = sorted({r.command for r in mine if r.carried})
+        unfired = sorted(r.command for r in mine if not r.fired)
+        lines.append(
+            f"* {s.name}: {sum(r.fired for r in mine)} of {len(mine)} armed drops fired; a "
+            f"dropped reply carried a task on {', '.join(carrying) or 'no command'} (the take)"
+            + (f"; never fired (the command did not come again after SKIP replies): "
+               f"{', '.join(unfired)}" if unfired else "") + ".")
+    return lines
+
+
 def _fmt_recovery(row: dict[str, Any]) -> str:
     if not row["affected"]:
         return "-"
@@ -97,6 +139,8 @@ def render(results: list[TrialResult], systems: list[System], *, seed: int, task
         "(running at a kill or stall, or carried by the dropped reply), how many completed after "
         "it, and the longest time from the fault to such a completion. Completions are counted "
         "from append-only files written by the task itself, never from Redis.", "",
+        "## Summary", "", *summary_table(results, systems), "",
+        "## Per fault", "",
         "| system | fault | trials (fired) | enqueued | once | more than once | lost "
         "| recovered | worker restarts |",
         "|---|---|---|---|---|---|---|---|---|",
@@ -121,6 +165,15 @@ def render(results: list[TrialResult], systems: list[System], *, seed: int, task
                                  "recovery_seconds": o.recovery_seconds})
             lines.append(f"| {r.system} | {r.command} | {r.skip} | {'yes' if r.fired else 'no'} "
                          f"| {o.once} | {o.more_than_once} | {o.lost} | {rec} |")
+    lines += ["", "## Reach of the injector", "",
+              "Every system here talks to Redis through redis-py (Celery through kombu, which "
+              "sends and reads with redis-py's connection: its BRPOP reply is read by "
+              "`Connection.read_response`), so the shim sits under every command of every "
+              "worker. redis-py 6 and later (every system here but arq, which pins redis-py "
+              "5.3.1) send a command again when its connection breaks (3 retries by default): "
+              "after a dropped reply the command runs a second time, as after a real broken "
+              "socket, unless the system configured its client otherwise.", "",
+              *reach(results, systems)]
     lines += ["", "## Systems, versions, settings", ""]
     for s in systems:
         v = ", ".join(f"{k} {val}" for k, val in versions(s).items())

@@ -20,7 +20,6 @@ import signal
 import subprocess
 import tempfile
 import time
-from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -66,7 +65,8 @@ class TrialRaw:
     detail: str = ""  # what was done, when (for the reproduction)
     restarts: int = 0
     seconds: float = 0.0
-    commands: Counter[str] = field(default_factory=Counter)  # recording run: per command, max/pid
+    # The recording run: per command label, its replies in one process (1: carried a task).
+    commands: dict[str, list[int]] = field(default_factory=dict)
     start_time: float = 0.0
 
 
@@ -122,14 +122,19 @@ def _read_records(work: Path) -> list[Record]:
     return out
 
 
-def _read_commands(work: Path) -> Counter[str]:
-    """Per command name, the most replies one process read of it (the skip range of a drop)."""
-    best: Counter[str] = Counter()
+def _read_commands(work: Path) -> dict[str, list[int]]:
+    """Per command label, the replies to it of the process that read the most of them: 1 for a
+    reply that carried a task, 0 for one that did not (the skips a drop may choose from)."""
+    best: dict[str, list[int]] = {}
     for path in (work / "shim").glob("commands.*"):
-        per = Counter(line.split(" ", 1)[1] for line in path.read_text().splitlines()
-                      if " " in line)
-        for name, n in per.items():
-            best[name] = max(best[name], n)
+        per: dict[str, list[int]] = {}
+        for line in path.read_text().splitlines():
+            parts = line.split(" ")
+            if len(parts) == 3:
+                per.setdefault(parts[1], []).append(int(parts[2] == "1"))
+        for name, flags in per.items():
+            if len(flags) > len(best.get(name, [])):
+                best[name] = flags
     return best
 
 
@@ -213,7 +218,8 @@ def _drive(system: System, fault: Fault, raw: TrialRaw, rng: random.Random, redi
                 redis.start()
                 raw.fired = True
                 at = raw.fault_time - raw.start_time
-                raw.detail = (f"redis-server SIGKILLed (by pid) {at:.2f} s after the workers started, {point:.3f} s after the "
+                raw.detail = (f"redis-server SIGKILLed (by pid) {at:.2f} s after the workers "
+                              f"started, {point:.3f} s after the "
                               f"{len(done)}th completion, with {sorted(flying)} running; started "
                               f"again on the same port and append-only file {REDIS_DOWN:.0f} s "
                               "later")
@@ -271,7 +277,7 @@ def _hit(fault: Fault, hit: Record, raw: TrialRaw, instances: list[Instance], po
          done: int) -> None:
     """SIGKILL the process running the task, or SIGSTOP its whole worker instance."""
     at = (raw.fault_time or 0.0) - raw.start_time
-    when = f"{point:.3f} s into {hit.task} ({at:.2f} s after the workers started, {done} tasks done)"
+    when = f"{point:.3f} s into {hit.task} ({at:.2f} s after the workers started, {done} done)"
     if fault.kind == "kill":
         with contextlib.suppress(ProcessLookupError):
             os.kill(hit.pid, signal.SIGKILL)
@@ -291,10 +297,19 @@ def _in_group(pid: int, inst: Instance) -> bool:
         return False
 
 
-def take_path_commands(commands: Counter[str]) -> list[tuple[str, int]]:
-    """The commands a worker sent in the recording run, minus connection set-up, with the most
-    replies one process read of each."""
-    return sorted((c, n) for c, n in commands.items() if c not in HANDSHAKE)
+def take_path_commands(commands: dict[str, list[int]]) -> list[tuple[str, list[int]]]:
+    """The commands a worker sent in the recording run, minus connection set-up, each with its
+    replies in one process."""
+    return sorted((c, flags) for c, flags in commands.items() if c not in HANDSHAKE)
+
+
+def choose_skip(flags: list[int], rng: random.Random) -> int:
+    """How many replies to let through before the drop: one of those that carried a task, if
+    any did (the drop then hits a take that delivers one), else one in the first third."""
+    carrying = [k for k, f in enumerate(flags) if f]
+    if carrying:
+        return rng.choice(carrying)
+    return rng.randrange(0, max(1, len(flags) // 3))
 
 
 def trial_summary(raw: TrialRaw) -> dict[str, Any]:

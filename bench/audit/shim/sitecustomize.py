@@ -8,8 +8,8 @@ It wraps redis-py's connection layer -- `send_packed_command` and `read_response
 are read from the request bytes (`requests`, `label`), and `read_response` pops the label of the
 reply it reads. Two modes (environment):
 
-* AUDIT_SHIM_MODE=record: append one line "<pid> <COMMAND>" per command sent to
-  $AUDIT_SHIM_DIR/commands.<pid>; nothing is dropped.
+* AUDIT_SHIM_MODE=record: append one line "<pid> <COMMAND> <0|1>" per reply read to
+  $AUDIT_SHIM_DIR/commands.<pid> (1: the reply carried a task); nothing is dropped.
 * AUDIT_SHIM_MODE=drop: let $AUDIT_DROP_SKIP replies to $AUDIT_DROP_COMMAND through in this process,
   then read the next one (Redis ran the command), throw it away, read and discard the replies
   pipelined behind it, disconnect and raise redis.ConnectionError -- what a socket broken mid-reply
@@ -98,13 +98,15 @@ def _pending(conn: Any) -> deque[str]:
     return queue
 
 
-def _record(names: list[str]) -> None:
-    if not names:
+def _record(command: str, reply: Any) -> None:
+    """One line per reply read: "<pid> <label> <1 if it carried a task token, else 0>"."""
+    if _MODE != "record" or not command:
         return
     pid = os.getpid()
+    carried = int("tk-" in repr(reply))
     fd = os.open(os.path.join(_DIR, f"commands.{pid}"), os.O_WRONLY | os.O_CREAT | os.O_APPEND)
     try:
-        os.write(fd, "".join(f"{pid} {n}\n" for n in names).encode())
+        os.write(fd, f"{pid} {command} {carried}\n".encode())
     finally:
         os.close(fd)
 
@@ -147,8 +149,6 @@ def _install() -> None:
         names = command_names(command)
         result = orig_send(self, command, *args, **kwargs)
         _pending(self).extend(names)
-        if _MODE == "record":
-            _record(names)
         return result
 
     def disconnect(self: Any, *args: Any, **kwargs: Any) -> Any:
@@ -173,6 +173,7 @@ def _install() -> None:
                     orig_read(self, *args, **kwargs)
             self.disconnect()
             raise error(f"reply to {command} dropped (injected fault)")
+        _record(command, reply)
         return reply
 
     sync_cls.send_packed_command = send_packed_command
@@ -187,8 +188,6 @@ def _install() -> None:
         names = command_names(command)
         result = await a_send(self, command, *args, **kwargs)
         _pending(self).extend(names)
-        if _MODE == "record":
-            _record(names)
         return result
 
     async def a_disconnect(self: Any, *args: Any, **kwargs: Any) -> Any:
@@ -213,6 +212,7 @@ def _install() -> None:
                     await a_read(self, *args, **kwargs)
             await self.disconnect()
             raise error(f"reply to {command} dropped (injected fault)")
+        _record(command, reply)
         return reply
 
     async_cls.send_packed_command = a_send_packed_command
