@@ -89,6 +89,8 @@ def test_parse_fault_reads_what_a_reproduction_prints() -> None:
     assert parse_fault("kill") == Fault("kill")
     assert parse_fault("drop:EVALSHA/fdacc359/fetch:3") == Fault("drop", "EVALSHA/fdacc359/fetch",
                                                                    3)
+    fault = Fault("drop", "BRPOP", 2, only_task=True)
+    assert fault.arg == "drop:BRPOP:2:task" and parse_fault(fault.arg) == fault
     with pytest.raises(Exception, match="drop:COMMAND:SKIP"):
         parse_fault("drop:BLMOVE")
 
@@ -102,8 +104,9 @@ def test_plan_drops_each_recorded_command_except_set_up_then_the_other_faults() 
     faults = plan(OURS, recording, seed=1, quick=False, only=None)
     assert [f.label for f in faults] == ["drop BLMOVE", "drop EVALSHA/ab12cd34", "kill", "stall",
                                          "restart"]
-    assert faults[0].skip in (1, 3)  # a reply that carried a task
-    assert faults[1].skip in (0, 1)  # none did: one in the first third
+    # BLMOVE carried tasks: the drop hits the 1st or 2nd reply that carries one
+    assert faults[0].only_task and faults[0].skip in (0, 1)
+    assert not faults[1].only_task and faults[1].skip in (0, 1)  # none did: the first third
     assert plan(OURS, recording, seed=1, quick=False, only=None) == faults  # seeded
 
 
@@ -165,6 +168,22 @@ def test_shim_drops_the_reply_after_redis_ran_the_command(
     assert out.split("\n")[2] == "3"  # Redis ran the dropped INCR
     entries = [json.loads(x) for x in (tmp_path / "faults.log").read_text().splitlines()]
     assert [(e["command"], e["reply"]) for e in entries] == [("INCRBY", "2")]
+
+
+def test_shim_counts_only_replies_carrying_a_task_when_told(
+        tmp_path: Path, real_redis: RedisServerProcess) -> None:
+    __import__("redis").Redis.from_url(real_redis.url).mset({"audit:x": "idle",
+                                                             "audit:y": "tk-000007"})
+    out = run_with_shim(tmp_path, real_redis.url, "drop", """
+        print(r.get("audit:x"))  # no task in it: neither counted nor dropped
+        print(r.get("audit:y"))  # the first carrying one: skipped (skip 1)
+        try:
+            r.get("audit:y")
+            print("not dropped")
+        except redis.ConnectionError:
+            print("dropped")
+    """, AUDIT_DROP_COMMAND="GET", AUDIT_DROP_SKIP="1", AUDIT_DROP_ONLY_TASK="1")
+    assert out.splitlines() == ["b'idle'", "b'tk-000007'", "dropped"]
 
 
 def test_shim_drops_on_redis_asyncio_and_reads_the_pipelined_replies_behind(

@@ -20,7 +20,7 @@ from pathlib import Path
 from bench.audit.classify import classify
 from bench.audit.report import TrialResult, write_reports
 from bench.audit.systems import SYSTEMS, System
-from bench.audit.trial import Fault, TrialRaw, choose_skip, run_trial, take_path_commands
+from bench.audit.trial import Fault, TrialRaw, drop_fault, run_trial, take_path_commands
 from bench.harness import BENCH_DIR
 
 ORDER = ["taskcustody", "rq", "celery", "dramatiq", "saq", "arq"]
@@ -29,13 +29,16 @@ QUICK_DROPS = 3
 
 
 def parse_fault(text: str) -> Fault:
-    """"kill", "stall", "restart", or "drop:COMMAND:SKIP" (as printed in a reproduction)."""
+    """"kill", "stall", "restart", or "drop:COMMAND:SKIP[:task]" (as a reproduction prints it;
+    ":task": SKIP counts only the replies that carry a task)."""
     if text in OTHER_FAULTS:
         return Fault(text)
     parts = text.split(":")
-    if len(parts) == 3 and parts[0] == "drop" and parts[2].isdigit():
-        return Fault("drop", parts[1], int(parts[2]))
-    raise argparse.ArgumentTypeError(f"{text!r}: kill, stall, restart or drop:COMMAND:SKIP")
+    if len(parts) in (3, 4) and parts[0] == "drop" and parts[2].isdigit() \
+            and parts[3:] in ([], ["task"]):
+        return Fault("drop", parts[1], int(parts[2]), only_task=len(parts) == 4)
+    raise argparse.ArgumentTypeError(
+        f"{text!r}: kill, stall, restart or drop:COMMAND:SKIP[:task]")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -44,7 +47,7 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("systems", nargs="*", metavar="SYSTEM",
                     help=f"of {', '.join(ORDER)} (default: all; taskcustody is always run too, "
-                         "so that our row is measured in the same run)")
+                         "so that our row is measured in the same run, except with --fault)")
     ap.add_argument("--seed", type=int, default=1, help="seed of every choice (default 1)")
     ap.add_argument("--tasks", type=int, default=None, help="tasks per trial (default 20; "
                                                               "10 with --quick)")
@@ -53,8 +56,10 @@ def build_parser() -> argparse.ArgumentParser:
                     help=f"10 tasks, at most {QUICK_DROPS} dropped-reply commands per system; "
                          "writes nothing unless --out is given")
     ap.add_argument("--fault", action="append", type=parse_fault, default=None,
-                    help="only this fault (repeatable): kill, stall, restart, drop:COMMAND:SKIP; "
-                         "skips the recording run (for replaying a reproduction)")
+                    help="only this fault (repeatable): kill, stall, restart, "
+                         "drop:COMMAND:SKIP[:task]; "
+                         "skips the recording run (for replaying a reproduction); writes "
+                         "nothing unless --out is given")
     ap.add_argument("--jobs", type=int, default=3, help="trials at a time (default 3)")
     ap.add_argument("--out", type=Path, default=None,
                     help="directory for audit.{md,json} (default bench/results)")
@@ -72,7 +77,7 @@ def plan(system: System, recording: TrialRaw | None, seed: int, quick: bool,
     drops = take_path_commands(recording.commands)
     if quick and len(drops) > QUICK_DROPS:
         drops = sorted(rng.sample(drops, QUICK_DROPS))
-    faults = [Fault("drop", c, choose_skip(flags, rng)) for c, flags in drops]
+    faults = [drop_fault(c, flags, rng) for c, flags in drops]
     return faults + [Fault(k) for k in OTHER_FAULTS]
 
 
@@ -82,15 +87,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     unknown = [n for n in args.systems if n not in ORDER]
     if unknown:
         parser.error(f"unknown system(s) {', '.join(unknown)}: choose from {', '.join(ORDER)}")
-    names = [n for n in ORDER if n == "taskcustody" or not args.systems or n in args.systems]
+    # Our row is measured in the same run -- except in a replay of named systems' faults.
+    ours = not (args.fault and args.systems)
+    names = [n for n in ORDER
+             if (n == "taskcustody" and ours) or not args.systems or n in args.systems]
     tasks = args.tasks or (10 if args.quick else 20)
-    out = args.out or (None if args.quick else BENCH_DIR / "results")
+    # A quick run or a replay (--fault) must not overwrite the full run's results.
+    out = args.out or (None if args.quick or args.fault else BENCH_DIR / "results")
     started = time.time()
     systems = [SYSTEMS[n] for n in names]
     pythons = {s.name: s.python() for s in systems}
 
     def go(system: System, fault: Fault) -> TrialRaw:
-        seed = f"{args.seed}:{system.name}:{fault.label}:{fault.skip}"
+        seed = f"{args.seed}:{system.name}:{fault.arg}"
         raw = run_trial(system, pythons[system.name], fault, tasks=tasks, seed=seed,
                         task_seconds=args.task_seconds, keep=args.keep)
         o = classify(raw.tasks, raw.records, raw.fault_time, raw.carried)

@@ -12,7 +12,7 @@ from typing import Any
 
 from bench.audit.classify import Outcome
 from bench.audit.systems import System
-from bench.audit.trial import TrialRaw
+from bench.audit.trial import Fault, TrialRaw
 from bench.harness import REPO_DIR
 
 PEERS_DIR = REPO_DIR / "bench" / "peers"
@@ -24,6 +24,7 @@ class TrialResult:
     fault: str  # "none", "drop", "kill", "stall", "restart"
     command: str
     skip: int
+    only_task: bool
     seed: str
     fired: bool
     detail: str
@@ -34,7 +35,8 @@ class TrialResult:
 
     @classmethod
     def of(cls, raw: TrialRaw, outcome: Outcome) -> TrialResult:
-        return cls(raw.system, raw.fault.kind, raw.fault.command, raw.fault.skip, raw.seed,
+        return cls(raw.system, raw.fault.kind, raw.fault.command, raw.fault.skip,
+                   raw.fault.only_task, raw.seed,
                    raw.fired, raw.detail, raw.restarts, round(raw.seconds, 1),
                    sorted(raw.carried), outcome)
 
@@ -155,7 +157,9 @@ def render(results: list[TrialResult], systems: list[System], *, seed: int, task
               "One trial per command the system's workers sent in the recording run (connection "
               "set-up such as CLIENT, HELLO, PING, SCRIPT excluded): the reply to that command "
               "is read and thrown away after Redis ran it, once, after SKIP replies of it went "
-              "through in that process.", "",
+              "through in that process (\"taking a task\": counting only replies that carried "
+              "a task; chosen for every command whose reply carried one in the recording run).",
+              "",
               "| system | command | skip | fired | once | more than once | lost | recovered |",
               "|---|---|---|---|---|---|---|---|"]
     for r in results:
@@ -163,7 +167,8 @@ def render(results: list[TrialResult], systems: list[System], *, seed: int, task
             o = r.outcome
             rec = _fmt_recovery({"affected": o.affected, "recovered": o.recovered,
                                  "recovery_seconds": o.recovery_seconds})
-            lines.append(f"| {r.system} | {r.command} | {r.skip} | {'yes' if r.fired else 'no'} "
+            skip = f"{r.skip} taking a task" if r.only_task else str(r.skip)
+            lines.append(f"| {r.system} | {r.command} | {skip} | {'yes' if r.fired else 'no'} "
                          f"| {o.once} | {o.more_than_once} | {o.lost} | {rec} |")
     lines += ["", "## Reach of the injector", "",
               "Every system here talks to Redis through redis-py (Celery through kombu, which "
@@ -202,7 +207,7 @@ def render(results: list[TrialResult], systems: list[System], *, seed: int, task
 
 
 def _fault_arg(r: TrialResult) -> str:
-    return f"drop:{r.command}:{r.skip}" if r.fault == "drop" else r.fault
+    return Fault(r.fault, r.command, r.skip, r.only_task).arg
 
 
 def write_reports(results: list[TrialResult], systems: list[System], out: Path | None, *,

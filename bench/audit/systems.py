@@ -66,9 +66,11 @@ RQ = System(
      "--logging_level", "ERROR", "audit"),
     "default Worker (a work horse forked per job); jobs enqueued with Retry(max=3) and "
     "job_timeout=5; --maintenance-interval 2 (default 600), --job-monitoring-interval 1, "
-    "--worker-ttl 3. A job stuck in the intermediate queue is handled after 1 min (fixed in RQ)",
-    recovery_seconds=75.0, stall_seconds=12.0,
-    stall_reason="longer than job_timeout 5 s + --worker-ttl 3 s",
+    "--worker-ttl 3. A dead worker's job is retried once its StartedJobRegistry entry expires "
+    "(heartbeat TTL: job_monitoring_interval + 60 s, the 60 s fixed in RQ), and a job stranded in "
+    "the intermediate queue one minute (fixed) after a maintenance pass first saw it: hence 150 s",
+    recovery_seconds=150.0, stall_seconds=70.0,
+    stall_reason="longer than the 61 s heartbeat TTL after which a job counts as abandoned",
 )
 
 CELERY = System(
@@ -96,10 +98,11 @@ SAQ = System(
     "saq", "saq (1 worker, concurrency 1)",
     ("-m", "saq", "saq_app.settings"),
     "defaults, except jobs with retries=3 (default 1 = no second attempt) and timeout=5 s "
-    "(default 10); sweep timer 1 s, but Queue.sweep holds a 60 s lock",
-    recovery_seconds=75.0, stall_seconds=8.0,
-    stall_reason="longer than the job timeout 5 s (a sweep in the window needs the 60 s lock "
-                 "to lapse)",
+    "(default 10); sweep timer 1 s, but Queue.sweep holds a 60 s lock, so a stuck job waits up "
+    "to 60 s + its 5 s timeout for a sweep: hence 90 s",
+    recovery_seconds=90.0, stall_seconds=70.0,
+    stall_reason="longer than the 60 s sweep lock plus the 5 s job timeout, so that another "
+                 "worker's sweep finds the job stuck",
 )
 
 ARQ = System(

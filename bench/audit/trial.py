@@ -46,10 +46,18 @@ class Fault:
     kind: str  # "none" (the recording run), "drop", "kill", "stall", "restart"
     command: str = ""  # drop: the command whose reply is dropped
     skip: int = 0  # drop: replies of it let through first, per process
+    only_task: bool = False  # drop: count only the replies that carry a task
 
     @property
     def label(self) -> str:
         return f"drop {self.command}" if self.kind == "drop" else self.kind
+
+    @property
+    def arg(self) -> str:
+        """As --fault takes it."""
+        if self.kind != "drop":
+            return self.kind
+        return f"drop:{self.command}:{self.skip}" + (":task" if self.only_task else "")
 
 
 @dataclass
@@ -110,6 +118,7 @@ def _env(system: System, url: str, work: Path, fault: Fault, task_seconds: float
         "AUDIT_TASK_SECONDS": str(task_seconds),
         "AUDIT_SHIM_MODE": {"none": "record", "drop": "drop"}.get(fault.kind, ""),
         "AUDIT_DROP_COMMAND": fault.command, "AUDIT_DROP_SKIP": str(fault.skip),
+        "AUDIT_DROP_ONLY_TASK": "1" if fault.only_task else "",
         "PYTHONUNBUFFERED": "1",
     })
     return env
@@ -203,9 +212,10 @@ def _drive(system: System, fault: Fault, raw: TrialRaw, rng: random.Random, redi
                 entry = json.loads(log.read_text().splitlines()[0])
                 raw.fired, raw.fault_time = True, float(entry["time"])
                 raw.carried = tasks_in(entry["reply"])
+                which = "replies carrying a task" if fault.only_task else "replies"
                 raw.detail = (f"reply to {entry['command']} dropped in pid {entry['pid']} "
                               f"{entry['time'] - raw.start_time:.2f} s after the workers started "
-                              f"(after {fault.skip} of its replies in that process); the reply "
+                              f"(after {fault.skip} of its {which} in that process); the reply "
                               f"was {entry['reply'][:300]}")
         elif fault.kind in ("kill", "stall", "restart") and not raw.fired \
                 and len(done) >= trigger_after:
@@ -303,13 +313,14 @@ def take_path_commands(commands: dict[str, list[int]]) -> list[tuple[str, list[i
     return sorted((c, flags) for c, flags in commands.items() if c not in HANDSHAKE)
 
 
-def choose_skip(flags: list[int], rng: random.Random) -> int:
-    """How many replies to let through before the drop: one of those that carried a task, if
-    any did (the drop then hits a take that delivers one), else one in the first third."""
-    carrying = [k for k, f in enumerate(flags) if f]
+def drop_fault(command: str, flags: list[int], rng: random.Random) -> Fault:
+    """The drop on `command`: if any of its replies carried a task in the recording run, the
+    reply of a take that delivers one (the k-th such, k drawn from those seen; counting only
+    those, so that the idle polls in between do not move it); else a reply in the first third."""
+    carrying = sum(flags)
     if carrying:
-        return rng.choice(carrying)
-    return rng.randrange(0, max(1, len(flags) // 3))
+        return Fault("drop", command, rng.randrange(carrying), only_task=True)
+    return Fault("drop", command, rng.randrange(0, max(1, len(flags) // 3)))
 
 
 def trial_summary(raw: TrialRaw) -> dict[str, Any]:

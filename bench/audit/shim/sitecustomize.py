@@ -10,10 +10,11 @@ reply it reads. Two modes (environment):
 
 * AUDIT_SHIM_MODE=record: append one line "<pid> <COMMAND> <0|1>" per reply read to
   $AUDIT_SHIM_DIR/commands.<pid> (1: the reply carried a task); nothing is dropped.
-* AUDIT_SHIM_MODE=drop: let $AUDIT_DROP_SKIP replies to $AUDIT_DROP_COMMAND through in this process,
-  then read the next one (Redis ran the command), throw it away, read and discard the replies
-  pipelined behind it, disconnect and raise redis.ConnectionError -- what a socket broken mid-reply
-  gives. Fires once across all the worker's processes (an O_EXCL marker file), and appends one JSON
+* AUDIT_SHIM_MODE=drop: let $AUDIT_DROP_SKIP replies to $AUDIT_DROP_COMMAND through in this
+  process (with AUDIT_DROP_ONLY_TASK=1, counting only replies that carry a task), then read the
+  next one (Redis ran the command), throw it away, read and discard the replies pipelined behind
+  it, disconnect and raise redis.ConnectionError -- what a socket broken mid-reply gives. Fires
+  once across all the worker's processes (an O_EXCL marker file), and appends one JSON
   line {time, pid, command, reply} to $AUDIT_SHIM_DIR/faults.log so that the harness knows which
   reply was lost, when, and which tasks it carried.
 
@@ -35,6 +36,9 @@ _MODE = os.environ.get("AUDIT_SHIM_MODE", "")
 _DIR = os.environ.get("AUDIT_SHIM_DIR", "")
 _DROP = os.environ.get("AUDIT_DROP_COMMAND", "")
 _SKIP = [int(os.environ.get("AUDIT_DROP_SKIP", "0"))]
+# Count (skip, then drop) only replies that carry a task: a take's reply, whatever the polling
+# in between, so that a replay hits the same kind of reply.
+_ONLY_TASK = os.environ.get("AUDIT_DROP_ONLY_TASK") == "1"
 
 
 def requests(packed: Any) -> list[list[bytes]]:
@@ -111,9 +115,11 @@ def _record(command: str, reply: Any) -> None:
         os.close(fd)
 
 
-def _should_drop(command: str) -> bool:
+def _should_drop(command: str, reply: Any) -> bool:
     if _MODE != "drop" or command != _DROP:
         return False
+    if _ONLY_TASK and "tk-" not in repr(reply):
+        return False  # counting only the replies that carry a task
     if _SKIP[0] > 0:
         _SKIP[0] -= 1
         return False
@@ -158,13 +164,15 @@ def _install() -> None:
     def read_response(self: Any, *args: Any, **kwargs: Any) -> Any:
         pending = _pending(self)
         command = pending.popleft() if pending else ""
-        drop = _should_drop(command)
         try:
             reply = orig_read(self, *args, **kwargs)
         except redis.ResponseError as exc:
-            if not drop:
+            if not _should_drop(command, exc):
                 raise
             reply = exc
+            drop = True
+        else:
+            drop = _should_drop(command, reply)
         if drop:
             _log_drop(command, reply)
             while pending:
@@ -197,13 +205,15 @@ def _install() -> None:
     async def a_read_response(self: Any, *args: Any, **kwargs: Any) -> Any:
         pending = _pending(self)
         command = pending.popleft() if pending else ""
-        drop = _should_drop(command)
         try:
             reply = await a_read(self, *args, **kwargs)
         except redis.ResponseError as exc:
-            if not drop:
+            if not _should_drop(command, exc):
                 raise
             reply = exc
+            drop = True
+        else:
+            drop = _should_drop(command, reply)
         if drop:
             _log_drop(command, reply)
             while pending:
