@@ -6,6 +6,7 @@ from __future__ import annotations
 import datetime
 import json
 import re
+import subprocess
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -135,7 +136,7 @@ def render(results: list[TrialResult], systems: list[System], *, seed: int, task
         "# Audit: the peers and taskcustody under the same faults", "",
         f"`{command}` -- {date}, {elapsed / 60:.1f} min, seed {seed}, {tasks} tasks per trial "
         f"of {task_seconds:g} s each, two worker instances per trial, every trial on a fresh "
-        "redis-server with appendonly yes / appendfsync always.", "",
+        f"redis-server ({_redis_version()}) with appendonly yes / appendfsync always.", "",
         "Counts are per fault, summed over its trials. *lost*: enqueued, never completed within "
         "the system's recovery time after the fault. *recovered*: of the tasks the fault hit "
         "(running at a kill or stall, or carried by the dropped reply), how many completed after "
@@ -204,6 +205,16 @@ def render(results: list[TrialResult], systems: list[System], *, seed: int, task
                      f"{', '.join(r.outcome.duplicated_tasks)} "
                      f"({_short(r.detail, 200) or 'no fault'})")
     return "\n".join(lines) + "\n"
+
+
+def _redis_version() -> str:
+    try:
+        out = subprocess.run(["redis-server", "--version"], capture_output=True, text=True,
+                             timeout=10).stdout
+    except (OSError, subprocess.SubprocessError):
+        return "version unknown"
+    found = re.search(r"v=(\S+)", out)
+    return f"Redis {found.group(1)}" if found else "version unknown"
 
 
 def _fault_arg(r: TrialResult) -> str:
