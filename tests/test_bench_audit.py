@@ -16,8 +16,9 @@ from types import ModuleType
 
 import pytest
 
-from bench.audit.classify import Record, classify, in_flight, parse_records, tasks_in
+from bench.audit.classify import Outcome, Record, classify, in_flight, parse_records, tasks_in
 from bench.audit.cli import parse_fault, plan
+from bench.audit.report import TrialResult, aggregate, render
 from bench.audit.systems import OURS
 from bench.audit.trial import Fault, TrialRaw, take_path_commands
 from tests.support.redis_server import RedisServerProcess
@@ -220,3 +221,27 @@ def test_shim_records_the_commands_and_drops_nothing(
     assert ["SET", "0"] in replies and ["GET", "1"] in replies  # GET carried the task token
     assert any(n.startswith("EVAL/") for n, _ in replies)
     assert not (tmp_path / "faults.log").exists()
+
+
+# -- the report ------------------------------------------------------------------------------
+
+def result(fault: str, outcome: Outcome, command: str = "", skip: int = 0,
+           only_task: bool = False) -> TrialResult:
+    return TrialResult("taskcustody", fault, command, skip, only_task, "1:x", True, "what",
+                       0, 1.0, [], outcome)
+
+
+def test_report_sums_trials_per_fault_and_gives_each_loss_its_replay() -> None:
+    lost = classify(T[:2], [rec("done", T[0], 1)], None)
+    clean = classify(T[:2], [rec("done", T[0], 1), rec("done", T[1], 1), rec("done", T[1], 2)],
+                     None)
+    results = [result("drop", lost, "BRPOP", 4, only_task=True), result("drop", clean, "HSET"),
+               result("kill", clean)]
+    rows = aggregate(results, "taskcustody")
+    assert rows["dropped reply"]["trials"] == 2
+    assert (rows["dropped reply"]["lost"], rows["dropped reply"]["more_than_once"]) == (1, 1)
+    assert rows["kill"]["enqueued"] == 2 and "stall" not in rows
+    text = render(results, [OURS], seed=1, tasks=2, task_seconds=0.2, command="c", elapsed=1.0,
+                  date="d")
+    assert "| **taskcustody** (this commit) | not run | 1 lost, 1 dup / 4 (2) |" in text
+    assert "--fault drop:BRPOP:4:task" in text and T[1] in text
