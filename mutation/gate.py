@@ -134,6 +134,20 @@ def check_syntax(path: str, text: str) -> None:
 
 # -- running the suite ------------------------------------------------------------------------
 
+#: What the named-mutant runs leave out unless --full-suite: the searches for the broken designs
+#: (they check the machine against the demonstrations, verify/broken.py) and the tests of how
+#: results are presented. See `named_gate`.
+PRESENTATION_TESTS = (
+    "tests/stateful/test_finds_broken_designs.py",
+    "tests/test_verify_pytest_plugin.py",
+    "tests/test_verify_report_page.py",
+    "tests/test_verify_junit.py",
+    "tests/test_verify_budget.py",
+    "tests/test_narrate.py",
+    "tests/test_docs_guide.py",
+    "tests/test_bench_audit.py",
+)
+
 LIMITS = "test-limits.json"  # per-test limits for the mutant runs, next to their copies
 
 
@@ -239,14 +253,20 @@ def run_named(snapshot: Path, workdir: Path, mutant: NamedMutant, test_timeout: 
     return NamedResult(mutant, verdict, ok, killers, run.seconds, detail)
 
 
-_IMPORTS_CORE = re.compile(r"^\s*(from|import)\s+taskcustody(\.|\s|$)", re.MULTILINE)
+_IMPORTS_CORE = re.compile(r"^\s*(from|import)\s+taskcustody(?!\.verify\.designs\b)(\.|\s|$)",
+                           re.MULTILINE)
+#: The designs table: data about the model's variants, which the model's tests read. It imports
+#: only the model (checked below), so no named mutant can change what it holds.
+DESIGNS_TABLE = "src/taskcustody/verify/designs.py"
 
 
 def independent_of_core(snapshot: Path, folders: Sequence[str]) -> bool:
-    """True when no Python file under `folders` imports the `taskcustody` package: then no named
-    mutant (they all edit src/taskcustody) can change what those tests see."""
-    return not any(_IMPORTS_CORE.search(path.read_text(encoding="utf-8"))
-                   for folder in folders for path in (snapshot / folder).rglob("*.py"))
+    """True when no Python file under `folders` imports the `taskcustody` package, the designs
+    table aside (itself importing nothing of `taskcustody`): then no named mutant (they all edit
+    src/taskcustody) can change what those tests see."""
+    files = [path for folder in folders for path in (snapshot / folder).rglob("*.py")]
+    files.append(snapshot / DESIGNS_TABLE)
+    return not any(_IMPORTS_CORE.search(path.read_text(encoding="utf-8")) for path in files)
 
 
 def named_gate(snapshot: Path, workdir: Path, jobs: int, test_timeout: float,
@@ -288,13 +308,16 @@ def named_gate(snapshot: Path, workdir: Path, jobs: int, test_timeout: float,
     if not full_suite:
         # The searches for the broken designs check the stateful machine against the
         # demonstrations of those designs (verify/broken.py), and the tests marked `slow` are
-        # end-to-end runs of real processes and the longest searches; both run in the README's
+        # end-to-end runs of real processes and the longest searches; all run in the README's
         # test command. Under a mutant they would only add minutes: no named mutant is
         # caught by them alone (a mutant that only they caught would show here as SURVIVED, so
         # leaving them out can fail the gate, never pass it wrongly). `--full-suite` keeps them.
-        print("   left out: tests/stateful/test_finds_broken_designs.py and tests marked slow "
+        # The same holds for the tests of how verify presents a run (its report, JUnit file,
+        # budget, pytest plugin) and of the docs and the bench's audit: no named mutant changes
+        # a presentation, and they run in the test command.
+        print(f"   left out: {', '.join(PRESENTATION_TESTS)} and tests marked slow "
               "(--full-suite keeps them)", flush=True)
-        pytest_args.append("--ignore=tests/stateful/test_finds_broken_designs.py")
+        pytest_args += [f"--ignore={path}" for path in PRESENTATION_TESTS]
         markers += " and not slow"
     pytest_args += ["-m", markers]
     base = clone(snapshot, workdir / "unmutated")
