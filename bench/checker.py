@@ -84,3 +84,116 @@ def measure(quick: bool) -> dict[str, Any]:
         except Exception as exc:  # a piece under construction must not sink the benchmark
             out[name] = {"status": "error", "why": f"{type(exc).__name__}: {exc}"[:300]}
     return out
+
+
+# -- time to find each broken design by simulation (issue 15: a tracked figure) -----------------
+
+#: `taskcustody model-check --simulate --tasks 6 --servers 3 --workers 3 --faults 4`
+SIMULATION_BOUNDS = dict(tasks=6, servers=3, workers=3, faults=4, processes_per_server=1)
+#: what a design needs on top to show at all (as `verify.run.DESIGN_MODEL_BOUNDS`): poison-pill
+#: detection for designs 10-12, failing handlers for design 13
+SIMULATION_EXTRAS: dict[str, dict[str, Any]] = {
+    "recoveries-not-counted": {"max_recoveries": 1},
+    "count-after-recovery": {"max_recoveries": 1},
+    "recovered-to-queue": {"max_recoveries": 1},
+    "promote-copies": {"handler_failures": True},
+}
+TIME_TO_FIND_SEEDS = 10
+#: a seed that has not found its design after this long counts as not found
+TIME_TO_FIND_BUDGET = 300.0
+
+
+def _median(xs: list[float]) -> float:
+    s = sorted(xs)
+    n = len(s)
+    return s[n // 2] if n % 2 else (s[n // 2 - 1] + s[n // 2]) / 2
+
+
+def time_to_find(seeds: int = TIME_TO_FIND_SEEDS,
+                 budget: float = TIME_TO_FIND_BUDGET) -> dict[str, Any]:
+    """For each broken design, `seeds` simulations (seeds 0..seeds-1) until it is found: the
+    median steps (machine-independent: a seed's walk is deterministic) and the median seconds
+    (wall clock, this machine, however loaded) to the first violation."""
+    from taskcustody_model.simulate import simulate
+    from taskcustody_model.state import Bounds
+    from taskcustody_model.variants import VARIANTS
+
+    rows: dict[str, Any] = {}
+    for name in VARIANTS:
+        if name == "correct":
+            continue
+        bounds = Bounds(**{**SIMULATION_BOUNDS, **SIMULATION_EXTRAS.get(name, {})})
+        runs = [simulate(bounds, name, seed=seed, seconds=budget) for seed in range(seeds)]
+        found = [r for r in runs if not r.ok]
+        rows[name] = {
+            "extras": SIMULATION_EXTRAS.get(name, {}),
+            "found": len(found),
+            "seeds": seeds,
+            "properties": sorted({r.property for r in found if r.property}),
+            "median_steps": _median([r.steps for r in found]) if found else None,
+            "median_seconds": _median([r.seconds for r in found]) if found else None,
+            "max_seconds": max(r.seconds for r in found) if found else None,
+            "median_trace_length": (_median([len(r.violation) for r in found if r.violation])
+                                    if found else None),
+        }
+    return {"bounds": SIMULATION_BOUNDS, "seeds": seeds, "budget_seconds": budget,
+            "designs": rows}
+
+
+def time_to_find_markdown(data: dict[str, Any], command: str, when: str) -> str:
+    b = data["bounds"]
+    out = [
+        "# Time for `model-check --simulate` to find each broken design",
+        "",
+        f"`{command}` ({when}). Sizes: {b['tasks']} tasks, {b['servers']} servers x "
+        f"{b['workers']} workers, {b['faults']} faults, {b['processes_per_server']} process "
+        f"per id; seeds 0-{data['seeds'] - 1}; a seed gives up after "
+        f"{data['budget_seconds']:.0f} s. Steps are machine-independent (a seed's walks are "
+        "deterministic); seconds are wall-clock on the shared 2-core machine.",
+        "",
+        "| design | extra bounds | found | property | median steps | median s | max s | "
+        "median trace |",
+        "|---|---|---|---|---:|---:|---:|---:|",
+    ]
+    for name, r in data["designs"].items():
+        extras = ", ".join(f"{k}={v}" for k, v in r["extras"].items()) or "-"
+
+        def num(x: float | None, fmt: str) -> str:
+            return "-" if x is None else format(x, fmt)
+
+        out.append(
+            f"| {name} | {extras} | {r['found']}/{r['seeds']} | {', '.join(r['properties'])} | "
+            f"{num(r['median_steps'], ',.0f')} | {num(r['median_seconds'], '.2f')} | "
+            f"{num(r['max_seconds'], '.2f')} | {num(r['median_trace_length'], '.0f')} |"
+        )
+    return "\n".join(out) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m bench.checker --time-to-find`: writes bench/results/time_to_find.{json,md}."""
+    import argparse
+    import json
+    from datetime import datetime, timezone
+    from pathlib import Path
+
+    parser = argparse.ArgumentParser(prog="python -m bench.checker")
+    parser.add_argument("--time-to-find", action="store_true", required=True)
+    parser.add_argument("--seeds", type=int, default=TIME_TO_FIND_SEEDS)
+    parser.add_argument("--budget", type=float, default=TIME_TO_FIND_BUDGET)
+    parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results")
+    args = parser.parse_args(argv)
+    data = time_to_find(args.seeds, args.budget)
+    when = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    data["when"] = when
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "time_to_find.json").write_text(json.dumps(data, indent=1) + "\n")
+    command = "python -m bench.checker --time-to-find" + (
+        f" --seeds {args.seeds}" if args.seeds != TIME_TO_FIND_SEEDS else "")
+    (args.out / "time_to_find.md").write_text(time_to_find_markdown(data, command, when))
+    print(time_to_find_markdown(data, command, when))
+    missed = [n for n, r in data["designs"].items() if r["found"] < r["seeds"]]
+    return 1 if missed else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
