@@ -12,6 +12,8 @@ a few symmetric twins unmerged, which costs states, never correctness.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from .state import Drain, ListKey, Process, Registration, State, Worker
 
 
@@ -83,6 +85,9 @@ def canonical(state: State, n_workers: int) -> State:
                     tuple(recs.get(key, ())),
                     key in registered,
                 ))
+            if n_workers == 2:  # the usual case: one comparison, as the stable sort makes it
+                worker_map[(s, inc)] = [1, 0] if sigs[1] < sigs[0] else [0, 1]
+                continue
             new_index = [0] * n_workers
             for new, old in enumerate(sorted(workers_range, key=sigs.__getitem__)):
                 new_index[old] = new
@@ -106,22 +111,31 @@ def canonical(state: State, n_workers: int) -> State:
     # Servers: sorted by everything they own, with names inside a server already canonical.
     server_map = list(range(n_servers))
     if n_servers > 1:
-        sigs_s = []
-        for s in range(n_servers):
-            reg = registry[s]
-            imap = inc_map[s]
-
-            def rekey_local(k: ListKey, imap: dict[int, int] = imap) -> tuple[int, int]:
-                return imap[k[1]], worker_map[(k[0], k[1])][k[2]]
-
-            sigs_s.append((
-                () if reg is None else (imap[reg.inc], reg.deadline),
+        # The signature's head (registration and processes) usually tells the servers apart;
+        # its tail (what the server's lists, records and registrations hold) is computed only
+        # when two heads tie, which orders exactly as the whole signature would.
+        sigs_s: list[tuple] = [  # type: ignore[type-arg]
+            (
+                () if registry[s] is None else (inc_map[s][registry[s].inc],  # type: ignore[union-attr]
+                                                registry[s].deadline),  # type: ignore[union-attr]
                 tuple((p.inc, p.stalled, p.phase, len(p.drains), p.workers, p.suspect)
                       for p in local[s]),
-                sorted((rekey_local(k), tasks) for k, tasks in lists.items() if k[0] == s),
-                sorted((rekey_local(k), tuple(ts)) for k, ts in recs.items() if k[0] == s),
-                sorted(rekey_local(k) for k in registered if k[0] == s),
-            ))
+            )
+            for s in range(n_servers)
+        ]
+        if len(set(sigs_s)) < n_servers:
+            for s in range(n_servers):
+                imap = inc_map[s]
+
+                def rekey_local(k: ListKey, imap: dict[int, int] = imap) -> tuple[int, int]:
+                    return imap[k[1]], worker_map[(k[0], k[1])][k[2]]
+
+                sigs_s[s] = (
+                    *sigs_s[s],
+                    sorted((rekey_local(k), tasks) for k, tasks in lists.items() if k[0] == s),
+                    sorted((rekey_local(k), tuple(ts)) for k, ts in recs.items() if k[0] == s),
+                    sorted(rekey_local(k) for k in registered if k[0] == s),
+                )
         for new, old in enumerate(sorted(range(n_servers), key=sigs_s.__getitem__)):
             server_map[old] = new
 
@@ -190,27 +204,31 @@ def canonical(state: State, n_workers: int) -> State:
         records=tuple(new_records),
         committed=tuple(new_committed),
         registry=tuple(new_registry),
-        processes=tuple(
-            tuple(
-                Process(
-                    p.inc, p.stalled, p.phase,
-                    tuple(Drain(rekey(d.key), d.length, d.moved) for d in p.drains)
-                    if p.drains else (),
-                    tuple(wk if wk.task < 0 else Worker(wk.phase, name[wk.task])
-                          for wk in p.workers),
-                    tuple(name[t] for t in p.pending_counts) if p.pending_counts else (),
-                    p.suspect,
-                )
-                for p in row
-            )
-            for row in new_local
-        ),
+        processes=tuple(tuple(_renamed(p, name, rekey) for p in row) for row in new_local),
         faults=state.faults,
         stalled_ever=state.stalled_ever,
         registered=tuple(sorted(rekey(k) for k in state.registered)),
         status=tuple(new_status) if state.status else (),
         recoveries=tuple(new_recoveries) if state.recoveries else (),
         executions=tuple(new_executions) if state.executions else (),
+    )
+
+
+def _renamed(p: Process, name: dict[int, int], rekey: Callable[[ListKey], ListKey]) -> Process:
+    """A process of ``canonical``, its workers already renamed: its tasks and drains renamed."""
+    workers = p.workers
+    for wk in workers:
+        if wk.task >= 0:
+            workers = tuple(w if w.task < 0 else Worker(w.phase, name[w.task]) for w in workers)
+            break
+    if not p.drains and not p.pending_counts:
+        return p if workers is p.workers else p._replace(workers=workers)
+    return Process(
+        p.inc, p.stalled, p.phase,
+        tuple(Drain(rekey(d.key), d.length, d.moved) for d in p.drains),
+        workers,
+        tuple(name[t] for t in p.pending_counts),
+        p.suspect,
     )
 
 
