@@ -169,19 +169,85 @@ def time_to_find_markdown(data: dict[str, Any], command: str, when: str) -> str:
     return "\n".join(out) + "\n"
 
 
+# -- checker speed, before and after a change (issue 15: measured in the same run) -----------------
+
+_ONE_CHECK = """
+import json, sys, time
+from taskcustody_model import Bounds, check
+bounds = Bounds(**json.loads(sys.argv[1]))
+cpu, wall = time.process_time(), time.monotonic()
+r = check(bounds)
+cpu, wall = time.process_time() - cpu, time.monotonic() - wall
+print(json.dumps({"ok": r.ok, "states": r.distinct_states, "generated": r.states_generated,
+                  "depth": r.depth, "cpu": cpu, "wall": wall}))
+"""
+
+
+def compare(rev: str, bounds: dict[str, Any], rounds: int) -> dict[str, Any]:
+    """The checker of git revision ``rev`` against this tree's, alternating, ``rounds`` times
+    each, one fresh process per run: median CPU and wall seconds, and distinct states per CPU
+    second. CPU time is the fairer figure on a shared machine (wall time counts the others)."""
+    import json
+    import os
+    import subprocess
+    import sys
+    import tempfile
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    with tempfile.TemporaryDirectory() as tmp:
+        archive = subprocess.run(["git", "-C", str(root), "archive", rev, "model"],
+                                 check=True, capture_output=True).stdout
+        subprocess.run(["tar", "-x", "-C", tmp], input=archive, check=True)
+        trees = {"before": Path(tmp) / "model", "after": root / "model"}
+        runs: dict[str, list[dict[str, Any]]] = {"before": [], "after": []}
+        for _ in range(rounds):
+            for label, tree in trees.items():
+                env = {**os.environ, "PYTHONPATH": str(tree)}
+                out = subprocess.run([sys.executable, "-c", _ONE_CHECK, json.dumps(bounds)],
+                                     check=True, capture_output=True, text=True, env=env)
+                runs[label].append(json.loads(out.stdout))
+                print(label, runs[label][-1], file=sys.stderr, flush=True)
+    summary: dict[str, Any] = {"rev": rev, "bounds": bounds, "rounds": rounds}
+    for label, rs in runs.items():
+        cpu = _median([r["cpu"] for r in rs])
+        summary[label] = {"states": rs[0]["states"], "generated": rs[0]["generated"],
+                          "depth": rs[0]["depth"], "ok": rs[0]["ok"],
+                          "median_cpu_seconds": cpu,
+                          "median_wall_seconds": _median([r["wall"] for r in rs]),
+                          "states_per_cpu_second": rs[0]["states"] / cpu}
+    summary["same_states"] = summary["before"]["states"] == summary["after"]["states"]
+    summary["cpu_ratio"] = (summary["before"]["median_cpu_seconds"]
+                            / summary["after"]["median_cpu_seconds"])
+    summary["wall_ratio"] = (summary["before"]["median_wall_seconds"]
+                             / summary["after"]["median_wall_seconds"])
+    return summary
+
+
 def main(argv: list[str] | None = None) -> int:
-    """`python -m bench.checker --time-to-find`: writes bench/results/time_to_find.{json,md}."""
+    """`python -m bench.checker --time-to-find` writes bench/results/time_to_find.{json,md};
+    `python -m bench.checker --compare REV` measures the checker's speed-up since REV."""
     import argparse
     import json
     from datetime import datetime, timezone
     from pathlib import Path
 
     parser = argparse.ArgumentParser(prog="python -m bench.checker")
-    parser.add_argument("--time-to-find", action="store_true", required=True)
+    what = parser.add_mutually_exclusive_group(required=True)
+    what.add_argument("--time-to-find", action="store_true")
+    what.add_argument("--compare", metavar="REV",
+                      help="this tree's checker against git revision REV's")
     parser.add_argument("--seeds", type=int, default=TIME_TO_FIND_SEEDS)
     parser.add_argument("--budget", type=float, default=TIME_TO_FIND_BUDGET)
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--bounds", default='{"tasks": 3, "servers": 2, "workers": 2, '
+                        '"faults": 2, "processes_per_server": 1}',
+                        help="JSON of taskcustody_model.Bounds fields (default: the CI bound)")
     args = parser.parse_args(argv)
+    if args.compare:
+        print(json.dumps(compare(args.compare, json.loads(args.bounds), args.rounds), indent=1))
+        return 0
     data = time_to_find(args.seeds, args.budget)
     when = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     data["when"] = when
