@@ -87,3 +87,34 @@ def test_cli_simulate_exit_codes() -> None:
     assert runner.invoke(model_check, ["--seconds", "5"]).exit_code == 2
     assert runner.invoke(model_check, ["--simulate", "--no-eventual"]).exit_code == 2
     assert runner.invoke(model_check, ["--simulate", "--steps", "0"]).exit_code == 2
+
+
+def test_the_tracked_time_to_find_covers_every_broken_design() -> None:
+    """bench/results/time_to_find.json (`python -m bench.checker --time-to-find`) lists every
+    broken design, each found by every seed: a design added without rerunning it fails here."""
+    import json
+    from pathlib import Path
+
+    from taskcustody_model.variants import VARIANTS
+
+    path = Path(__file__).resolve().parents[2] / "bench" / "results" / "time_to_find.json"
+    data = json.loads(path.read_text())
+    assert set(data["designs"]) == set(VARIANTS) - {"correct"}
+    for name, row in data["designs"].items():
+        assert row["found"] == row["seeds"] == data["seeds"] >= 10, name
+        assert row["median_steps"] > 0
+
+
+def test_the_time_to_find_table_has_a_row_per_design() -> None:
+    checker = pytest.importorskip("bench.checker")
+    data = {"bounds": checker.SIMULATION_BOUNDS, "seeds": 2, "budget_seconds": 5.0, "designs": {
+        "no-release": {"extras": {}, "found": 2, "seeds": 2, "properties": ["no-duplication"],
+                       "median_steps": 7.5, "median_seconds": 0.01, "max_seconds": 0.02,
+                       "median_trace_length": 7},
+        "promote-copies": {"extras": {"handler_failures": True}, "found": 0, "seeds": 2,
+                           "properties": [], "median_steps": None, "median_seconds": None,
+                           "max_seconds": None, "median_trace_length": None},
+    }}
+    table = checker.time_to_find_markdown(data, "cmd", "now")
+    assert "| no-release | - | 2/2 | no-duplication | 8 | 0.01 | 0.02 | 7 |" in table
+    assert "| promote-copies | handler_failures=True | 0/2 |  | - | - | - | - |" in table
