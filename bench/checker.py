@@ -84,3 +84,182 @@ def measure(quick: bool) -> dict[str, Any]:
         except Exception as exc:  # a piece under construction must not sink the benchmark
             out[name] = {"status": "error", "why": f"{type(exc).__name__}: {exc}"[:300]}
     return out
+
+
+# -- time to find each broken design by simulation (issue 15: a tracked figure) -----------------
+
+#: `taskcustody model-check --simulate --tasks 6 --servers 3 --workers 3 --faults 4`
+SIMULATION_BOUNDS = dict(tasks=6, servers=3, workers=3, faults=4, processes_per_server=1)
+#: what a design needs on top to show at all (as `verify.run.DESIGN_MODEL_BOUNDS`): poison-pill
+#: detection for designs 10-12, failing handlers for design 13
+SIMULATION_EXTRAS: dict[str, dict[str, Any]] = {
+    "recoveries-not-counted": {"max_recoveries": 1},
+    "count-after-recovery": {"max_recoveries": 1},
+    "recovered-to-queue": {"max_recoveries": 1},
+    "promote-copies": {"handler_failures": True},
+}
+TIME_TO_FIND_SEEDS = 10
+#: a seed that has not found its design after this long counts as not found
+TIME_TO_FIND_BUDGET = 300.0
+
+
+def _median(xs: list[float]) -> float:
+    s = sorted(xs)
+    n = len(s)
+    return s[n // 2] if n % 2 else (s[n // 2 - 1] + s[n // 2]) / 2
+
+
+def time_to_find(seeds: int = TIME_TO_FIND_SEEDS,
+                 budget: float = TIME_TO_FIND_BUDGET) -> dict[str, Any]:
+    """For each broken design, `seeds` simulations (seeds 0..seeds-1) until it is found: the
+    median steps (machine-independent: a seed's walk is deterministic) and the median seconds
+    (wall clock, this machine, however loaded) to the first violation."""
+    from taskcustody_model.simulate import simulate
+    from taskcustody_model.state import Bounds
+    from taskcustody_model.variants import VARIANTS
+
+    rows: dict[str, Any] = {}
+    for name in VARIANTS:
+        if name == "correct":
+            continue
+        bounds = Bounds(**{**SIMULATION_BOUNDS, **SIMULATION_EXTRAS.get(name, {})})
+        runs = [simulate(bounds, name, seed=seed, seconds=budget) for seed in range(seeds)]
+        found = [r for r in runs if not r.ok]
+        rows[name] = {
+            "extras": SIMULATION_EXTRAS.get(name, {}),
+            "found": len(found),
+            "seeds": seeds,
+            "properties": sorted({r.property for r in found if r.property}),
+            "median_steps": _median([r.steps for r in found]) if found else None,
+            "median_seconds": _median([r.seconds for r in found]) if found else None,
+            "max_seconds": max(r.seconds for r in found) if found else None,
+            "median_trace_length": (_median([len(r.violation) for r in found if r.violation])
+                                    if found else None),
+        }
+    return {"bounds": SIMULATION_BOUNDS, "seeds": seeds, "budget_seconds": budget,
+            "designs": rows}
+
+
+def time_to_find_markdown(data: dict[str, Any], command: str, when: str) -> str:
+    b = data["bounds"]
+    out = [
+        "# Time for `model-check --simulate` to find each broken design",
+        "",
+        f"`{command}` ({when}). Sizes: {b['tasks']} tasks, {b['servers']} servers x "
+        f"{b['workers']} workers, {b['faults']} faults, {b['processes_per_server']} process "
+        f"per id; seeds 0-{data['seeds'] - 1}; a seed gives up after "
+        f"{data['budget_seconds']:.0f} s. Steps are machine-independent (a seed's walks are "
+        "deterministic); seconds are wall-clock on the shared 2-core machine.",
+        "",
+        "| design | extra bounds | found | property | median steps | median s | max s | "
+        "median trace |",
+        "|---|---|---|---|---:|---:|---:|---:|",
+    ]
+    for name, r in data["designs"].items():
+        extras = ", ".join(f"{k}={v}" for k, v in r["extras"].items()) or "-"
+
+        def num(x: float | None, fmt: str) -> str:
+            return "-" if x is None else format(x, fmt)
+
+        out.append(
+            f"| {name} | {extras} | {r['found']}/{r['seeds']} | {', '.join(r['properties'])} | "
+            f"{num(r['median_steps'], ',.0f')} | {num(r['median_seconds'], '.2f')} | "
+            f"{num(r['max_seconds'], '.2f')} | {num(r['median_trace_length'], '.0f')} |"
+        )
+    return "\n".join(out) + "\n"
+
+
+# -- checker speed, before and after a change (issue 15: measured in the same run) -----------------
+
+_ONE_CHECK = """
+import json, sys, time
+from taskcustody_model import Bounds, check
+bounds = Bounds(**json.loads(sys.argv[1]))
+cpu, wall = time.process_time(), time.monotonic()
+r = check(bounds)
+cpu, wall = time.process_time() - cpu, time.monotonic() - wall
+print(json.dumps({"ok": r.ok, "states": r.distinct_states, "generated": r.states_generated,
+                  "depth": r.depth, "cpu": cpu, "wall": wall}))
+"""
+
+
+def compare(rev: str, bounds: dict[str, Any], rounds: int) -> dict[str, Any]:
+    """The checker of git revision ``rev`` against this tree's, alternating, ``rounds`` times
+    each, one fresh process per run: median CPU and wall seconds, and distinct states per CPU
+    second. CPU time is the fairer figure on a shared machine (wall time counts the others)."""
+    import json
+    import os
+    import subprocess
+    import sys
+    import tempfile
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    with tempfile.TemporaryDirectory() as tmp:
+        archive = subprocess.run(["git", "-C", str(root), "archive", rev, "model"],
+                                 check=True, capture_output=True).stdout
+        subprocess.run(["tar", "-x", "-C", tmp], input=archive, check=True)
+        trees = {"before": Path(tmp) / "model", "after": root / "model"}
+        runs: dict[str, list[dict[str, Any]]] = {"before": [], "after": []}
+        for _ in range(rounds):
+            for label, tree in trees.items():
+                env = {**os.environ, "PYTHONPATH": str(tree)}
+                out = subprocess.run([sys.executable, "-c", _ONE_CHECK, json.dumps(bounds)],
+                                     check=True, capture_output=True, text=True, env=env)
+                runs[label].append(json.loads(out.stdout))
+                print(label, runs[label][-1], file=sys.stderr, flush=True)
+    summary: dict[str, Any] = {"rev": rev, "bounds": bounds, "rounds": rounds}
+    for label, rs in runs.items():
+        cpu = _median([r["cpu"] for r in rs])
+        summary[label] = {"states": rs[0]["states"], "generated": rs[0]["generated"],
+                          "depth": rs[0]["depth"], "ok": rs[0]["ok"],
+                          "median_cpu_seconds": cpu,
+                          "median_wall_seconds": _median([r["wall"] for r in rs]),
+                          "states_per_cpu_second": rs[0]["states"] / cpu}
+    summary["same_states"] = summary["before"]["states"] == summary["after"]["states"]
+    summary["cpu_ratio"] = (summary["before"]["median_cpu_seconds"]
+                            / summary["after"]["median_cpu_seconds"])
+    summary["wall_ratio"] = (summary["before"]["median_wall_seconds"]
+                             / summary["after"]["median_wall_seconds"])
+    return summary
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m bench.checker --time-to-find` writes bench/results/time_to_find.{json,md};
+    `python -m bench.checker --compare REV` measures the checker's speed-up since REV."""
+    import argparse
+    import json
+    from datetime import datetime, timezone
+    from pathlib import Path
+
+    parser = argparse.ArgumentParser(prog="python -m bench.checker")
+    what = parser.add_mutually_exclusive_group(required=True)
+    what.add_argument("--time-to-find", action="store_true")
+    what.add_argument("--compare", metavar="REV",
+                      help="this tree's checker against git revision REV's")
+    parser.add_argument("--seeds", type=int, default=TIME_TO_FIND_SEEDS)
+    parser.add_argument("--budget", type=float, default=TIME_TO_FIND_BUDGET)
+    parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--bounds", default='{"tasks": 3, "servers": 2, "workers": 2, '
+                        '"faults": 2, "processes_per_server": 1}',
+                        help="JSON of taskcustody_model.Bounds fields (default: the CI bound)")
+    args = parser.parse_args(argv)
+    if args.compare:
+        print(json.dumps(compare(args.compare, json.loads(args.bounds), args.rounds), indent=1))
+        return 0
+    data = time_to_find(args.seeds, args.budget)
+    when = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    data["when"] = when
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "time_to_find.json").write_text(json.dumps(data, indent=1) + "\n")
+    command = "python -m bench.checker --time-to-find" + (
+        f" --seeds {args.seeds}" if args.seeds != TIME_TO_FIND_SEEDS else "")
+    (args.out / "time_to_find.md").write_text(time_to_find_markdown(data, command, when))
+    print(time_to_find_markdown(data, command, when))
+    missed = [n for n, r in data["designs"].items() if r["found"] < r["seeds"]]
+    return 1 if missed else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

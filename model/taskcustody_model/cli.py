@@ -7,8 +7,10 @@ import sys
 import click
 
 from .checker import Progress, check
+from .simulate import SimulationProgress
+from .simulate import simulate as simulate_walks
 from .state import Bounds
-from .trace import render_stats, render_trace
+from .trace import render_simulation_stats, render_stats, render_trace
 from .variants import VARIANTS, variant_listing
 
 
@@ -16,6 +18,14 @@ def _progress(p: Progress) -> None:
     click.echo(
         f"  {p.distinct_states} distinct states, {p.states_generated} generated, depth "
         f"{p.depth}, {p.queued} queued, {p.seconds:.0f}s",
+        err=True,
+    )
+
+
+def _sim_progress(p: SimulationProgress) -> None:
+    click.echo(
+        f"  {p.walks} walks, {p.steps} steps, {p.distinct_states} distinct states, deepest "
+        f"{p.max_depth}, {p.seconds:.0f}s",
         err=True,
     )
 
@@ -47,14 +57,24 @@ def _progress(p: Progress) -> None:
               help="design to check; 'list' names them")
 @click.option("--full-trace", is_flag=True, help="print the state after every step")
 @click.option("--no-eventual", is_flag=True, help="skip the eventual-recovery check")
+@click.option("--simulate", is_flag=True,
+              help="random walks instead of the exhaustive search (for bounds beyond it): every "
+                   "property on every state; eventual recovery by a fault-free continuation at "
+                   "each walk's end")
+@click.option("--seconds", type=click.FloatRange(min=0, min_open=True), default=None,
+              help="with --simulate: stop after this long (default 60 unless --steps is given)")
+@click.option("--steps", "max_steps", type=click.IntRange(min=1), default=None,
+              help="with --simulate: stop after this many steps")
+@click.option("--seed", type=int, default=0, show_default=True, help="with --simulate")
 def model_check(
     tasks: int, servers: int, workers: int, faults: int, processes_per_server: int,
     drain_steps: bool | None, late_tasks: int, redis_faults: bool, takes_outwait_grace: bool,
     max_recoveries: int | None, handler_failures: bool, variant: str, full_trace: bool,
-    no_eventual: bool,
+    no_eventual: bool, simulate: bool, seconds: float | None, max_steps: int | None, seed: int,
 ) -> None:
-    """Exhaustively check the custody protocol model (exit 0: all properties hold within the
-    bounds; 1: a counterexample is printed; 2: bad arguments)."""
+    """Exhaustively check the custody protocol model, or with --simulate walk it at random
+    (exit 0: all properties hold within the bounds, or on every walk; 1: a counterexample is
+    printed; 2: bad arguments)."""
     if variant == "list":
         click.echo(variant_listing())
         return
@@ -70,9 +90,21 @@ def model_check(
         take_wait_bounded=not takes_outwait_grace, max_recoveries=max_recoveries,
         handler_failures=handler_failures,
     )
-    result = check(bounds, variant, progress=_progress, eventual=not no_eventual)
-    click.echo(render_stats(result))
-    if result.violation is not None:
-        click.echo(render_trace(result.violation, full_states=full_trace))
+    if not simulate:
+        if seconds is not None or max_steps is not None:
+            raise click.BadParameter("only with --simulate", param_hint="--seconds/--steps")
+        result = check(bounds, variant, progress=_progress, eventual=not no_eventual)
+        click.echo(render_stats(result))
+        violation = result.violation
+    else:
+        if no_eventual:
+            raise click.BadParameter("not with --simulate", param_hint="--no-eventual")
+        sim = simulate_walks(bounds, variant, seed=seed, max_steps=max_steps,
+                             seconds=60.0 if seconds is None and max_steps is None else seconds,
+                             progress=_sim_progress)
+        click.echo(render_simulation_stats(sim))
+        violation = sim.violation
+    if violation is not None:
+        click.echo(render_trace(violation, full_states=full_trace))
         sys.exit(1)
-    click.echo("all properties hold within the bounds")
+    click.echo("all properties hold " + ("on every walk" if simulate else "within the bounds"))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from .checker import CheckResult, Trace
 from .protocol import Action
+from .simulate import SimulationResult
 from .state import HOLDING, PHASE_NAMES, PROCESS_PHASE_NAMES, TASK_STATUS_NAMES, State
 
 
@@ -135,4 +136,21 @@ def render_stats(result: CheckResult) -> str:
         f"{result.states_generated} states generated, {result.distinct_states} distinct states "
         f"found, depth {result.depth}, {result.seconds:.1f}s "
         f"({result.states_per_second:.0f} distinct states/s)"
+    )
+
+
+def render_simulation_stats(result: SimulationResult) -> str:
+    b = result.bounds
+    return (
+        f"variant {result.variant}: simulation, seed {result.seed}: tasks={b.tasks} "
+        f"servers={b.servers} workers={b.workers} faults={b.faults} "
+        f"processes-per-server={b.processes_per_server}"
+        + (f" late-tasks={b.late_tasks}" if b.late_tasks else "")
+        + (" redis-faults" if b.redis_faults else "")
+        + (f" max-recoveries={b.max_recoveries}" if b.max_recoveries is not None else "")
+        + (" handler-failures" if b.handler_failures else "")
+        + "\n"
+        f"{result.walks} walks, {result.steps} steps, {result.distinct_states} distinct states "
+        f"seen (not reduced by symmetry), deepest walk {result.max_depth} steps, "
+        f"{result.seconds:.1f}s"
     )

@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-import functools
-
 import pytest
 from click.testing import CliRunner
-from taskcustody_model import Bounds, CheckResult
-from taskcustody_model import check as search
+from taskcustody_model import Bounds
 from taskcustody_model.cli import model_check
 from taskcustody_model.trace import render_trace
 
@@ -19,18 +16,12 @@ from taskcustody.verify.designs import (
     RETRY_BOUNDS,
 )
 
+from .searches import check
+
 #: Each broken design's shortest counterexample (property, length) at its bounds: the designs
 #: table's (`taskcustody.verify.designs`, `Pinned`), where each is explained.
 PINNED = {d.name: (d.pinned.property, d.pinned.length) for d in DESIGNS}
 PINNED_AT = {d.name: d.pinned.bounds for d in DESIGNS}
-
-
-@functools.cache
-def check(bounds: Bounds, variant: str = "correct") -> CheckResult:
-    """One search per bounds and design in this module: several tests read the same search (a
-    design's pinned counterexample and the test of its trace's shape), and the searches are the
-    slowest part of the suite."""
-    return search(bounds, variant)
 
 
 @pytest.mark.parametrize("name", sorted(PINNED))
