@@ -12,7 +12,8 @@ attempt is the state before it):
   (phase ``SUPERSEDED``, not stalled) while the newer incarnation is registered. Its heartbeat
   loop has stopped; a heartbeat it still sent must not take the id back.
 - ``drain_live``: a sweep's drain (dead-only) of list ``(server, inc, worker)``, holding tasks,
-  whose owner is live (registered as that incarnation; after a stall and re-registration too).
+  whose owner is live (registered as that incarnation, not expired; after a stall and
+  re-registration too).
   Every move of such a drain re-checks liveness and moves nothing.
 
 A release by a worker that lost custody is not here: it is an enabled action (``release``) whose
@@ -71,6 +72,9 @@ def refused_attempts(state: State, config: Config) -> list[Attempt]:
                     and reg.inc != proc.inc):
                 out.append(Attempt("heartbeat_superseded", s, i, inc=proc.inc))
     for key, tasks in state.lists:
-        if tasks and is_live(state.registry, key):
+        reg = state.registry[key[0]]
+        # Live and not expired: an expired registration is one the sweep's prune removes first,
+        # and then its lists are the sweep's to drain.
+        if tasks and is_live(state.registry, key) and reg is not None and reg.deadline > 0:
             out.append(Attempt("drain_live", key[0], worker=key[2], inc=key[1]))
     return out

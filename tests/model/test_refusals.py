@@ -57,7 +57,7 @@ def test_a_refused_attempt_is_never_an_enabled_action_and_every_kind_is_reachabl
                 assert Action("heartbeat", a.server, a.proc) not in enabled
             else:
                 reg = state.registry[a.server]
-                assert reg is not None and reg.inc == a.inc  # the owner is live
+                assert reg is not None and reg.inc == a.inc and reg.deadline > 0  # live
                 # ... and no sweep that can run now selects the list
                 for sweep in (x for x in enabled if x.name == "sweep"):
                     assert (a.server, a.inc, a.worker) not in pass_selection(state, sweep, CONFIG)
