@@ -16,6 +16,7 @@ from __future__ import annotations
 import pytest
 from hypothesis import Phase, settings
 from hypothesis.stateful import run_state_machine_as_test
+from taskcustody_model import REFUSALS
 
 from taskcustody import scripts
 from taskcustody.server import Server
@@ -34,10 +35,10 @@ NOT_REFUSING = {
 }
 
 
-def _run(backend: Backend, examples: int, *, shrink: bool = False) -> RunStats:
+def _run(backend: Backend, examples: int) -> RunStats:
     stats = RunStats()
     machine = build_machine(backend.client, real_redis=backend.real, stats=stats, refusals=True)
-    phases = [Phase.explicit, Phase.generate] + ([Phase.shrink] if shrink else [])
+    phases = [Phase.explicit, Phase.generate]  # no shrinking: the kind of mismatch is enough
     with no_local_constants():
         run_state_machine_as_test(machine, settings=settings(
             stateful_step_count=30, derandomize=True, max_examples=examples, deadline=None,
@@ -45,12 +46,23 @@ def _run(backend: Backend, examples: int, *, shrink: bool = False) -> RunStats:
     return stats
 
 
+def test_the_implementation_refuses_each_kind_of_attempt(backend: Backend) -> None:
+    """The real implementation meets every kind of attempt and refuses each (else `_run` raises
+    the `refusal` mismatch): the test that kills the named mutants `claim-ignores-live-holder`
+    and `drain-ignores-live-owner` (mutation/named.py)."""
+    stats = _run(backend, 30)
+    for kind in REFUSALS:
+        assert stats.refusals[kind] > 0, f"no {kind} attempt in {stats.examples} examples"
+
+
 @pytest.mark.parametrize("kind", sorted(NOT_REFUSING))
 def test_an_implementation_that_accepts_what_it_must_refuse_fails(
         backend: Backend, kind: str, monkeypatch: pytest.MonkeyPatch) -> None:
     name, refusing, accepting = NOT_REFUSING[kind]
     source = getattr(scripts, name)
-    assert source.count(refusing) == 1  # the rewrite below still hits the refusal
+    # the rewrite below still hits the refusal (fails under a mutant that already removed it,
+    # after the test above has met the mutant)
+    assert source.count(refusing) == 1
     monkeypatch.setattr(scripts, name, source.replace(refusing, accepting))
     with pytest.raises(Mismatch) as failure:
         _run(backend, 30)
