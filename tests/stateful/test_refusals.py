@@ -22,7 +22,7 @@ from taskcustody import scripts
 from taskcustody.server import Server
 from taskcustody.verify.machine import RunStats, build_machine
 from taskcustody.verify.observation import Mismatch
-from taskcustody.verify.run import no_local_constants
+from taskcustody.verify.run import Options, no_local_constants, verify
 from tests.conftest import Backend
 
 #: What each script turns into when it no longer refuses, and which refusal must then fail.
@@ -90,3 +90,15 @@ def test_a_superseded_process_whose_heartbeat_takes_its_id_back_fails(
         _run(backend, 30)
     assert failure.value.kind == "refusal"
     assert "superseded" in failure.value.message
+
+
+def test_verify_fails_an_implementation_that_claims_a_held_id(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """`taskcustody verify` (not only this suite): its run of the real implementation attempts
+    what the model refuses, and says which refusal failed, with the attempt as the last step."""
+    name, refusing, accepting = NOT_REFUSING["claim_held"]
+    monkeypatch.setattr(scripts, name, getattr(scripts, name).replace(refusing, accepting))
+    result = verify(Options(examples=30, steps=30, model_check=False, shrink_seconds=20))
+    assert result.failure is not None and result.failure.kind == "refusal"
+    assert result.failure.steps[-1].action.name == "claim_held"
+    assert "refuses" in result.failure.steps[-1].text
