@@ -350,6 +350,27 @@ MUTANTS += (
 )
 
 
+# Refusals (issue 14, point 9): the scripts that must turn an attempt down. The stateful machine
+# with refusals (`machine.with_refusals`) attempts each: tests/stateful/test_refusals.py.
+MUTANTS += (
+    NamedMutant(
+        "claim-ignores-live-holder",
+        "one live process per server id: the claim takes the id whatever the holder's deadline, "
+        "so a second process supersedes a live, heart-beating one",
+        (Edit(SCRIPTS, "if deadline and tonumber(deadline) > tonumber(ARGV[2]) then",
+              "if false then"),),
+    ),
+    NamedMutant(
+        "drain-ignores-live-owner",
+        "never drain a live server's list: the sweep's drain (dead-only) no longer re-checks "
+        "that the list's owner is still not live, so a drain whose owner re-registered since "
+        "the sweep looked moves tasks a live worker holds back to the queue",
+        (Edit(SCRIPTS, "if ARGV[4] ~= 'force' and is_live(KEYS[4], KEYS[5], ARGV[2], ARGV[3]) "
+                       "then", "if false then"),),
+    ),
+)
+
+
 def by_name(name: str) -> NamedMutant:
     for m in MUTANTS:
         if m.name == name:

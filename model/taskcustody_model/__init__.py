@@ -8,8 +8,9 @@ Imports nothing from ``taskcustody`` (the implementation).  Single steps::
     for action in enabled_actions(state, config): ...
 
 Besides the checker, the conformance harness (``taskcustody.verify``) drives this model step by
-step; what it needs to read a state (``list_of``, ``is_live``, ``prune``, ``renewed``) or to edit
-one (``with_process``) is exported here.
+step; what it needs to read a state (``list_of``, ``is_live``, ``prune``, ``renewed``), to edit
+one (``with_process``) or to attempt what the model refuses (``refused_attempts``) is exported
+here.
 """
 
 from .checker import CheckResult, Progress, Step, Trace, check
@@ -25,14 +26,17 @@ from .protocol import (
     renewed,
     with_process,
 )
+from .refusals import REFUSALS, Attempt, refused_attempts
 from .state import Bounds, State, initial_state, list_of
 from .variants import VARIANTS, Variant, variant
 
 __all__ = [
     "FAULTS",
     "INVARIANTS",
+    "REFUSALS",
     "VARIANTS",
     "Action",
+    "Attempt",
     "Bounds",
     "CheckResult",
     "Config",
@@ -51,6 +55,7 @@ __all__ = [
     "is_live",
     "list_of",
     "prune",
+    "refused_attempts",
     "renewed",
     "variant",
     "with_process",

@@ -14,7 +14,7 @@ import os
 
 from hypothesis import settings
 from hypothesis.stateful import run_state_machine_as_test
-from taskcustody_model import Bounds
+from taskcustody_model import REFUSALS, Bounds
 
 from taskcustody.verify.machine import RETRY_BOUNDS, RunStats, build_machine
 from taskcustody.verify.run import no_local_constants
@@ -27,12 +27,14 @@ MIN_EXAMPLES = 50
 
 
 def _run(backend: Backend, faults: tuple[str, ...], *, prefetching: bool = False,
-         min_examples: int = MIN_EXAMPLES, bounds: Bounds | None = None) -> RunStats:
+         min_examples: int = MIN_EXAMPLES, bounds: Bounds | None = None,
+         refusals: bool = False) -> RunStats:
     """One run of the machine; then the checks that it did what it claims: examples ran, faults
-    of every kind in `faults` fired, tasks committed, none was lost or duplicated."""
+    of every kind in `faults` fired, tasks committed, none was lost or duplicated. `refusals`:
+    the machine also attempts what the model refuses (`machine.with_refusals`)."""
     stats = RunStats()
     machine = build_machine(backend.client, real_redis=backend.real, stats=stats,
-                            prefetching=prefetching, bounds=bounds)
+                            prefetching=prefetching, bounds=bounds, refusals=refusals)
     # Derandomized unless asked otherwise: the fault-coverage assertions below must not depend on
     # the luck of one random run (the deep profile explores at random, with many more examples).
     random = os.environ.get("HYPOTHESIS_PROFILE") == "deep" or bool(os.environ.get("VERIFY_RANDOM"))
@@ -59,6 +61,17 @@ def test_the_implementation_conforms_to_the_model(backend: Backend) -> None:
                            "stall_server"), min_examples=100)
     # ... and stalled workers stepped in the middle of drains of their lists
     assert stats.steps_during_drains > 0
+
+
+def test_the_implementation_refuses_what_the_model_refuses(backend: Backend) -> None:
+    """The same machine, with one more rule (a subclass, so the run above draws as before): it
+    attempts what the model refuses (a claim of a held id, a heartbeat from a superseded process,
+    a sweep's drain of a live list), and the implementation must refuse each, Redis unchanged.
+    tests/stateful/test_refusals.py shows that an implementation accepting one fails it."""
+    stats = _run(backend, ("dropped-reply:take", "crash_worker", "stall_server"), refusals=True,
+                 min_examples=100)
+    for kind in REFUSALS:
+        assert stats.refusals[kind] > 0, f"no {kind} attempt in {stats.examples} examples"
 
 
 def test_the_prefetching_worker_conforms_to_the_model(backend: Backend) -> None:

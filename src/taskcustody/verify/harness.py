@@ -97,6 +97,7 @@ class Harness(Stepping):
         self.names: list[dict[int, int]] = [{} for _ in range(self.bounds.servers)]
         self.steps: list[StepRecord] = []
         self.counts: Counter[str] = Counter()  # faults by kind, and other events
+        self.refusals: Counter[str] = Counter()  # refused attempts by kind (`Stepping.attempt`)
         self.enqueued = 0
         self.recovered = 0  # tasks moved back to the queue by recovery (model-counted)
         self.steps_during_drains = 0  # worker steps interleaved between the moves of a drain

@@ -67,6 +67,8 @@ class RunStats:
     recovery_steps: int = 0
     seconds_in_steps: float = 0.0
     faults: Counter[str] = field(default_factory=Counter)
+    #: attempts the model refuses, made and refused (`Harness.attempt`), by kind
+    refusals: Counter[str] = field(default_factory=Counter)
     tallies: Counter[str] = field(default_factory=Counter)
     #: worker steps run between two moves of a drain (see the module doc)
     steps_during_drains: int = 0
@@ -81,6 +83,7 @@ class RunStats:
         self.seconds_in_steps += h.seconds
         self.steps_during_drains += h.steps_during_drains
         self.faults.update(h.counts)
+        self.refusals.update(h.refusals)
         self.last_steps = list(h.steps)
 
 
@@ -95,11 +98,13 @@ def build_machine(
     prefetching: bool = False,
     flush_scripts: bool = True,
     settings: Settings | None = None,
+    refusals: bool = False,
 ) -> type[RuleBasedStateMachine]:
     """The machine; with `prefetching`, a subclass that also drives the prefetching worker's
     pipelines (a separate class, so that the plain machine's derandomized runs, which the
     finds-the-bug tests pin, draw exactly as before). `settings`: the harness's (None: its
-    default, `harness.VERIFY_SETTINGS`)."""
+    default, `harness.VERIFY_SETTINGS`). With `refusals`, a subclass with one more rule, which
+    makes an attempt the model refuses (`with_refusals`)."""
     run_stats = stats if stats is not None else RunStats()
     factory = server_factory(implementation)
     the_bounds = bounds or default_bounds(prefetching)
@@ -381,10 +386,10 @@ def build_machine(
 
         # (not with prefetching: its machine's source, which seeds a derandomized run, stays
         # as it was; the retrying machine drives the plain worker's release)
-        return RetryingCustodyMachine
+        return with_refusals(RetryingCustodyMachine) if refusals else RetryingCustodyMachine
 
     if not prefetching:
-        return CustodyMachine
+        return with_refusals(CustodyMachine) if refusals else CustodyMachine
 
     class PrefetchingCustodyMachine(CustodyMachine):
         """... and a process's workers also take, or release, in one pipeline
@@ -433,7 +438,35 @@ def build_machine(
                     return
             self._pipelined(data, pipelines.holders, pipelines.prefetching_release, False)
 
-    return PrefetchingCustodyMachine
+    return with_refusals(PrefetchingCustodyMachine) if refusals else PrefetchingCustodyMachine
+
+
+def with_refusals(base: type[RuleBasedStateMachine]) -> type[RuleBasedStateMachine]:
+    """`base` and a rule that attempts what the model refuses (issue 14, point 9): a claim of an
+    id a live process holds, a heartbeat from a superseded process, a sweep's drain of a live
+    list (`taskcustody_model.refused_attempts`). The implementation must refuse it
+    (`Harness.attempt` raises `Mismatch("refusal", ...)` if not) and leave Redis as the model,
+    unchanged, says (the invariant's check after the rule).
+
+    A subclass, not a rule of `base`: Hypothesis draws a rule by its index, and a derandomized
+    run's seed is digested from the machine class's source, so one more rule in `base` would move
+    every pinned derandomized run. The runs that want refusals ask for them (`build_machine`'s
+    `refusals`)."""
+
+    class RefusingMachine(base):  # type: ignore[valid-type, misc]
+        """... and attempts what the model refuses."""
+
+        @precondition(lambda self: bool(self.h.refused()))
+        @rule(data=st.data())
+        def attempt_refused(self, data: st.DataObject) -> None:
+            options = self.h.refused()
+            attempt = options[data.draw(st.integers(0, len(options) - 1), label="which attempt")]
+            self.failed = True  # until the implementation refused it
+            self.h.attempt(attempt)
+            self.failed = False
+
+    RefusingMachine.__name__ = f"Refusing{base.__name__}"
+    return RefusingMachine
 
 
 def _drawn_interleaving(data: st.DataObject) -> Callable[[list[Action]], Action | None]:

@@ -268,6 +268,10 @@ def text_report(result: Result) -> str:
         lines += ["", totals_title(result) + ":",
                   "  faults injected by kind:" + ("" if faults else " none")]
         lines += [f"    {kind:32} {n:8,}" for kind, n in faults]
+        refused = sorted(result.stats.refusals.items())
+        if refused:
+            lines.append("  attempts the model refuses, made and refused, by kind:")
+            lines += [f"    {kind:32} {n:8,}" for kind, n in refused]
         if result.failure is None:
             lines.append("  counts (all examples, after recovery):")
             lines += [f"    {k:32} {v:8,}" for k, v in result.counts.items()]
@@ -542,6 +546,10 @@ def html_report(result: Result) -> str:
                   "<h3>Faults injected, by kind</h3>",
                   _table([(k, f"{v:,}") for k, v in sorted(result.stats.faults.items())],
                          numeric=True) if result.stats.faults else "<p>none</p>"]
+        if result.stats.refusals:
+            parts += ["<h3>Attempts the model refuses, made and refused, by kind</h3>",
+                      _table([(k, f"{v:,}") for k, v in sorted(result.stats.refusals.items())],
+                             numeric=True)]
         if result.failure is None:
             parts += ["<h3>Counts (all examples, after recovery)</h3>",
                       _table([(k, f"{v:,}") for k, v in result.counts.items()], numeric=True)]

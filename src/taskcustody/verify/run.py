@@ -512,7 +512,11 @@ def _stateful(options: Options, make_client: Callable[[], redis.Redis], keys: Qu
                             real_redis=real, stats=stats, keys=keys,
                             prefetching=options.prefetch,
                             flush_scripts=options.redis_url is None or options.embedded,
-                            settings=run_settings(options.settings))
+                            settings=run_settings(options.settings),
+                            # The real implementation is also attempted what the model refuses
+                            # (`machine.with_refusals`); not the broken designs, whose pinned
+                            # derandomized runs would draw other examples with one more rule.
+                            refusals=options.variant == "correct")
     explored = machine
     if budget.limited:
         machine = _budgeted(machine, budget)

@@ -24,6 +24,11 @@ loops until the list is empty (design 6) does not. The model walks the same inte
 gets the worker's steps from `recovery.between_drain_chunks`, which its drain calls after every
 chunk. Every other interleaving inside a pass is the model checker's job (it explores all of them).
 
+Refusals. `attempt(a)` makes an attempt the model refuses (`refused_attempts`: a claim of an id a
+live process holds, a heartbeat from a superseded process, a sweep's drain of a live list) on the
+implementation, and raises `Mismatch("refusal", ...)` if the implementation accepts it; the model's
+state does not change, so the check after it also says that Redis did not.
+
 Faults. A dropped reply is armed in `faults.FaultInjector` for the command the model names, on
 the connection that sends it; Redis really executes it. A worker crash drops the `Worker` object
 and closes its connection (an unread deferred reply is discarded); no `finally` runs. A server
@@ -42,6 +47,7 @@ from typing import Any
 import redis
 from taskcustody_model import (
     Action,
+    Attempt,
     apply,
     check_transition,
     enabled_actions,
@@ -49,6 +55,7 @@ from taskcustody_model import (
     is_live,
     list_of,
     prune,
+    refused_attempts,
     renewed,
     with_process,
 )
@@ -137,6 +144,7 @@ class Stepping(Observation):
     #: on a real server (not fakeredis): replies arrive on a real socket
     real_redis: bool
     counts: Counter[str]  # faults by kind, and other events
+    refusals: Counter[str]  # refused attempts (`attempt`) by kind, each refused as the model says
     steps_during_drains: int  # worker steps interleaved between the moves of a drain
     seconds: float  # time spent in steps
     scripts_flushed: bool
@@ -539,6 +547,62 @@ class Stepping(Observation):
             scheduled.promote(self.admin, self.keys, due_at)
         for u in due[:scheduled.PROMOTE_BATCH]:
             self.model_step(Action("promote", task=u))
+    # -- refused attempts ----------------------------------------------------------------------
+
+    def refused(self) -> list[Attempt]:
+        """The attempts the model refuses now (`refused_attempts`)."""
+        return refused_attempts(self.state, self.config)
+
+    def attempt(self, a: Attempt) -> None:
+        """Make attempt `a`, one the model refuses, on the implementation; raises
+        `Mismatch("refusal", ...)` if it is accepted. The model's state stays as it is (a refused
+        attempt changes nothing), so the caller's `check` compares Redis with the state before."""
+        if a not in self.refused():
+            raise ValueError(f"the model does not refuse {a!r} now")
+        started = time.perf_counter()
+        actor = f"s{a.server}" + (f"#{a.inc}" if a.name == "heartbeat_superseded" else "")
+        self.steps.append(StepRecord(len(self.steps) + 1, Action(a.name, a.server, a.proc,
+                                                                 a.worker),
+                                     f"{a.describe()} (the model refuses it)", False, actor,
+                                     recovery=self.recovering))
+        try:
+            accepted = self._attempt(a)
+        finally:
+            self.seconds += time.perf_counter() - started
+        if accepted:
+            raise Mismatch("refusal", f"the model refuses it; the implementation accepted: "
+                                      f"{a.describe()} ({accepted})")
+        self.refusals[a.name] += 1
+
+    def _attempt(self, a: Attempt) -> str:
+        """The implementation's side of an attempt: "" if it refused, else what it did."""
+        if a.name == "claim_held":
+            label = f"{self.server_id(a.server)}#{len(self.steps)}"
+            client = self._new_client(label)
+            try:
+                server = self.server_factory(client, self.keys, self.server_id(a.server),
+                                             settings=self.settings, clock=self.clock,
+                                             workers=self.bounds.workers)
+                try:
+                    inc = server.claim()
+                except ServerIdHeld:
+                    return ""
+                return f"the claim took the id as incarnation {inc}"
+            finally:
+                client.close()
+        if a.name == "heartbeat_superseded":
+            try:
+                self.procs[a.server][a.proc].server.heartbeat()
+            except Superseded:
+                return ""
+            return "the heartbeat renewed the registration"
+        if a.name == "drain_live":
+            key = self._real_key((a.server, a.inc, a.worker))
+            moved = recovery.drain_inflight(self.admin, self.keys, key, force=False,
+                                            chunk=self.settings.drain_chunk)
+            return f"the drain moved {moved} task(s)" if moved else ""
+        raise ValueError(f"the harness cannot attempt {a!r}")
+
     # -- server steps --------------------------------------------------------------------------
 
     def _heartbeat(self, action: Action, variant: int) -> None:
