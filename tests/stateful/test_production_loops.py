@@ -11,7 +11,7 @@ from hypothesis.stateful import run_state_machine_as_test
 
 from taskcustody.verify.machine import RunStats, build_machine
 from taskcustody.verify.observation import Mismatch
-from taskcustody.verify.run import no_local_constants
+from taskcustody.verify.run import PASSED, Options, no_local_constants, verify
 from tests.conftest import Backend
 
 EXAMPLES = 15
@@ -44,3 +44,11 @@ def test_the_real_worker_loop_follows_the_model(backend: Backend) -> None:
 def test_a_loop_that_skips_its_reconcile_is_caught(backend: Backend) -> None:
     with pytest.raises(Mismatch, match=r"loop: .* did take where the model allows only reconcile"):
         _run(backend, loop="loop-skips-reconcile")
+
+
+def test_verify_runs_the_production_loops_as_a_part_of_its_own() -> None:
+    result = verify(Options(examples=5, steps=15, model_check=False))
+    assert result.ok
+    _, loops = result.parts
+    assert loops.name == "production loops" and loops.outcome == PASSED
+    assert "commands of the worker's loop checked" in loops.covered
