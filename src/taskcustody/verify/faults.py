@@ -102,14 +102,9 @@ def _name(args: tuple[Any, ...]) -> str:
     return text.split(" ", 1)[0].upper()
 
 
-def command_names(packed: bytes | list[bytes] | tuple[bytes, ...]) -> list[str]:
-    """The names of the commands in RESP request bytes (`*<n>`, then n bulk strings each), in
-    the order they are sent; [] for what is not such a request."""
-    return [name for name, _ in command_heads(packed)]
-
-
 def command_heads(packed: bytes | list[bytes] | tuple[bytes, ...]) -> list[tuple[str, bytes]]:
-    """(name, first argument or b"") of each command in RESP request bytes, in order: the first
+    """(name, first argument or b"") of each command in RESP request bytes (`*<n>`, then n bulk
+    strings each), in the order they are sent; [] for what is not such a request. The first
     argument tells scripts apart (EVALSHA's hash)."""
     data = packed if isinstance(packed, bytes | bytearray) else b"".join(bytes(p) for p in packed)
     heads: list[tuple[str, bytes]] = []
