@@ -75,6 +75,22 @@ MUTANTS: tuple[NamedMutant, ...] = (
         ),
     ),
     NamedMutant(
+        "run-once-skips-reconcile",
+        "no loss (issue 14 point 8, the production loop): `run_once` takes without draining its "
+        "own list when dirty, so a take whose reply was lost leaves its task behind; the "
+        "step-driven machine calls `reconcile` itself and does not see it, the loop-driven run "
+        "(tests/stateful/test_production_loops.py) does",
+        (
+            Edit(
+                WORKER,
+                "            if self.dirty:\n"
+                "                self.reconcile()\n"
+                "            task = self.take(timeout)\n",
+                "            task = self.take(timeout)\n",
+            ),
+        ),
+    ),
+    NamedMutant(
         "no-release",
         "no duplication / bounded custody: the release commits without removing the task from "
         "the in-flight list, which stays there for a drain to requeue",

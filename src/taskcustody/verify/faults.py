@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 from collections import Counter, deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -59,6 +60,10 @@ class FaultInjector:
     # What fired, in order: (label, command) -- for reports.
     log: list[tuple[str | None, str]] = field(default_factory=list)
     enabled: bool = True
+    #: Called just before a write reaches Redis, with the (name, first argument) of each command
+    #: in it, the connection's label and the connection: the hook through which the loop driver
+    #: (verify/loops.py) sees every command a production loop sends, before Redis runs it.
+    on_send: Callable[[list[tuple[str, bytes]], str | None, object], None] | None = None
 
     def arm(self, command: str, *, label: str | None = None,
             connection: object | None = None, skip: int = 0) -> Arm:
@@ -97,27 +102,33 @@ def _name(args: tuple[Any, ...]) -> str:
     return text.split(" ", 1)[0].upper()
 
 
-def command_names(packed: bytes | list[bytes] | tuple[bytes, ...]) -> list[str]:
-    """The names of the commands in RESP request bytes (`*<n>`, then n bulk strings each), in
-    the order they are sent; [] for what is not such a request."""
+def command_heads(packed: bytes | list[bytes] | tuple[bytes, ...]) -> list[tuple[str, bytes]]:
+    """(name, first argument or b"") of each command in RESP request bytes (`*<n>`, then n bulk
+    strings each), in the order they are sent; [] for what is not such a request. The first
+    argument tells scripts apart (EVALSHA's hash)."""
     data = packed if isinstance(packed, bytes | bytearray) else b"".join(bytes(p) for p in packed)
-    names: list[str] = []
+    heads: list[tuple[str, bytes]] = []
     at = 0
     try:
         while at < len(data):
             if data[at:at + 1] != b"*":
-                return names
+                return heads
             end = data.index(b"\r\n", at)
             count, at = int(data[at + 1:end]), end + 2
+            name, first = "", b""
             for k in range(count):
                 end = data.index(b"\r\n", at)
                 length = int(data[at + 1:end])
+                value = bytes(data[end + 2:end + 2 + length])
                 if k == 0:
-                    names.append(_name((bytes(data[end + 2:end + 2 + length]),)))
+                    name = _name((value,))
+                elif k == 1:
+                    first = value
                 at = end + 2 + length + 2
+            heads.append((name, first))
     except ValueError:
         pass
-    return names
+    return heads
 
 
 class DroppingConnectionMixin:
@@ -137,7 +148,11 @@ class DroppingConnectionMixin:
         # Take the names first: connecting (inside the send) runs a handshake of its own, whose
         # commands are sent and answered before ours. They are read from the bytes themselves, so
         # that a command packed without redis-py (the worker's wire.Template) is named too.
-        names = command_names(command)
+        heads = command_heads(command)
+        injector = type(self).injector
+        if injector is not None and injector.on_send is not None:
+            injector.on_send(heads, type(self).label, self)
+        names = [name for name, _ in heads]
         super().send_packed_command(command, check_health=check_health)  # type: ignore[misc]
         self._tc_pending.extend(names)
 

@@ -30,6 +30,7 @@ from taskcustody_model.state import Bounds
 
 from ..keys import QueueKeys
 from ..settings import Settings
+from . import loops
 from . import prefetching as pipelines
 from .broken import server_factory
 from .harness import Harness, StepRecord
@@ -46,6 +47,10 @@ DEFAULT_BOUNDS = Bounds(tasks=3, servers=2, workers=2, faults=3, late_tasks=1, r
 PIPELINE_BOUNDS = Bounds(tasks=3, servers=2, workers=2, faults=3)
 #: The retrying machine's (handlers may fail: retry delays, the scheduled set and its promotion),
 #: with poison-pill detection so that a suspect's retry is scheduled too.
+#: The loop-driven machine's (`drive_loops`): the default's, without Redis's own faults (a wipe
+#: flushes the script cache; the driver does not yet map a release's EVAL fallback to its lost
+#: reply).
+LOOP_BOUNDS = Bounds(tasks=3, servers=2, workers=2, faults=3, late_tasks=1, max_recoveries=1)
 RETRY_BOUNDS = Bounds(tasks=3, servers=2, workers=2, faults=3, max_recoveries=1,
                       handler_failures=True)
 
@@ -99,15 +104,20 @@ def build_machine(
     flush_scripts: bool = True,
     settings: Settings | None = None,
     refusals: bool = False,
+    drive_loops: bool = False,
+    loop: str = "correct",
 ) -> type[RuleBasedStateMachine]:
     """The machine; with `prefetching`, a subclass that also drives the prefetching worker's
     pipelines (a separate class, so that the plain machine's derandomized runs, which the
     finds-the-bug tests pin, draw exactly as before). `settings`: the harness's (None: its
     default, `harness.VERIFY_SETTINGS`). With `refusals`, a subclass with one more rule, which
-    makes an attempt the model refuses (`with_refusals`)."""
+    makes an attempt the model refuses (`with_refusals`). `drive_loops`: a subclass with one more
+    rule, which runs a worker's production loop (`Worker.run`) with the model checking every
+    command it sends (verify/loops.py); `loop` names the loop it runs (`loops.BROKEN_LOOPS`, for
+    the demonstration that a broken loop is caught)."""
     run_stats = stats if stats is not None else RunStats()
     factory = server_factory(implementation)
-    the_bounds = bounds or default_bounds(prefetching)
+    the_bounds = bounds or (LOOP_BOUNDS if drive_loops else default_bounds(prefetching))
     # The class's source text is part of the seed of its derandomized runs (Hypothesis digests
     # the machine class), and those runs are pinned (tests/stateful, the README's figures): an
     # edit of the class body, a comment included, moves every one of them
@@ -115,9 +125,8 @@ def build_machine(
     # through this subclass's name, not through a new argument in the class body; and the
     # `execute` rule below, never enabled (the model has no `execute` action: the handler runs
     # inside `release`), stays because Hypothesis draws a rule by its index among all rules:
-    # without it
-    # test_conformance's main run loses no release_and_take reply in 135 examples, and
-    # test_finds_broken_designs no longer finds unbounded-drain in 400 examples nor
+    # without it test_conformance's main run loses no release_and_take reply in 135 examples,
+    # and test_finds_broken_designs no longer finds unbounded-drain in 400 examples nor
     # composite-commits-unheld as pinned. Deleting it means re-pinning those.
     user_settings: dict[str, Any] = {} if settings is None else {"settings": settings}
 
@@ -357,6 +366,24 @@ def build_machine(
                 run_stats.add(self.h)
                 self.h.close()
 
+    if drive_loops:
+
+        class LoopDrivenCustodyMachine(CustodyMachine):
+            """... and a worker's production loop runs, from its start until it is stopped,
+            between the model's other steps (a separate class, so that the plain machine's
+            derandomized runs draw exactly as before)."""
+
+            @precondition(lambda self: bool(loops.drivable(self.h)))
+            @rule(data=st.data())
+            def production_loop(self, data: st.DataObject) -> None:
+                options = loops.drivable(self.h)
+                s, i, w = options[data.draw(st.integers(0, len(options) - 1), label="which")]
+                self.failed = True
+                loops.LoopDriver(self.h, s, i, w, _DrawnChoices(data), loop).run()
+                self.failed = False
+
+        return LoopDrivenCustodyMachine
+
     if the_bounds.handler_failures:
 
         class RetryingCustodyMachine(CustodyMachine):
@@ -467,6 +494,24 @@ def with_refusals(base: type[RuleBasedStateMachine]) -> type[RuleBasedStateMachi
 
     RefusingMachine.__name__ = f"Refusing{base.__name__}"
     return RefusingMachine
+
+
+class _DrawnChoices:
+    """The loop driver's choices (`loops.Choices`), drawn; each shrinks to "no"."""
+
+    def __init__(self, data: st.DataObject) -> None:
+        self.data = data
+
+    def stop(self) -> bool:
+        return self.data.draw(st.integers(0, 3), label="stop the loop") == 1
+
+    def lose(self, action: Action) -> bool:
+        return self.data.draw(st.integers(0, 2), label=f"lose the {action.command} reply") == 1
+
+    def interleave(self, options: list[Action]) -> Action | None:
+        # one time in two, nobody else steps (what it shrinks to)
+        k = self.data.draw(st.integers(0, 2 * len(options) - 1), label="another actor steps")
+        return options[k - len(options)] if k >= len(options) else None
 
 
 def _drawn_interleaving(data: st.DataObject) -> Callable[[list[Action]], Action | None]:

@@ -88,6 +88,9 @@ class Options:
     #: `redis_url` is a throwaway redis-server that verify started (`--embedded-redis`,
     #: embedded.py): the server is the run's own, so the Redis wipe flushes its script cache
     embedded: bool = False
+    #: with the real implementation: also the part that runs the worker's production loop
+    #: itself from the model (`LOOPS_PART`, verify/loops.py)
+    loops: bool = True
 
     @property
     def stateful_bounds(self) -> Bounds:
@@ -396,6 +399,8 @@ def verify(
                 if not fake:
                     _cleanup(make_client, keys)
             result.parts.append(_stateful_part(options, result, stopped))
+        if options.loops and options.variant == "correct" and not options.prefetch:
+            result.parts.append(_loops_part(options, result, make_client, keys, fake, budget))
     result.seconds = time.perf_counter() - started
     return result
 
@@ -476,6 +481,43 @@ def _stateful_part(options: Options, result: Result, stopped: bool) -> Part:
     return Part(options.part_name, PASSED, result.stateful_seconds, covered)
 
 
+#: The part that drives the worker's production loop (`Worker.run`) from the model, and its
+#: examples (at most the run's).
+LOOPS_PART = "production loops"
+LOOP_EXAMPLES = 30
+
+
+def _loops_part(options: Options, result: Result, make_client: Callable[[], redis.Redis],
+                keys: QueueKeys, fake: bool, budget: Budget) -> Part:
+    """The production loops (verify/loops.py): the machine runs the worker's own loop and checks
+    that every command it sends is a step the model allows. Its failure, if the stateful part
+    found none, is the run's counterexample."""
+    if budget.spent():
+        return Part(LOOPS_PART, SKIPPED, message=budget.reason())
+    started = time.perf_counter()
+    stats = RunStats()
+    loop_options = dataclasses.replace(options, examples=min(options.examples, LOOP_EXAMPLES))
+    try:
+        failure, stopped = _stateful(loop_options, make_client, keys, stats, real=not fake,
+                                     budget=budget, drive_loops=True)
+    finally:
+        if not fake:
+            _cleanup(make_client, keys)
+    seconds = time.perf_counter() - started
+    covered = (f"{stats.examples:,} examples run, {stats.faults['loop-commands']:,} commands "
+               f"of the worker's loop checked, {stats.faults['dropped-reply:loop']:,} of their "
+               "replies lost")
+    if failure is not None:
+        if result.failure is None:
+            result.failure = failure
+        return Part(LOOPS_PART, FAILED, seconds, covered, f"{failure.kind}: {failure.message}")
+    if stopped:
+        return Part(LOOPS_PART, PARTIAL, seconds, covered,
+                    "stopped by the time budget between two examples; nothing failed in what "
+                    "was covered")
+    return Part(LOOPS_PART, PASSED, seconds, covered)
+
+
 def _budgeted(machine: type[RuleBasedStateMachine], budget: Budget) -> Any:
     """`machine`, ended between two examples once `budget` is spent. Never once an example has
     failed: Hypothesis is then shrinking it, and the counterexample is the finding (shrinking has
@@ -503,20 +545,22 @@ def _budgeted(machine: type[RuleBasedStateMachine], budget: Budget) -> Any:
 
 
 def _stateful(options: Options, make_client: Callable[[], redis.Redis], keys: QueueKeys,
-              stats: RunStats, *, real: bool,
-              budget: Budget | None = None) -> tuple[Failure | None, bool]:
-    """The stateful run: its failure (None: none) and whether the budget ended it early."""
+              stats: RunStats, *, real: bool, budget: Budget | None = None,
+              drive_loops: bool = False) -> tuple[Failure | None, bool]:
+    """The stateful run: its failure (None: none) and whether the budget ended it early.
+    `drive_loops`: the machine that also runs the worker's production loop (with its own
+    bounds)."""
     budget = budget or Budget()
-    machine = build_machine(make_client, bounds=options.bounds or _design_stateful_bounds(
-                                options.variant), implementation=options.variant,
+    bounds = None if drive_loops else options.bounds or _design_stateful_bounds(options.variant)
+    machine = build_machine(make_client, bounds=bounds, implementation=options.variant,
                             real_redis=real, stats=stats, keys=keys,
                             prefetching=options.prefetch,
                             flush_scripts=options.redis_url is None or options.embedded,
-                            settings=run_settings(options.settings),
+                            settings=run_settings(options.settings), drive_loops=drive_loops,
                             # The real implementation is also attempted what the model refuses
                             # (`machine.with_refusals`); not the broken designs, whose pinned
                             # derandomized runs would draw other examples with one more rule.
-                            refusals=options.variant == "correct")
+                            refusals=options.variant == "correct" and not drive_loops)
     explored = machine
     if budget.limited:
         machine = _budgeted(machine, budget)

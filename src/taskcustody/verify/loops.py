@@ -1,0 +1,321 @@
+"""The production loop, driven from the model: `Worker.run` itself, one command at a time.
+
+The stateful machine drives the worker's public steps one at a time, in the order the model
+chooses; that alone would let a loop that skips or reorders a step (`Worker.run_once`,
+`run_until_stopped`, `release_and_take`, `finish`) pass every run. Here the real loop runs, in the
+test thread, with a hook at every command it sends (`faults.FaultInjector.on_send`, which sees the
+bytes before Redis does). At each hook the `LoopDriver`:
+
+1. checks the state the loop's previous command left (the real state equals the model's);
+2. may let other actors step first (other workers, a sweep, an enqueue, the clock): an
+   interleaving of the loop with the rest of the deployment;
+3. maps the command to the model action it performs (`ACTIONS`), and checks that the model
+   enables that action for this worker now -- else `Mismatch("loop", ...)`: the loop did
+   something the protocol does not allow here;
+4. may lose the command's reply (a dropped reply: Redis runs it, the loop gets a connection error,
+   which `run_until_stopped` handles as in production);
+5. applies the action to the model (the command then reaches Redis).
+
+So the sequence of commands the loop sends is checked to be a path the model allows, with the
+state checked after every step of it. Time is the harness's `ManualClock`; the stop event's wait
+returns at once. The loop is stopped when the machine draws it, after `MAX_COMMANDS` commands, or
+when it would idle (its worker holds nothing and the model lets it take nothing): a take on an empty
+queue then never blocks, except when another actor's step emptied the queue just before it (one
+block timeout, 50 ms; the model calls it an idle take, which changes nothing).
+
+What is driven: the plain worker's loop (`Worker.run`: register, `run_until_stopped`, `run_once`
+with its reconcile, take, record, execute, release or `release_and_take`, `finish` once stopped).
+Not yet: the prefetching worker's cycle and the server's background thread (docs: issue 14,
+point 8).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import Protocol
+
+from taskcustody_model import Action, enabled_actions, list_of
+from taskcustody_model.state import IDLE, RECORDED, RUNNING, TAKEN
+
+from .. import envelope, scripts
+from ..worker import Worker
+from .harness import Harness, actor_of
+from .observation import Mismatch, StepRecord, WorkerSlot
+
+#: The commands a worker's loop sends, as model actions: on its own connection by (name, script
+#: hash), on its process's pool by name (a reconcile's first command is the LLEN of its bound; the
+#: chunks after it are part of the same model action). Others (the connection's handshake, the
+#: scripts' SCRIPT LOAD, a PING that reads deferred replies, the drain's chunks) change nothing the
+#: model sees.
+OWN_SCRIPTS = {
+    scripts.RECORD_SCRIPT.sha.encode(): "record",
+    scripts.RELEASE_SCRIPT.sha.encode(): "release",
+    scripts.RELEASE_AND_TAKE_SCRIPT.sha.encode(): "release_and_take",
+    scripts.TAKE_AND_RECORD_SCRIPT.sha.encode(): "take_suspect",
+}
+TAKES = ("BLMOVE", "BRPOPLPUSH")
+
+#: What other actors may do between two commands of the loop.
+INTERLEAVED = ("take", "record", "release", "release_and_take", "reconcile", "enqueue",
+               "advance_clock", "sweep")
+#: At most this many interleaved steps per drive, and this many loop commands before it is stopped.
+MAX_INTERLEAVED = 3
+MAX_COMMANDS = 8
+
+
+class Choices(Protocol):
+    """The driver's choices (the stateful machine draws them, so that they shrink)."""
+
+    def stop(self) -> bool:
+        """Set the stop event now (before the loop's next command)?"""
+        ...
+
+    def lose(self, action: Action) -> bool:
+        """Lose the reply of `action`'s command (the model enables that fault now)?"""
+        ...
+
+    def interleave(self, options: list[Action]) -> Action | None:
+        """One of the other actors' steps to run before the loop's next command, or None."""
+        ...
+
+
+class _Stop(threading.Event):
+    """The stop event the loop polls: set when the driver says so; its wait returns at once
+    (time is the harness's clock, not the wall's)."""
+
+    def __init__(self, stopped: Callable[[], bool]) -> None:
+        super().__init__()
+        self._stopped = stopped
+
+    def is_set(self) -> bool:
+        return self._stopped()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        return self.is_set()
+
+
+def drivable(h: Harness) -> list[tuple[int, int, int]]:
+    """(server, process, worker) of each worker whose loop can be driven now: it holds nothing in
+    the harness's hands, its process runs (claimed, drained, not superseded), and the model lets it
+    take or reconcile."""
+    enabled = {(a.name, a.server, a.proc, a.worker) for a in h.enabled() if not a.is_fault}
+    found = []
+    for s, procs in enumerate(h.procs):
+        for i, slot in enumerate(procs):
+            if i >= len(h.state.processes[s]) or h.state.processes[s][i].phase != RUNNING \
+                    or slot.server.superseded:
+                continue
+            for w, ws in enumerate(slot.workers):
+                if ws.worker is None or ws.crashed or ws.stopped or ws.task is not None:
+                    continue
+                if ("take", s, i, w) in enabled or ("reconcile", s, i, w) in enabled:
+                    found.append((s, i, w))
+    return found
+
+
+#: Demonstration loops that break the protocol (the test proves the driven run catches them):
+#: each patches one worker before its loop runs.
+def _skips_reconcile(worker: Worker) -> None:
+    """The loop never drains its own list when dirty: it just forgets it was."""
+
+    def reconcile() -> int:
+        worker.dirty = False
+        return 0
+
+    setattr(worker, "reconcile", reconcile)  # noqa: B010 (a method, replaced on one object)
+
+
+BROKEN_LOOPS: dict[str, Callable[[Worker], None]] = {
+    "loop-skips-reconcile": _skips_reconcile,
+}
+
+
+class LoopDriver:
+    """Runs one worker's production loop (`Worker.run`) from its start until it is stopped, the
+    model checking every command it sends (module doc)."""
+
+    def __init__(self, h: Harness, s: int, i: int, w: int, choices: Choices,
+                 loop: str = "correct") -> None:
+        self.h = h
+        self.s, self.i, self.w = s, i, w
+        self.choices = choices
+        self.loop = loop
+        slot = self.slot = h.procs[s][i]
+        self.label = slot.label
+        self.ws: WorkerSlot = slot.workers[w]
+        assert self.ws.worker is not None
+        self.worker: Worker = self.ws.worker
+        self.stopping = False
+        self.commands = 0  # the loop's commands that the model saw
+        self.interleaved = 0
+        self.inside = False  # another actor's step, or a check: its commands are not the loop's
+        self.checked = True  # the state after the loop's last command was checked
+        self.last: Action | None = None  # the model action of the loop's last command
+
+    # -- the run -------------------------------------------------------------------------------
+
+    def run(self) -> int:
+        """Drive the loop until it stops; returns how many of its commands the model saw."""
+        if self.loop != "correct":
+            BROKEN_LOOPS[self.loop](self.worker)
+        injector = self.h.injector
+        injector.on_send = self._on_send
+        try:
+            self.worker.run(_Stop(self._stopped))
+            if injector.armed:
+                raise Mismatch("fault", "a reply the driver dropped did not surface")
+        finally:
+            injector.on_send = None
+            injector.disarm_all()
+            # The loop ends holding nothing: `finish` ran the task its last release took.
+            self.ws.task = self.ws.outcome = None
+            self.ws.stage = IDLE
+        return self.commands
+
+    def _stopped(self) -> bool:
+        """The loop's stop event: drawn, forced after MAX_COMMANDS, or when the loop would idle
+        (the model lets its worker neither take nor reconcile, and it holds nothing)."""
+        if self.stopping:
+            return True
+        me = self.h.state.processes[self.s][self.i].workers[self.w]
+        would_idle = not self._mine("take") and not self._mine("take_suspect")
+        return me.phase == IDLE and would_idle
+
+    # -- the hook ------------------------------------------------------------------------------
+
+    def _on_send(self, heads: list[tuple[str, bytes]], label: str | None, conn: object) -> None:
+        if self.inside or not heads:
+            return
+        names = [name for name, _ in heads]
+        if conn is self.worker._conn:
+            take = next((n for n in names if n in TAKES), None)
+            if take is not None:
+                self._before("take", lambda: self.h.injector.arm(take, connection=conn))
+            elif names[0] == "EVALSHA" and heads[0][1] in OWN_SCRIPTS:
+                name = OWN_SCRIPTS[heads[0][1]]
+                pending = list(getattr(conn, "_tc_pending", ()))
+                self._before(name, lambda: self.h.injector.arm(
+                    "EVALSHA", connection=conn, skip=pending.count("EVALSHA")))
+        elif label == self.label and names[0] == "LLEN":
+            n = len(list_of(self.h.state, self._key()))
+            self._before("reconcile", lambda: self.h.injector.arm(
+                "EVAL", label=self.label, skip=max(0, n - 1)))
+
+    def _key(self) -> tuple[int, int, int]:
+        return (self.s, self.h.state.processes[self.s][self.i].inc, self.w)
+
+    def _mine(self, name: str, command: str = "") -> Action | None:
+        action = Action(name, self.s, self.i, self.w, command)
+        return action if action in enabled_actions(self.h.state, self.h.config) else None
+
+    def _before(self, name: str, arm: Callable[[], object]) -> None:
+        """The loop is about to send the command of model action `name` (module doc, 1-5)."""
+        h = self.h
+        self.inside = True
+        try:
+            self._track()
+            self._action(name)  # a step the model does not allow here: said first, as such
+            self._check(name)
+        finally:
+            self.inside = False
+        h.injector.disarm_all()
+        action = self._action(name)
+        self.commands += 1
+        h.counts["loop-commands"] += 1
+        if action is None:  # a take that finds the queue empty: it changes nothing
+            return
+        lost = self._mine("dropped_reply", action.name)
+        if lost is not None and self.choices.lose(lost):
+            arm()
+            action = lost
+            h.counts[f"dropped-reply:{lost.command}"] += 1
+            h.counts["dropped-reply:loop"] += 1
+        h.steps.append(StepRecord(len(h.steps) + 1, action,
+                                  f"{h.describe(action)} (by its production loop)",
+                                  action.is_fault, actor_of(action, h.state)))
+        h.model_step(action)
+        self.last = action
+        self.checked = False
+        if self.commands >= MAX_COMMANDS or self.choices.stop():
+            self.stopping = True
+
+    def _track(self) -> None:
+        """The harness's view of the worker (`WorkerSlot`: what it holds, at which stage), after
+        the loop's last command, from what that command did in Redis: the task a take moved is
+        the head of our list (read back, not taken from the model)."""
+        last, ws = self.last, self.ws
+        self.last = None
+        if last is None or last.is_fault:
+            if last is not None:
+                ws.task = ws.outcome = None
+                ws.stage = IDLE
+            return
+        if last.name == "record":
+            ws.stage = RECORDED
+        elif last.name in ("take", "take_suspect", "release_and_take"):
+            raw = self.h.admin.lindex(self.worker.list_key, 0)
+            ws.task = None if raw is None else envelope.decode(
+                raw if isinstance(raw, bytes) else str(raw).encode())
+            ws.stage = IDLE if raw is None else RECORDED if last.name == "release_and_take" \
+                else TAKEN
+        else:  # a release, a reconcile
+            ws.task = ws.outcome = None
+            ws.stage = IDLE
+
+    def _check(self, name: str) -> None:
+        """`Harness.check`, just before the loop's command of model action `name` is sent, then
+        other actors' steps. A take of a suspect (alone or in a release's script) takes the
+        process's suspect slot before it sends (`Worker.take_suspect`): that belongs to the
+        command not yet sent, so the check does not see it, and nobody else steps then (another
+        worker of the process could not take the slot the model still calls free)."""
+        suspects = self.slot.server.suspect_slot
+        holder = suspects._holder
+        model = self.h.state.processes[self.s][self.i].suspect
+        acquired = name in ("take_suspect", "release_and_take") \
+            and holder == self.worker.list_key and model != self.w
+        if acquired:
+            suspects._holder = None
+        try:
+            if not self.checked:
+                if self.h.injector.armed:
+                    raise Mismatch("fault", "a reply the driver dropped did not surface")
+                self.h.check()
+                self.checked = True
+        finally:
+            suspects._holder = holder
+        if not acquired:
+            self._interleave()
+
+    def _action(self, name: str) -> Action | None:
+        """The model action the loop's command performs, checked to be enabled now."""
+        action = self._mine(name)
+        if action is not None:
+            return action
+        me = self.h.state.processes[self.s][self.i].workers[self.w]
+        if name == "take" and me.phase == IDLE and not self.h.state.queue:
+            return None  # an idle take: another actor took the last task just before it
+        if name == "take_suspect" and not self.h.state.suspects:
+            return None  # the worker's hint said a suspect may wait; none does
+        if name == "release_and_take" and self._mine("release") is not None:
+            return self._mine("release")  # nothing to take: the step is the plain release
+        allowed = sorted({a.name for a in enabled_actions(self.h.state, self.h.config)
+                          if (a.server, a.proc, a.worker) == (self.s, self.i, self.w)
+                          and not a.is_fault})
+        raise Mismatch("loop", f"worker {self.w} of s{self.s}'s loop did {name} where the model "
+                               f"allows only {', '.join(allowed) or 'nothing'}")
+
+    def _interleave(self) -> None:
+        while self.interleaved < MAX_INTERLEAVED:
+            options = [a for a in self.h.enabled() if a.name in INTERLEAVED and not a.is_fault
+                       and (a.server, a.proc, a.worker) != (self.s, self.i, self.w)]
+            chosen = self.choices.interleave(options) if options else None
+            if chosen is None:
+                return
+            self.interleaved += 1
+            self.h.step(chosen)
+            self.h.check()
+            # a superseded process that exits renumbers those after it, on both sides
+            self.i = self.h.procs[self.s].index(self.slot)
+
+
