@@ -39,7 +39,9 @@ REAL_SERVER_ONLY: tuple[RealServerOnly, ...] = (
         "transport retries",
         "a client library that sends a command again after a broken connection (redis-py's "
         "Retry): a take or a drain whose reply was lost runs twice",
-        "fakeredis ignores the client's retry setting: a dropped reply is never sent again",
+        "in the stateful part, fakeredis ignores the client's retry setting: a dropped reply "
+        "is never sent again (the production-loops part, whose drops are injected as the loop "
+        "sends, can see a retried take on fakeredis too)",
         True,
         ("tests/test_verify_backends_agree.py::"
          "test_transport_retries_are_caught_on_a_real_server_only",),

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import redis
 
-from ..errors import TaskCustodyError
+from ..errors import ServerIdHeld, Superseded, TaskCustodyError
 from ..oom import is_oom
 from .faults import InjectedDrop
 
@@ -25,6 +25,12 @@ class DeploymentError(Exception):
 
 def _is_deployment(exc: BaseException) -> bool:
     if isinstance(exc, InjectedDrop):
+        return False
+    # The protocol's own refusals: the harness expects them where the model refuses (and catches
+    # them there); one that escapes is the implementation refusing what the model allows, a
+    # finding (e.g. a claim sent again by a client's transport retry that finds its own first
+    # claim), never the deployment's doing.
+    if isinstance(exc, ServerIdHeld | Superseded):
         return False
     # Our own refusals: a server too old, an evicting policy, a key of the wrong type. (First:
     # some of them are also the redis-py errors they name, e.g. WrongKeyType a ResponseError.)

@@ -91,6 +91,9 @@ class Options:
     #: with the real implementation: also the part that runs the worker's production loop
     #: itself from the model (`LOOPS_PART`, verify/loops.py)
     loops: bool = True
+    #: with the real implementation: the stateful part also attempts what the model refuses
+    #: (`machine.with_refusals`)
+    refusals: bool = True
 
     @property
     def stateful_bounds(self) -> Bounds:
@@ -560,7 +563,8 @@ def _stateful(options: Options, make_client: Callable[[], redis.Redis], keys: Qu
                             # The real implementation is also attempted what the model refuses
                             # (`machine.with_refusals`); not the broken designs, whose pinned
                             # derandomized runs would draw other examples with one more rule.
-                            refusals=options.variant == "correct" and not drive_loops)
+                            refusals=(options.refusals and options.variant == "correct"
+                                      and not drive_loops))
     explored = machine
     if budget.limited:
         machine = _budgeted(machine, budget)
