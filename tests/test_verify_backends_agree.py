@@ -38,10 +38,10 @@ RETRY_EXAMPLES = 10
 
 
 def _run(url: str | None, variant: str = "correct", examples: int = EXAMPLES,
-         loops: bool = True) -> Result:
+         refusals: bool = True) -> Result:
     return verify(Options(examples=examples, steps=40, variant=variant, redis_url=url,
                           model_check=False, shrink=False, embedded=url is not None,
-                          loops=loops, refusals=loops))
+                          refusals=refusals))
 
 
 @pytest.fixture
@@ -94,13 +94,13 @@ def test_transport_retries_are_caught_on_a_real_server_only(
 ) -> None:
     """A client that sends a command again after a broken connection (what redis-py does by
     default): in the stateful part, fakeredis ignores the retry, a real server runs the command
-    twice. (The production-loops part is left out: its drops, injected as the loop sends, can
-    make fakeredis run a retried take too; backends.py says so. So are the refusal attempts: the
-    draws compared are the stateful part's.)"""
+    twice. (Without the refusal attempts: the draws compared are the stateful part's. The
+    production-loops part, off by default, is left out: its drops, injected as the loop sends,
+    can make fakeredis run a retried take too; backends.py says so.)"""
     monkeypatch.setattr(taskcustody.connection, "no_retry", lambda: Retry(NoBackoff(), 3))
     # The same first examples on both: the real server's run fails within them.
-    assert _run(None, examples=RETRY_EXAMPLES, loops=False).failure is None
-    caught = _run(server.url, examples=RETRY_EXAMPLES, loops=False).failure
+    assert _run(None, examples=RETRY_EXAMPLES, refusals=False).failure is None
+    caught = _run(server.url, examples=RETRY_EXAMPLES, refusals=False).failure
     # A command sent twice: a take or a drain that runs twice (the state differs from the
     # model's), or a claim that runs twice and then refuses the id to its own process.
     assert caught is not None and caught.kind in ("conformance", "ServerIdHeld"), caught

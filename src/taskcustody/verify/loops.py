@@ -284,7 +284,14 @@ class LoopDriver:
                 self.checked = True
         finally:
             suspects._holder = holder
-        if not acquired:
+        # Nobody steps between the composite's decision and its send either: its command carries
+        # whether the worker asks for a suspect (from the worker's hint, read when it was built),
+        # while the model's composite decides when it runs. A sweep of this process stepping in
+        # between leaves a suspect waiting that the command did not ask for, and the model would
+        # take it: the model has no composite that passes a waiting suspect by (the worker
+        # learns of it later, at no cost to custody). Until it has, that interleaving is not
+        # driven here (found by `taskcustody verify` on 2026-12-02).
+        if not acquired and name != "release_and_take":
             self._interleave()
 
     def _action(self, name: str) -> Action | None:
