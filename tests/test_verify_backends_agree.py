@@ -89,6 +89,10 @@ def test_a_wrong_blmove_is_caught_on_fakeredis_and_on_a_real_server(
 # -- what only a real server shows -------------------------------------------------------------
 
 
+@pytest.mark.skipif(
+    int(redis.__version__.split(".")[0]) < 6,
+    reason="redis-py 5.0 does not send the command again with this Retry after an injected "
+           "drop (the .ci/matrix cell Python 3.10 + redis-py 5.0.8: the real run passed)")
 def test_transport_retries_are_caught_on_a_real_server_only(
     server: RedisServerProcess, monkeypatch: pytest.MonkeyPatch
 ) -> None:
