@@ -130,6 +130,8 @@ def counterexample(lines: list[str] | tuple[str, ...]) -> tuple[str | None, int]
     return prop, max(steps, default=0)
 
 
+if not GUIDE.exists():  # the mutation gate's copy of the tree has no docs/
+    pytest.skip("no docs/ (e.g. the mutation gate's copy)", allow_module_level=True)
 TEXT = GUIDE.read_text()
 COMMANDS = commands(TEXT)
 CODE = code_quotes(TEXT)
