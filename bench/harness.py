@@ -22,7 +22,6 @@ import ctypes
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -44,45 +43,24 @@ def _die_with_parent() -> None:
         libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
 class RedisServer:
-    """A redis-server of our own on 127.0.0.1 and a free port, nothing on disk, stopped by pid."""
+    """A redis-server of our own on 127.0.0.1 and a free port, nothing on disk, stopped by pid:
+    `taskcustody.verify.embedded`'s throwaway server (the tests' own), with quiet logs, the DEBUG
+    command when a workload asks for it, and a client."""
 
     def __init__(self, *, debug_command: bool = True, binary: str = "redis-server",
                  extra_args: tuple[str, ...] = ()) -> None:
-        self.port = free_port()
-        self.url = f"redis://127.0.0.1:{self.port}/0"
-        args = [
-            binary, "--port", str(self.port), "--bind", "127.0.0.1",
-            "--save", "", "--appendonly", "no", "--dir", "/tmp",
-            "--loglevel", "warning", "--logfile", "",
-        ]
-        if debug_command:
-            args += ["--enable-debug-command", "local"]
-        args += extra_args
-        self.proc = subprocess.Popen(
-            args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, preexec_fn=_die_with_parent
-        )
-        deadline = time.monotonic() + 10
-        while True:
-            try:
-                with socket.create_connection(("127.0.0.1", self.port), timeout=0.2) as s:
-                    s.sendall(b"PING\r\n")
-                    if s.recv(16).startswith(b"+PONG"):
-                        break
-            except OSError:
-                pass
-            if self.proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"redis-server on port {self.port} did not start")
-            time.sleep(0.05)
         import redis
 
+        from taskcustody.verify.embedded import RedisServerProcess
+
+        args = ("--loglevel", "warning", "--logfile", "")
+        if debug_command:
+            args += ("--enable-debug-command", "local")
+        self.server = RedisServerProcess(extra_args=args + tuple(extra_args),
+                                         binary=binary).start()
+        self.port = self.server.port
+        self.url = self.server.url
         self.client = redis.Redis(host="127.0.0.1", port=self.port, decode_responses=True)
         self.version = str(self.client.info("server")["redis_version"])
 
@@ -93,13 +71,7 @@ class RedisServer:
     def stop(self) -> None:
         with contextlib.suppress(Exception):
             self.client.close()
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(5)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(5)
+        self.server.stop()
 
     def __enter__(self) -> RedisServer:
         return self

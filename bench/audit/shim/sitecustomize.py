@@ -18,7 +18,7 @@ reply it reads. Two modes (environment):
   line {time, pid, command, reply} to $AUDIT_SHIM_DIR/faults.log so that the harness knows which
   reply was lost, when, and which tasks it carried.
 
-The drop logic is a copy of the mixin's (the mixin subclasses a pool's connection class; a peer
+The drop logic follows the mixin's (the mixin subclasses a pool's connection class; a peer
 builds its own pools, so the shim patches the class's methods instead).
 """
 
@@ -148,24 +148,19 @@ def _install() -> None:
     error = redis.ConnectionError
 
     sync_cls: Any = sconn.AbstractConnection  # patched in place: typed loosely
-    orig_send, orig_read, orig_disc = (sync_cls.send_packed_command, sync_cls.read_response,
-                                       sync_cls.disconnect)
+    async_cls: Any = aconn.AbstractConnection
+    s_send, s_read, s_disc = (sync_cls.send_packed_command, sync_cls.read_response,
+                              sync_cls.disconnect)
+    a_send, a_read, a_disc = (async_cls.send_packed_command, async_cls.read_response,
+                              async_cls.disconnect)
 
-    def send_packed_command(self: Any, command: Any, *args: Any, **kwargs: Any) -> Any:
-        names = command_names(command)
-        result = orig_send(self, command, *args, **kwargs)
-        _pending(self).extend(names)
-        return result
-
-    def disconnect(self: Any, *args: Any, **kwargs: Any) -> Any:
-        _pending(self).clear()
-        return orig_disc(self, *args, **kwargs)
-
-    def read_response(self: Any, *args: Any, **kwargs: Any) -> Any:
-        pending = _pending(self)
+    async def reading(conn: Any, read: Any, disconnect: Any) -> Any:
+        """The one read path, for both connection classes: `read` and `disconnect` are
+        coroutine functions (for the sync class, wrappers that never suspend)."""
+        pending = _pending(conn)
         command = pending.popleft() if pending else ""
         try:
-            reply = orig_read(self, *args, **kwargs)
+            reply = await read()
         except redis.ResponseError as exc:
             if not _should_drop(command, exc):
                 raise
@@ -178,19 +173,30 @@ def _install() -> None:
             while pending:
                 pending.popleft()
                 with contextlib.suppress(redis.ResponseError):
-                    orig_read(self, *args, **kwargs)
-            self.disconnect()
+                    await read()
+            await disconnect()
             raise error(f"reply to {command} dropped (injected fault)")
         _record(command, reply)
         return reply
 
-    sync_cls.send_packed_command = send_packed_command
-    sync_cls.read_response = read_response
-    sync_cls.disconnect = disconnect
+    def send_packed_command(self: Any, command: Any, *args: Any, **kwargs: Any) -> Any:
+        names = command_names(command)
+        result = s_send(self, command, *args, **kwargs)
+        _pending(self).extend(names)
+        return result
 
-    async_cls: Any = aconn.AbstractConnection
-    a_send, a_read, a_disc = (async_cls.send_packed_command, async_cls.read_response,
-                              async_cls.disconnect)
+    def disconnect(self: Any, *args: Any, **kwargs: Any) -> Any:
+        _pending(self).clear()
+        return s_disc(self, *args, **kwargs)
+
+    def read_response(self: Any, *args: Any, **kwargs: Any) -> Any:
+        async def read() -> Any:
+            return s_read(self, *args, **kwargs)
+
+        async def disconnect_now() -> None:
+            self.disconnect()
+
+        return run_without_loop(reading(self, read, disconnect_now))
 
     async def a_send_packed_command(self: Any, command: Any, *args: Any, **kwargs: Any) -> Any:
         names = command_names(command)
@@ -203,31 +209,25 @@ def _install() -> None:
         return await a_disc(self, *args, **kwargs)
 
     async def a_read_response(self: Any, *args: Any, **kwargs: Any) -> Any:
-        pending = _pending(self)
-        command = pending.popleft() if pending else ""
-        try:
-            reply = await a_read(self, *args, **kwargs)
-        except redis.ResponseError as exc:
-            if not _should_drop(command, exc):
-                raise
-            reply = exc
-            drop = True
-        else:
-            drop = _should_drop(command, reply)
-        if drop:
-            _log_drop(command, reply)
-            while pending:
-                pending.popleft()
-                with contextlib.suppress(redis.ResponseError):
-                    await a_read(self, *args, **kwargs)
-            await self.disconnect()
-            raise error(f"reply to {command} dropped (injected fault)")
-        _record(command, reply)
-        return reply
+        return await reading(self, lambda: a_read(self, *args, **kwargs), self.disconnect)
 
+    sync_cls.send_packed_command = send_packed_command
+    sync_cls.read_response = read_response
+    sync_cls.disconnect = disconnect
     async_cls.send_packed_command = a_send_packed_command
     async_cls.read_response = a_read_response
     async_cls.disconnect = a_disconnect
+
+
+def run_without_loop(coroutine: Any) -> Any:
+    """Run a coroutine that never suspends (every await in it reaches a plain function) to its
+    end, without an event loop: the sync connection's read path shares the async one's code."""
+    try:
+        coroutine.send(None)
+    except StopIteration as done:
+        return done.value
+    coroutine.close()
+    raise RuntimeError("the sync read path suspended")
 
 
 if _MODE in ("record", "drop") and _DIR:
