@@ -118,7 +118,7 @@ class AsyncServer:
                                      name=f"taskcustody-{w.owner.worker_id}"): w
                  for w in workers}
         background = asyncio.create_task(self._background(), name="taskcustody-heartbeat")
-        waiting = [asyncio.ensure_future(self.stop_event.wait())]
+        waiting: list[asyncio.Future[Any]] = [asyncio.ensure_future(self.stop_event.wait())]
         if until_idle:
             waiting.append(asyncio.ensure_future(_all(loops)))
         try:

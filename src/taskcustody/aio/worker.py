@@ -17,6 +17,7 @@ What asyncio adds is cancellation: a `CancelledError` may land at any await. So:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import logging
 import time
@@ -402,8 +403,6 @@ class AsyncWorker(Custody):
 
 async def _wait(stop: asyncio.Event, seconds: float) -> None:
     """Wait `seconds`, or less if `stop` is set meanwhile."""
-    try:
+    with contextlib.suppress(asyncio.TimeoutError):
         await asyncio.wait_for(stop.wait(), seconds)
-    except asyncio.TimeoutError:
-        pass
 
