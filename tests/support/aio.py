@@ -10,17 +10,18 @@ from typing import Any
 
 import redis.asyncio
 
+from taskcustody import Settings
 from taskcustody.aio import connect_async, connect_fake_async
 from tests.conftest import TEST_SETTINGS, Backend
 
 Match = Callable[[tuple[Any, ...]], bool]
 
 
-def async_client(backend: Backend) -> redis.asyncio.Redis:
+def async_client(backend: Backend, settings: Settings = TEST_SETTINGS) -> redis.asyncio.Redis:
     """An asyncio client on the same keyspace as `backend.client()`."""
     if backend.url is None:
         return connect_fake_async(backend.fake_server)
-    return connect_async(backend.url, TEST_SETTINGS)
+    return connect_async(backend.url, settings)
 
 
 def named(name: str, sha: str | None = None) -> Match:
@@ -73,6 +74,9 @@ class Gate:
         reply = await self.inner.read_response(**kwargs)
         await self._wait_here(args, "reply")
         return reply
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)  # is_connected, connect
 
     async def disconnect(self, *args: Any, **kwargs: Any) -> None:
         self._sent.clear()

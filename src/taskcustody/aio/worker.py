@@ -384,6 +384,11 @@ class AsyncWorker(Custody):
         if self._broken:
             self._broken = False
             await conn.disconnect()
+        if not conn.is_connected:
+            await conn.connect()
+        # redis-py's handshake can swallow a cancellation that lands in it (it waits with
+        # wait_for): honour it here, before anything is sent, not a block timeout later.
+        _raise_if_cancelled()
         try:
             if first is None:
                 await conn.send_command(*args)
@@ -399,6 +404,14 @@ class AsyncWorker(Custody):
         except BaseException:
             self._broken = True
             raise
+
+
+def _raise_if_cancelled() -> None:
+    """Raise CancelledError if the current task was cancelled and something swallowed it."""
+    task = asyncio.current_task()
+    cancelling = getattr(task, "cancelling", None)  # Python 3.11+
+    if cancelling is not None and cancelling():
+        raise asyncio.CancelledError
 
 
 async def _wait(stop: asyncio.Event, seconds: float) -> None:
