@@ -104,6 +104,10 @@ class AsyncServer:
         version = await asyncio.to_thread(self.control.prepare, wait_for_id)
         self.workers = [self.make_worker(i) for i in range(self.control.worker_count)]
         await self.workers[0].register()  # the scripts: once per Redis, not per worker
+        for worker in self.workers:
+            # Connected now, not in the first take: a cancellation that lands in redis-py's
+            # handshake can be swallowed there (AsyncWorker._call checks for that on 3.11+).
+            await worker.conn.connect()
         self.control._banner(version)
         return self.workers
 
