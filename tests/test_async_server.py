@@ -17,7 +17,7 @@ from taskcustody import AsyncProducer, AsyncServer, ManualClock, QueueKeys, Serv
 from taskcustody.envelope import decode
 from tests.conftest import TEST_SETTINGS, Backend
 from tests.helpers import commits
-from tests.support.aio import async_client
+from tests.support.aio import Gate, async_client, named
 
 
 def _run(backend: Backend, test: Any, settings: Settings = TEST_SETTINGS) -> None:
@@ -120,6 +120,27 @@ def test_shutdown_cancels_a_handler_still_running_after_the_grace_and_releases_i
         assert (decode(raw).id, decode(raw).attempts) == (task_id, 1)
         for worker in server.workers:
             assert await client.llen(worker.list_key) == 0
+        assert await client.zcard(keys.servers) == 0
+
+    _run(backend, test)
+
+
+def test_shutdown_reconciles_a_list_a_take_cancelled_with_its_reply_in_flight_filled(
+        backend: Backend, keys: QueueKeys) -> None:
+    async def test(client: redis.asyncio.Redis) -> None:
+        server = AsyncServer(client, keys, "aio-1", lambda p: p, workers=1,
+                             settings=TEST_SETTINGS, clock=ManualClock())
+        (worker,) = await server.start()
+        gate = worker.conn = Gate(worker.conn, named(worker.take_command), hold="reply")
+        task_id = await AsyncProducer(client, keys).enqueue("p")
+        run = asyncio.create_task(server.run())
+        await gate.reached.wait()  # the take ran: its reply is held, the worker idle
+        server.stop()  # cancels the idle take with its reply in flight
+        await asyncio.wait_for(run, 10)
+        assert await client.llen(worker.list_key) == 0 and not worker.dirty
+        # reconciled before deregistering: back where recovery puts a counted task
+        (raw,) = await client.lrange(keys.suspects, 0, -1)
+        assert decode(raw).id == task_id
         assert await client.zcard(keys.servers) == 0
 
     _run(backend, test)
