@@ -114,8 +114,9 @@ class AsyncServer:
     async def run(self, until_idle: bool = False, install_signals: bool = False,
                   wait_for_id: float = 0.0) -> None:
         """Run until stopped (`stop`, SIGTERM/SIGINT with `install_signals`) or, with
-        `until_idle`, until every worker found the queue empty."""
-        workers = await self.start(wait_for_id)
+        `until_idle`, until every worker found the queue empty. (`start`ed already: its
+        workers are run.)"""
+        workers = self.workers or await self.start(wait_for_id)
         if install_signals:
             self._install_signal_handlers()
         loops = {asyncio.create_task(self._supervise(w, until_idle),
