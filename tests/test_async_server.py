@@ -17,7 +17,7 @@ from taskcustody import AsyncProducer, AsyncServer, ManualClock, QueueKeys, Serv
 from taskcustody.envelope import decode
 from tests.conftest import TEST_SETTINGS, Backend
 from tests.helpers import commits
-from tests.support.aio import Gate, async_client, named
+from tests.support.aio import Gate, async_client, finishes, named
 
 
 def _run(backend: Backend, test: Any, settings: Settings = TEST_SETTINGS) -> None:
@@ -84,7 +84,7 @@ def test_shutdown_cancels_idle_takes_at_once_and_lets_a_running_handler_finish(
         await asyncio.sleep(0)
         assert not run.done()  # the running handler holds the shutdown open
         finish.set()
-        await asyncio.wait_for(run, 10)  # a guard: idle takes would hold it 20 s
+        await finishes(run)  # a guard: idle takes would hold it 20 s
         assert await client.get(keys.result(task_id)) == b'"finished"'
         assert await client.zcard(keys.servers) == 0
         for worker in server.workers:
@@ -114,7 +114,7 @@ def test_shutdown_cancels_a_handler_still_running_after_the_grace_and_releases_i
         run = asyncio.create_task(server.run())
         await started.wait()
         server.stop()
-        await asyncio.wait_for(run, 10)
+        await finishes(run)
         assert cancelled == [True]
         (raw,) = await client.lrange(keys.queue, 0, -1)  # released: a failed attempt
         assert (decode(raw).id, decode(raw).attempts) == (task_id, 1)
@@ -136,7 +136,7 @@ def test_shutdown_reconciles_a_list_a_take_cancelled_with_its_reply_in_flight_fi
         run = asyncio.create_task(server.run())
         await gate.reached.wait()  # the take ran: its reply is held, the worker idle
         server.stop()  # cancels the idle take with its reply in flight
-        await asyncio.wait_for(run, 10)
+        await finishes(run)
         assert await client.llen(worker.list_key) == 0 and not worker.dirty
         # reconciled before deregistering: back where recovery puts a counted task
         (raw,) = await client.lrange(keys.suspects, 0, -1)

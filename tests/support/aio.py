@@ -88,3 +88,28 @@ class Gate:
         await self.reached.wait()
         task.cancel()
         self.opened.set()
+
+
+def task_stacks() -> str:
+    """Where every task of the running loop waits, coroutine by coroutine (for a failure
+    message: Task.print_stack shows only the outermost frame)."""
+    lines = []
+    for task in asyncio.all_tasks():
+        lines.append(f"{task.get_name()} (cancelling: {task.cancelling()})")
+        coro: Any = task.get_coro()
+        while coro is not None:
+            frame = getattr(coro, "cr_frame", None) or getattr(coro, "gi_frame", None)
+            if frame is not None:
+                lines.append(f"    {frame.f_code.co_filename}:{frame.f_lineno} "
+                             f"{frame.f_code.co_name}")
+            coro = getattr(coro, "cr_await", None) or getattr(coro, "gi_yieldfrom", None)
+    return "\n".join(lines)
+
+
+async def finishes(task: asyncio.Task[Any], guard: float = 10.0) -> None:
+    """Await `task`; if it has not finished after `guard` seconds (a hang, not a slow run),
+    fail with every task's stack."""
+    done, _ = await asyncio.wait([task], timeout=guard)
+    if not done:
+        raise AssertionError(f"still running after {guard} s:\n{task_stacks()}")
+    task.result()

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
+from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Callable
 from typing import Any, cast
 
@@ -161,10 +162,13 @@ class AsyncServer:
         """The threaded server's heartbeat/promote/sweep loop, in a thread, until we stop (or
         are superseded: then we stop); and the clock's resync."""
         resync = asyncio.create_task(self._resync())
+        # A thread of its own, not the loop's default executor, which plain handlers may fill.
+        executor = ThreadPoolExecutor(1, thread_name_prefix="taskcustody-heartbeat")
         try:
-            await asyncio.to_thread(self.control._background)
+            await asyncio.get_running_loop().run_in_executor(executor, self.control._background)
         finally:
             resync.cancel()
+            executor.shutdown(wait=False)
         if self.control.superseded:
             self.stop_event.set()
 
