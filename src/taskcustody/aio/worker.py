@@ -386,14 +386,22 @@ class AsyncWorker(Custody):
             await conn.disconnect()
         if not conn.is_connected:
             await conn.connect()
-        # redis-py's handshake can swallow a cancellation that lands in it (it waits with
-        # wait_for): honour it here, before anything is sent, not a block timeout later.
-        _raise_if_cancelled()
+        # redis-py's handshake and its send wait with asyncio.wait_for, which on Python 3.11
+        # swallows a cancellation that lands as the wait ends: honour it here, before anything
+        # is sent, and after the send, not a block timeout later.
+        if _cancel_pending():
+            raise asyncio.CancelledError
         try:
             if first is None:
                 await conn.send_command(*args)
             else:
                 await conn.send_packed_command(conn.pack_commands([first, args]))
+            if _cancel_pending():
+                # Sent: a blocking take would go on waiting on the server, and could still
+                # move a task into our list. Closing the connection aborts it there.
+                await conn.disconnect(nowait=True)
+                raise asyncio.CancelledError
+            if first is not None:
                 try:
                     await conn.read_response()
                 except redis.ResponseError as exc:
@@ -406,12 +414,12 @@ class AsyncWorker(Custody):
             raise
 
 
-def _raise_if_cancelled() -> None:
-    """Raise CancelledError if the current task was cancelled and something swallowed it."""
+def _cancel_pending() -> bool:
+    """Whether the current task was cancelled and something swallowed the CancelledError
+    (Python 3.11+; 3.10 cannot tell)."""
     task = asyncio.current_task()
-    cancelling = getattr(task, "cancelling", None)  # Python 3.11+
-    if cancelling is not None and cancelling():
-        raise asyncio.CancelledError
+    cancelling = getattr(task, "cancelling", None)
+    return bool(cancelling is not None and cancelling())
 
 
 async def _wait(stop: asyncio.Event, seconds: float) -> None:
