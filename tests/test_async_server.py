@@ -149,12 +149,17 @@ def test_shutdown_reconciles_a_list_a_take_cancelled_with_its_reply_in_flight_fi
 def test_a_threaded_and_an_asyncio_server_serve_one_queue_each_task_committed_once(
         backend: Backend, keys: QueueKeys) -> None:
     ran: dict[str, set[int]] = {"sync": set(), "async": set()}
+    # The threaded workers hold their first tasks until the asyncio side has run one, so that
+    # both serve whatever the start-up order (a guard of 10 s, not a timing assumption).
+    async_ran = threading.Event()
 
     def sync_handler(payload: Any) -> Any:
+        async_ran.wait(10)
         ran["sync"].add(payload)
         return payload
 
     async def async_handler(payload: Any) -> Any:
+        async_ran.set()
         ran["async"].add(payload)
         await asyncio.sleep(0)
         return payload
