@@ -35,12 +35,16 @@ def test_n_async_workers_in_one_process_commit_every_task_once(backend: Backend,
                                                                keys: QueueKeys) -> None:
     running: set[int] = set()
     overlap = 0
+    two_at_once = asyncio.Event()
 
     async def handler(payload: Any) -> Any:
         nonlocal overlap
         running.add(payload)
         overlap = max(overlap, len(running))
-        await asyncio.sleep(0.002)
+        if overlap >= 2:
+            two_at_once.set()
+        # each waits for a second to run beside it (a guard of 10 s, not a timing assumption)
+        await asyncio.wait_for(two_at_once.wait(), 10)
         running.discard(payload)
         return payload
 
