@@ -40,11 +40,11 @@ TEST_TIMEOUT = 60.0
 # The protocol's critical functions: take, record, release, reconcile, drain, the sweeps, startup.
 CRITICAL: dict[str, tuple[str, ...]] = {
     "taskcustody.worker": (
-        "Worker.register", "Worker.reconcile", "Worker.take", "Worker._take_args",
+        "Worker.register", "Worker.reconcile", "Worker.take", "Custody._take_args",
         "Worker.record", "Worker.release", "Worker.run_once", "Worker._release_raw",
         "Worker._send_release", "Worker._redirected", "Worker.release_and_take",
         "Worker._release_and_take_raw",
-        "Worker.verdict", "Worker.release_args", "Worker.released",
+        "Custody.verdict", "Custody.release_args", "Custody.released",
     ),
     "taskcustody.recovery": (
         "prune_inactive_servers", "drain_inflight", "live_owners", "registered_lists",

@@ -96,3 +96,25 @@ def test_min_replicas_is_refused_on_fakeredis_with_one_clear_error() -> None:
         server.make_worker(0)
     # Without min_replicas nothing changes on fakeredis.
     Producer(client, QueueKeys("gap"), settings=TEST_SETTINGS).enqueue(1)
+
+
+def test_fakeredis_async_blocking_command_ignores_cancellation() -> None:
+    """fakeredis.aioredis: a task cancelled in a blocking BRPOPLPUSH is not cancelled until the
+    command's block ends. So on fakeredis an `AsyncServer`'s shutdown waits out its idle workers'
+    block timeout; tests/test_async_server.py checks the cancellation of idle takes on real Redis
+    only."""
+    import asyncio
+
+    import fakeredis.aioredis
+
+    async def main() -> bool:
+        client = fakeredis.aioredis.FakeRedis(server=fakeredis.FakeServer())
+        take = asyncio.create_task(client.brpoplpush("a", "b", 20))
+        for _ in range(5):
+            await asyncio.sleep(0)
+        take.cancel()
+        done, _ = await asyncio.wait([take], timeout=0.2)
+        client.connection_pool.reset()  # the blocked socket is abandoned with the loop
+        return bool(done)
+
+    assert asyncio.run(main()) is False

@@ -60,6 +60,19 @@ def test_the_first_example_runs_as_written(tmp_path: Path) -> None:
     assert result.stdout == "42\n"
 
 
+@pytest.mark.real_redis
+def test_the_asyncio_example_runs_as_written(tmp_path: Path) -> None:
+    match = re.search(r"```python\n(.*?)```", section("### asyncio"), re.S)
+    assert match is not None
+    code = match.group(1)
+    assert code.count(EXAMPLE_URL) == 1
+    with throwaway_redis_server() as server:
+        result = subprocess.run([sys.executable, "-c", code.replace(EXAMPLE_URL, server.url)],
+                                capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "{'resized': 'https://...'}\n"
+
+
 def test_every_python_block_of_the_readme_compiles_and_imports_what_exists() -> None:
     import ast
 

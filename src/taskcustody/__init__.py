@@ -5,6 +5,7 @@ Workers take tasks with BLMOVE into an in-flight list of their own and release c
 startup and dead servers' lists periodically. See the README and docs/design.md.
 """
 
+from .aio import AsyncProducer, AsyncServer, AsyncWorker, connect_async
 from .clock import Clock, ManualClock, RedisClock, WallClock
 from .connection import check_server, connect, connect_fake
 from .deadletters import (
@@ -55,6 +56,9 @@ from .status import queue_status
 from .worker import Outcome, Release, Worker
 
 __all__ = [
+    "AsyncProducer",
+    "AsyncServer",
+    "AsyncWorker",
     "AuthenticationFailed",
     "BadPayload",
     "Clock",
@@ -94,6 +98,7 @@ __all__ = [
     "WrongKeyType",
     "check_server",
     "connect",
+    "connect_async",
     "connect_fake",
     "dead_letter",
     "default_server_id",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import importlib
 import json
 import logging
@@ -15,6 +16,7 @@ import redis
 
 from . import cluster as cluster_routing
 from . import logs, recovery, scheduled
+from .aio import AsyncServer, connect_async, is_async_handler
 from .cli_errors import Failure, MappedErrors, as_click, check_url
 from .clock import RedisClock
 from .connection import check_server, connect
@@ -256,11 +258,41 @@ def worker(handler: str, queue: str, prefix: str, redis_url: str, workers: int, 
         wait_for_id = server_ttl + heartbeat_interval if server_id else 0.0
     sid = server_id or default_server_id()
     keys = _keys(queue, prefix)
+    if is_async_handler(fn):
+        # An `async def` handler runs on the asyncio server, with `workers` concurrent workers.
+        _run_async(fn, redis_url, settings, client, keys, sid, workers, wait_for_id,
+                   cluster, metrics_port, metrics_addr)
+        return
     srv = Server(client, keys, sid, fn, workers=workers, settings=settings,
                  clock=RedisClock(client, key=keys.queue))
     if metrics_port is not None:
         _serve_metrics(client, keys, srv, metrics_port, metrics_addr)
     _run(lambda: srv.run(install_signals=True, wait_for_id=wait_for_id), client, keys)
+
+
+def _run_async(fn: Callable[[Any], Any], redis_url: str, settings: Settings,
+               client: redis.Redis, keys: QueueKeys, sid: str, workers: int,
+               wait_for_id: float, cluster: bool | None, metrics_port: int | None,
+               metrics_addr: str) -> None:
+    """`worker` for an `async def` handler: an AsyncServer of `workers` concurrent workers."""
+    if cluster_routing.is_cluster(client) or cluster:
+        raise _Failure("an async def handler cannot serve a Redis Cluster yet: use a plain "
+                       "def handler (the threaded server) for a cluster")
+    try:
+        aclient = connect_async(redis_url, settings)
+        srv = AsyncServer(aclient, keys, sid, fn, workers=workers, settings=settings)
+    except ValueError as exc:
+        raise _Failure(f"an async def handler: {exc}") from exc
+    if metrics_port is not None:
+        _serve_metrics(client, keys, srv.control, metrics_port, metrics_addr)
+
+    async def serve() -> None:
+        try:
+            await srv.run(install_signals=True, wait_for_id=wait_for_id)
+        finally:
+            await aclient.aclose()
+
+    _run(lambda: asyncio.run(serve()), client, keys)
 
 
 def _serve_metrics(client: redis.Redis, keys: QueueKeys, srv: Server, port: int,

@@ -17,6 +17,12 @@ class Clock(Protocol):
         ...
 
 
+def offset(before: float, remote: float, after: float) -> float:
+    """Redis time minus local monotonic time, from a TIME sent at `before` and answered at
+    `after`: Redis read its clock somewhere inside the round trip; assume the middle."""
+    return remote - (before + after) / 2
+
+
 class WallClock:
     """The local wall clock: for single-host deployments and tools."""
 
@@ -54,8 +60,7 @@ class RedisClock:
                 before = time.monotonic()
                 remote = self._redis_time()
                 after = time.monotonic()
-                # Redis read its clock somewhere inside the round trip: assume the middle.
-                self._offset = remote - (before + after) / 2
+                self._offset = offset(before, remote, after)
                 self._synced_at = after
                 local = after
             return local + self._offset

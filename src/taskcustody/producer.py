@@ -23,6 +23,15 @@ from .settings import Settings
 REDIRECT_ATTEMPTS = 5
 
 
+def out_of_memory(exc: redis.RedisError, refused: int, before: list[str]) -> RedisOutOfMemory:
+    """What an LPUSH refused by a full Redis raises: nothing of its batch was enqueued; `before`
+    are the ids earlier batches did enqueue."""
+    done = f"; {len(before)} earlier task(s) were enqueued" if before else ""
+    return RedisOutOfMemory(
+        f"Redis is out of memory ({exc}): {refused} task(s) not enqueued{done}; retry once "
+        "memory frees", before)
+
+
 class Producer:
     """Puts tasks on a queue: each payload becomes a JSON envelope (a fresh id, attempts 0, the
     enqueue time; never pickle) pushed onto the queue with LPUSH.
@@ -91,10 +100,7 @@ class Producer:
                 if ours is exc:
                     raise
                 raise ours from exc
-            done = f"; {len(before)} earlier task(s) were enqueued" if before else ""
-            raise RedisOutOfMemory(
-                f"Redis is out of memory ({exc}): {len(raws)} task(s) not enqueued{done}; retry "
-                "once memory frees", before) from exc
+            raise out_of_memory(exc, len(raws), before) from exc
 
     def _lpush(self, raws: list[bytes], ids: list[str], before: list[str],
                after: list[str]) -> None:

@@ -296,6 +296,27 @@ class Server:
 
     def start(self, wait_for_id: float = 0.0) -> list[Worker | PrefetchingWorker]:
         """Check the server, claim the id, drain our debris, register our lists."""
+        version = self.prepare(wait_for_id)
+        workers = [self.make_runner(i) for i in range(self.worker_count)]
+        for worker in workers:
+            self.register_waiting_out_oom(worker.register)
+        self.oom.recovered()
+        self._banner(version)
+        return workers
+
+    def register_waiting_out_oom(self, register: Callable[[], None]) -> None:
+        """A worker's set-up: a list is registered before it can hold a task, so while Redis is
+        out of memory, wait for memory."""
+        while True:
+            try:
+                register()
+                return
+            except redis.ResponseError as exc:
+                self._wait_out_oom(exc, "registering the in-flight lists")
+
+    def prepare(self, wait_for_id: float = 0.0) -> str:
+        """`start` but for the workers (the asyncio server makes its own): check the server,
+        claim the id, drain our debris. Returns the server's version."""
         version = check_server(self.client, self.keys,
                                allow_evicting_policy=self.settings.allow_evicting_policy)
         migrated = recovery.migrate_legacy_registry(self.client, self.keys, self.clock.now())
@@ -316,17 +337,7 @@ class Server:
         if drained:
             log.info("startup drain requeued %d task(s) from %s", sum(drained.values()),
                      ", ".join(drained))
-        workers = [self.make_runner(i) for i in range(self.worker_count)]
-        for worker in workers:
-            while True:  # a list is registered before it can hold a task: wait for memory
-                try:
-                    worker.register()
-                    break
-                except redis.ResponseError as exc:
-                    self._wait_out_oom(exc, "registering the in-flight lists")
-        self.oom.recovered()
-        self._banner(version)
-        return workers
+        return version
 
     def _banner(self, version: str) -> None:
         """The start banner: what this process serves, as whom, and where (no password)."""
@@ -371,20 +382,24 @@ class Server:
     def stop(self) -> None:
         self.stop_event.set()
 
+    def on_signal(self, signum: int) -> None:
+        """SIGTERM/SIGINT: the first stops us (gracefully), a second exits at once."""
+        if self.stop_event.is_set():
+            # A second signal: exit at once, as a crash would. The tasks being run stay in
+            # custody (in our in-flight lists) and are recovered once our lease lapses.
+            log.warning("signal %d again: exiting now; the tasks in flight stay in custody "
+                        "and are recovered as after a crash", signum)
+            for handler in logging.getLogger().handlers:
+                handler.flush()
+            self.force_exit(128 + signum)
+            return
+        log.info("signal %d: stop taking, finish current tasks within %gs (a second signal "
+                 "exits at once)", signum, self.settings.shutdown_grace)
+        self.stop_event.set()
+
     def _install_signal_handlers(self) -> None:
         def handle(signum: int, frame: FrameType | None) -> None:
-            if self.stop_event.is_set():
-                # A second signal: exit at once, as a crash would. The tasks being run stay in
-                # custody (in our in-flight lists) and are recovered once our lease lapses.
-                log.warning("signal %d again: exiting now; the tasks in flight stay in custody "
-                            "and are recovered as after a crash", signum)
-                for handler in logging.getLogger().handlers:
-                    handler.flush()
-                self.force_exit(128 + signum)
-                return
-            log.info("signal %d: stop taking, finish current tasks within %gs (a second signal "
-                     "exits at once)", signum, self.settings.shutdown_grace)
-            self.stop_event.set()
+            self.on_signal(signum)
 
         signal.signal(signal.SIGTERM, handle)
         signal.signal(signal.SIGINT, handle)

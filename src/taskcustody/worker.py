@@ -61,6 +61,16 @@ class Release:
     action: str  # "committed", "retried", "dead-lettered", or "lost-custody"
 
 
+def failed(exc: BaseException) -> Outcome:
+    """The outcome of a handler that raised `exc`: its one-line text is the error."""
+    return Outcome(False, error="".join(traceback.format_exception_only(exc)).strip())
+
+
+#: The outcome of a handler interrupted before it returned (a crash of the cycle, a cancellation):
+#: released as a failed attempt.
+INTERRUPTED = Outcome(False, error="worker interrupted")
+
+
 def _result_json(result: Any) -> str:
     """The stored result. A value JSON cannot hold is stored as its repr: the task still commits
     (it ran), and failing here would skip the release. None is stored too (as JSON null): a
@@ -126,7 +136,154 @@ def log_release(list_key: str, task_id: str, done: Release, data: str | bytes, e
                     "back): this run's result is not committed", task_id, list_key, extra=extra)
 
 
-class Worker:
+class Custody:
+    """The sans-IO half of a worker: the commands its steps send and the reading of their
+    replies, with no I/O of its own. `Worker` (threads) and `taskcustody.aio.AsyncWorker`
+    (asyncio) both inherit it, so the two build the same take, the same release arguments and the
+    same verdicts, and read replies the same way; each only sends them its own way."""
+
+    keys: QueueKeys
+    list_key: str
+    clock: Clock
+    settings: Settings
+    dirty: bool
+    suspects: SuspectSlot
+    take_command: str
+
+    def block(self, timeout: float | None) -> float:
+        """A take's block timeout: `Settings.block_timeout`, or `timeout` once checked."""
+        return self.settings.block_timeout if timeout is None else self._checked_block(timeout)
+
+    def _checked_block(self, timeout: float) -> float:
+        """A take's own timeout must keep the promise `Settings` checks for block_timeout: Redis
+        serves or times out the BLMOVE before its registration ages past the registry's grace.
+        A longer one would let a stalled worker's pending BLMOVE fill a list that a sweep forgot
+        meanwhile (a task no recovery can find); 0 would block forever."""
+        grace, margin = self.settings.registry_grace, self.settings.socket_timeout_margin
+        if timeout <= 0:
+            raise ValueError("take timeout must be > 0 (0 would block forever)")
+        if grace and timeout + margin >= grace:
+            raise ValueError(
+                f"take timeout {timeout:g} s must be shorter than registry_grace - "
+                f"socket_timeout_margin ({grace - margin:g} s): a take may be pending that long"
+            )
+        return timeout
+
+    def registration(self) -> tuple[Any, ...] | None:
+        """The command that registers our list, sent in the same write as every take."""
+        return ("ZADD", self.keys.inflight_registry, repr(self.clock.now()), self.list_key)
+
+    def _take_args(self, block: float) -> tuple[Any, ...]:
+        if self.take_command == "BLMOVE":
+            return ("BLMOVE", self.keys.queue, self.list_key, "RIGHT", "LEFT", block)
+        return ("BRPOPLPUSH", self.keys.queue, self.list_key, block)
+
+    def verdict(self, task: Task, outcome: Outcome) -> tuple[str, str]:
+        """What the release does with a task the handler ran: (action, data) for RELEASE."""
+        if outcome.ok:
+            # result_ttl 0: store no result (RELEASE skips an empty one).
+            return "ok", _result_json(outcome.result) if self.settings.result_ttl else ""
+        if task.attempts + 1 < self.settings.max_attempts:
+            # with a retry delay, "later": the release schedules it (`release_args` draws the
+            # due time); without, "retry": straight back on the queue
+            return ("later" if self.settings.retry_backoff > 0 else "retry",
+                    task.retried().raw.decode())
+        return "dead", self._dead_letter(task.raw, outcome.error, task.id)
+
+    def record_value(self) -> str:
+        """A processing record: whose list holds the task, and since when."""
+        return f"{self.list_key} {self.clock.now()!r}"
+
+    def release_args(
+        self, raw: bytes, task_id: str, action: str, data: str | bytes
+    ) -> tuple[Any, ...]:
+        """RELEASE's arguments after the script (numkeys, keys, argv). A delayed retry
+        ("later") carries its due time: now + the jittered backoff of the attempt that failed
+        (`data` is the retried envelope, whose attempts count it)."""
+        keys = self.keys
+        due = ""
+        if action == "later":
+            due = repr(self.clock.now() + scheduled.retry_delay(_attempts(data), self.settings))
+        return (
+            10, self.list_key, keys.processing, keys.queue, keys.dead_letters, keys.committed,
+            keys.commit_log, keys.result(task_id or "-"), keys.recoveries, keys.suspects,
+            keys.scheduled,
+            raw, task_id, action, data, self.settings.result_ttl,
+            1 if self.settings.track_commits else 0, due,
+        )
+
+    def released(self, reply: Any, action: str, keep_slot: bool = False) -> Release:
+        """Read RELEASE's reply: {held, what remains in our list, suspects waiting} (the first
+        three of RELEASE_AND_TAKE's; `keep_slot`: it took a suspect, which keeps the slot)."""
+        held, remaining, *waiting = reply
+        self.dirty = self.dirty or int(remaining) > 0
+        if waiting and int(waiting[0]) > 0:
+            self.suspects.maybe_waiting = True
+        if not self.dirty and not keep_slot:
+            # clean again: the suspect we held, if any, is done
+            self.suspects.release(self.list_key)
+        if not held:
+            return Release(False, int(remaining), "lost-custody")
+        names = {"ok": "committed", "retry": "retried", "later": "retried",
+                 "dead": "dead-lettered"}
+        return Release(True, int(remaining), names[action])
+
+    def _dead_letter(self, raw: bytes, error: str, task_id: str | None) -> str:
+        return json.dumps({
+            "raw": base64.b64encode(raw).decode(),
+            "error": error,
+            "task_id": task_id,
+            "at": self.clock.now(),
+        })
+
+    def _raise_wrong_type(self, exc: redis.ResponseError, *keys: str) -> None:
+        if "WRONGTYPE" in str(exc):
+            raise WrongKeyType(
+                f"one of {', '.join(keys)} holds the wrong Redis type ({exc})"
+            ) from exc
+
+    def suspect_take_args(self) -> tuple[Any, ...]:
+        """TAKE_AND_RECORD's arguments (numkeys, keys, argv) for the take of a suspect."""
+        return (4, self.keys.suspects, self.list_key, self.keys.processing,
+                self.keys.inflight_registry, self.record_value(), repr(self.clock.now()))
+
+    def take_mode(self) -> str:
+        """What a `release_and_take` takes after its release: 'suspect' while our process holds
+        no suspect or we hold it (it is this task, whose release runs first in the same step):
+        the step then prefers a waiting suspect; a dirty worker takes nothing ('': it reconciles
+        first, its list may hold debris); else 'queue'."""
+        if self.dirty:
+            return ""
+        if self.suspects.maybe_waiting and self.suspects.acquire(self.list_key):
+            return "suspect"
+        return "queue"
+
+    def release_and_take_args(self, raw: bytes, task_id: str, action: str, data: str,
+                              take: tuple[str, str, str]) -> tuple[Any, ...]:
+        """RELEASE_AND_TAKE's arguments: RELEASE's with the registry after the keys, and `take`
+        (mode, next record, now) as its last three ARGV."""
+        numkeys, *rest = self.release_args(raw, task_id, action, data)
+        return (numkeys + 1, *rest[:numkeys], self.keys.inflight_registry, *rest[numkeys:],
+                *take)
+
+    def released_and_taken(self, reply: list[Any], action: str) -> Release:
+        """Read the release half of RELEASE_AND_TAKE's reply (a suspect taken in the step keeps
+        our process's slot ours: reply[5])."""
+        keep = len(reply) > 5 and int(reply[5]) == 1
+        return self.released(reply, action, keep_slot=keep)
+
+    def after_release_and_take(self, reply: list[Any], mode: str) -> bytes | None:
+        """The raw task RELEASE_AND_TAKE took, or None (then, if it looked for a suspect and
+        none waits, our process stops looking until told again)."""
+        if len(reply) <= 3:
+            if mode == "suspect" and not int(reply[2]):
+                self.suspects.maybe_waiting = False
+            return None
+        raw: bytes = reply[3]
+        return raw
+
+
+class Worker(Custody):
     """One worker of a server: it moves tasks from the queue into an in-flight list of its own,
     runs the handler on each, and gives each task up by one atomic release.
 
@@ -253,7 +410,7 @@ class Worker:
         can receive a task, even after Redis lost its data or a sweep forgot the list. Returns
         None when the queue stayed empty for `timeout` seconds, or when what we took was not a
         task envelope (it is dead-lettered at once)."""
-        block = self.settings.block_timeout if timeout is None else self._checked_block(timeout)
+        block = self.block(timeout)
         suspect = self.take_suspect()
         if suspect is not None:
             return suspect
@@ -262,7 +419,7 @@ class Worker:
     def take_from_queue(self, timeout: float | None = None) -> Task | None:
         """`take` without its first step, the take of a suspect: the blocking take from the
         queue alone (the stateful verifier drives the two steps apart)."""
-        block = self.settings.block_timeout if timeout is None else self._checked_block(timeout)
+        block = self.block(timeout)
         return self._take_from_queue(block)
 
     def _take_from_queue(self, block: float) -> Task | None:
@@ -303,8 +460,7 @@ class Worker:
         slot = self.suspects
         if not slot.maybe_waiting or not slot.acquire(self.list_key):
             return None
-        args = (4, self.keys.suspects, self.list_key, self.keys.processing,
-                self.keys.inflight_registry, self.record_value(), repr(self.clock.now()))
+        args = self.suspect_take_args()
         try:
             try:
                 self._then_wait(replication.TAKE)
@@ -332,30 +488,6 @@ class Worker:
             self._release_raw(raw, "", "dead", self._dead_letter(raw, exc.reason, None))
             return None
 
-    def _checked_block(self, timeout: float) -> float:
-        """A take's own timeout must keep the promise `Settings` checks for block_timeout: Redis
-        serves or times out the BLMOVE before its registration ages past the registry's grace.
-        A longer one would let a stalled worker's pending BLMOVE fill a list that a sweep forgot
-        meanwhile (a task no recovery can find); 0 would block forever."""
-        grace, margin = self.settings.registry_grace, self.settings.socket_timeout_margin
-        if timeout <= 0:
-            raise ValueError("take timeout must be > 0 (0 would block forever)")
-        if grace and timeout + margin >= grace:
-            raise ValueError(
-                f"take timeout {timeout:g} s must be shorter than registry_grace - "
-                f"socket_timeout_margin ({grace - margin:g} s): a take may be pending that long"
-            )
-        return timeout
-
-    def registration(self) -> tuple[Any, ...] | None:
-        """The command that registers our list, sent in the same write as every take."""
-        return ("ZADD", self.keys.inflight_registry, repr(self.clock.now()), self.list_key)
-
-    def _take_args(self, block: float) -> tuple[Any, ...]:
-        if self.take_command == "BLMOVE":
-            return ("BLMOVE", self.keys.queue, self.list_key, "RIGHT", "LEFT", block)
-        return ("BRPOPLPUSH", self.keys.queue, self.list_key, block)
-
     def record(self, task: Task) -> None:
         """Write the processing record, only while the task is still ours (one Lua step).
 
@@ -377,8 +509,7 @@ class Worker:
         try:
             return Outcome(True, self.handler(task.payload))
         except Exception as exc:  # the handler's failure is data, not our crash
-            text = "".join(traceback.format_exception_only(exc)).strip()
-            return Outcome(False, error=text)
+            return failed(exc)
         finally:
             if events.listeners:
                 events.emit("handled", list_key=self.list_key,
@@ -401,25 +532,14 @@ class Worker:
         record written: execute it, then release it. A lost reply loses both halves' answers: we
         are dirty, and the reconcile drains whatever the step took back to the queue."""
         action, data = self.verdict(task, outcome)
-        slot = self.suspects
-        # 'suspect' while our process holds no suspect or we hold it (it is this task, whose
-        # release runs first in the same step): the step then prefers a waiting suspect.
-        # A dirty worker takes nothing: it reconciles first (its list may hold debris).
-        if self.dirty:
-            mode = ""
-        elif slot.maybe_waiting and slot.acquire(self.list_key):
-            mode = "suspect"
-        else:
-            mode = "queue"
+        mode = self.take_mode()
         extra = (mode, self.record_value(), repr(self.clock.now()))
         done, reply = self._release_and_take_raw(task.raw, task.id, action, data, extra)
         log_release(self.list_key, task.id, done, data, outcome.error, self.settings.max_attempts,
                     delayed=action == "later")
-        if len(reply) <= 3:
-            if mode == "suspect" and not int(reply[2]):
-                slot.maybe_waiting = False
+        raw = self.after_release_and_take(reply, mode)
+        if raw is None:
             return done, None
-        raw = reply[3]
         self._deferred = ()  # the step wrote the next task's record: nothing to send again
         self._record_refused = False
         try:
@@ -428,22 +548,6 @@ class Worker:
             log.warning("dead-lettering a malformed task: %s", exc)
             self._release_raw(raw, "", "dead", self._dead_letter(raw, exc.reason, None))
             return done, None
-
-    def verdict(self, task: Task, outcome: Outcome) -> tuple[str, str]:
-        """What the release does with a task the handler ran: (action, data) for RELEASE."""
-        if outcome.ok:
-            # result_ttl 0: store no result (RELEASE skips an empty one).
-            return "ok", _result_json(outcome.result) if self.settings.result_ttl else ""
-        if task.attempts + 1 < self.settings.max_attempts:
-            # with a retry delay, "later": the release schedules it (`release_args` draws the
-            # due time); without, "retry": straight back on the queue
-            return ("later" if self.settings.retry_backoff > 0 else "retry",
-                    task.retried().raw.decode())
-        return "dead", self._dead_letter(task.raw, outcome.error, task.id)
-
-    def record_value(self) -> str:
-        """A processing record: whose list holds the task, and since when."""
-        return f"{self.list_key} {self.clock.now()!r}"
 
     # -- the production loop -----------------------------------------------------------------
 
@@ -466,7 +570,7 @@ class Worker:
             outcome = self.execute(task)
             ran = True
         except BaseException:
-            outcome = Outcome(False, error="worker interrupted")
+            outcome = INTERRUPTED
             raise
         finally:
             # Custody is released whatever happened above; an interrupted cycle takes nothing.
@@ -510,40 +614,6 @@ class Worker:
 
     # -- plumbing ----------------------------------------------------------------------------
 
-    def release_args(
-        self, raw: bytes, task_id: str, action: str, data: str | bytes
-    ) -> tuple[Any, ...]:
-        """RELEASE's arguments after the script (numkeys, keys, argv). A delayed retry
-        ("later") carries its due time: now + the jittered backoff of the attempt that failed
-        (`data` is the retried envelope, whose attempts count it)."""
-        keys = self.keys
-        due = ""
-        if action == "later":
-            due = repr(self.clock.now() + scheduled.retry_delay(_attempts(data), self.settings))
-        return (
-            10, self.list_key, keys.processing, keys.queue, keys.dead_letters, keys.committed,
-            keys.commit_log, keys.result(task_id or "-"), keys.recoveries, keys.suspects,
-            keys.scheduled,
-            raw, task_id, action, data, self.settings.result_ttl,
-            1 if self.settings.track_commits else 0, due,
-        )
-
-    def released(self, reply: Any, action: str, keep_slot: bool = False) -> Release:
-        """Read RELEASE's reply: {held, what remains in our list, suspects waiting} (the first
-        three of RELEASE_AND_TAKE's; `keep_slot`: it took a suspect, which keeps the slot)."""
-        held, remaining, *waiting = reply
-        self.dirty = self.dirty or int(remaining) > 0
-        if waiting and int(waiting[0]) > 0:
-            self.suspects.maybe_waiting = True
-        if not self.dirty and not keep_slot:
-            # clean again: the suspect we held, if any, is done
-            self.suspects.release(self.list_key)
-        if not held:
-            return Release(False, int(remaining), "lost-custody")
-        names = {"ok": "committed", "retry": "retried", "later": "retried",
-                 "dead": "dead-lettered"}
-        return Release(True, int(remaining), names[action])
-
     def _release_raw(self, raw: bytes, task_id: str, action: str, data: str) -> Release:
         """Release (RELEASE), sent again while Redis redirects it (`_redirected`)."""
         args = self.release_args(raw, task_id, action, data)
@@ -554,15 +624,11 @@ class Worker:
                               take: tuple[str, str, str]) -> tuple[Release, list[Any]]:
         """RELEASE_AND_TAKE (`take`: its last three ARGV), sent again while Redis redirects it:
         the release's reading and the whole reply."""
-        numkeys, *rest = self.release_args(raw, task_id, action, data)
-        args = (numkeys + 1, *rest[:numkeys], self.keys.inflight_registry, *rest[numkeys:],
-                *take)
+        args = self.release_and_take_args(raw, task_id, action, data, take)
 
         def once() -> tuple[Release, list[Any]]:
             reply = list(self._send_release(args, scripts.RELEASE_AND_TAKE_SCRIPT))
-            # a suspect taken in the step keeps our process's slot ours (reply[5])
-            keep = len(reply) > 5 and int(reply[5]) == 1
-            return self.released(reply, action, keep_slot=keep), reply
+            return self.released_and_taken(reply, action), reply
 
         return self._redirected(once)
 
@@ -619,14 +685,6 @@ class Worker:
             template = self._templates[numkeys] = wire.Template(
                 command, {2 + i for i in changing})
         return template.pack(command)
-
-    def _dead_letter(self, raw: bytes, error: str, task_id: str | None) -> str:
-        return json.dumps({
-            "raw": base64.b64encode(raw).decode(),
-            "error": error,
-            "task_id": task_id,
-            "at": self.clock.now(),
-        })
 
     def _send(self, *args: Any, first: tuple[Any, ...] | None = None,
               then: tuple[Any, ...] | None = None, packed: bytes | None = None) -> None:
@@ -712,12 +770,6 @@ class Worker:
             return False
         log.warning("worker %s: deferred command failed: %s", self.list_key, exc)
         return False
-
-    def _raise_wrong_type(self, exc: redis.ResponseError, *keys: str) -> None:
-        if "WRONGTYPE" in str(exc):
-            raise WrongKeyType(
-                f"one of {', '.join(keys)} holds the wrong Redis type ({exc})"
-            ) from exc
 
 
 class Runnable(Protocol):

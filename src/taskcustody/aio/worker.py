@@ -1,0 +1,429 @@
+"""One asyncio worker: the threaded `Worker`'s steps as coroutines, with the same names, the same
+commands and the same reading of their replies (both inherit `taskcustody.worker.Custody`).
+
+What asyncio adds is cancellation: a `CancelledError` may land at any await. So:
+
+- the release runs to completion whatever happens to the task that awaits it (`complete`), in a
+  `finally`; a cancelled handler releases as a failed attempt ("worker interrupted"), as the
+  threaded worker does when interrupted;
+- a cancellation while a take (or a release) is in flight leaves the worker `dirty`: the move may
+  have happened with its reply unread, so the worker reconciles its list before its next take. It
+  is never ignorant of what may be in its list.
+- The worker's connection is its own; a command cut short by a cancellation or a lost reply leaves
+  it `_broken`, and it is dropped before the next command (a half-read reply never meets the next
+  command).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import inspect
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+import redis
+import redis.asyncio
+
+from .. import envelope, events, scripts
+from ..clock import Clock
+from ..envelope import Task
+from ..errors import MalformedTask
+from ..keys import ListOwner, QueueKeys
+from ..oom import OomSpell, is_oom
+from ..recovery import Recovering, drain_inflight
+from ..settings import Settings
+from ..suspects import SuspectSlot
+from ..worker import INTERRUPTED, Custody, Outcome, Release, failed, log_release
+from .bridge import SyncBridge
+from .connection import is_fake, own_connection, refuse_unsupported
+
+log = logging.getLogger("taskcustody.worker")
+
+_T = TypeVar("_T")
+
+#: What a worker's reply-in-flight may be cut by: each leaves the command's effect unknown.
+UNKNOWN = (redis.ConnectionError, redis.TimeoutError, asyncio.CancelledError)
+
+
+async def complete(step: Awaitable[_T]) -> _T:
+    """Await `step` to its end even if the awaiting task is cancelled meanwhile; then re-raise
+    the cancellation. (`asyncio.shield` alone would let the caller go on while the step still
+    runs: a shutdown could deregister before the release lands.)"""
+    inner = asyncio.ensure_future(step)
+    cancelled = False
+    while not inner.done():
+        try:
+            await asyncio.shield(inner)
+        except asyncio.CancelledError:
+            if inner.cancelled():
+                raise  # the step itself was cancelled, not only us
+            cancelled = True  # we were: the step goes on, and we wait for it again
+    result = inner.result()
+    if cancelled:
+        raise asyncio.CancelledError
+    return result
+
+
+def is_async_handler(handler: Callable[..., Any]) -> bool:
+    """Whether calling `handler` returns a coroutine: an `async def` function, or an object whose
+    `__call__` is one."""
+    return inspect.iscoroutinefunction(handler) or inspect.iscoroutinefunction(
+        getattr(handler, "__call__", None))  # noqa: B004 - a callable object's own method
+
+
+class AsyncWorker(Custody):
+    """One asyncio worker of an `AsyncServer`: it owns one in-flight list and one connection (for
+    its blocking take), and steps through the threaded `Worker`'s cycle, each step a coroutine:
+
+    `register`, `reconcile`, `take` (= `take_suspect`, then `take_from_queue`), `record`,
+    `execute`, `release`, `release_and_take`, `run_once` (one whole cycle, releasing in a
+    `finally` that completes even when cancelled), `finish`, `run` (the production loop) and
+    `close`.
+
+    `handler` may be `async def` (awaited on the loop) or a plain function (run in a thread by
+    `asyncio.to_thread`; cancelling it releases its task as a failed attempt, but the thread runs
+    on until the function returns).
+    """
+
+    def __init__(
+        self,
+        client: redis.asyncio.Redis,
+        keys: QueueKeys,
+        owner: ListOwner,
+        handler: Callable[[Any], Any],
+        clock: Clock,
+        settings: Settings | None = None,
+    ) -> None:
+        self.client = client
+        self.keys = keys
+        self.owner = owner
+        self.handler = handler
+        self.clock = clock
+        self.settings = settings or Settings()
+        refuse_unsupported(client, self.settings)
+        self.list_key = keys.inflight(owner)
+        self.dirty = True  # as `Worker`: a new worker drains its own list before taking
+        #: The worker's own connection (tests wrap it to hold a reply, or cut one, where they
+        #: choose).
+        self.conn: Any = own_connection(client)
+        self._broken = False
+        self._registration_error: redis.ResponseError | None = None
+        self.take_command = "BRPOPLPUSH" if is_fake(client) else "BLMOVE"
+        self.suspects = SuspectSlot()
+        self.take_next: Callable[[], bool] = lambda: False
+        self._next: Task | None = None
+        #: The task this worker holds between its take and its release (None while idle): what
+        #: `AsyncServer`'s shutdown lets finish within the grace period.
+        self.current: Task | None = None
+        self._async_handler = is_async_handler(handler)
+
+    @property
+    def busy(self) -> bool:
+        """Whether the worker holds a task (running, or taken by its last release)."""
+        return self.current is not None or self._next is not None
+
+    @property
+    def list_keys(self) -> tuple[str, ...]:
+        return (self.list_key,)
+
+    # -- the steps ---------------------------------------------------------------------------
+
+    async def register(self) -> None:
+        """Load the scripts our connection calls by hash (as `Worker.register`)."""
+        for script in (scripts.RECORD_SCRIPT, scripts.RELEASE_SCRIPT,
+                       scripts.TAKE_AND_RECORD_SCRIPT, scripts.RELEASE_AND_TAKE_SCRIPT):
+            await self.client.script_load(script.source)
+
+    async def reconcile(self) -> int:
+        """Drain our own list back to the queue (`Worker.reconcile`): the same drain, run in a
+        thread through `SyncBridge`, so it sends the same script on this loop's client."""
+        length = int(await self.client.llen(self.list_key))
+        moved = 0
+        if length:
+            bridge = SyncBridge(self.client, asyncio.get_running_loop())
+            recovering = Recovering(self.settings.max_recoveries, self.clock.now())
+            moved = await asyncio.to_thread(
+                drain_inflight, bridge, self.keys, self.list_key,  # type: ignore[arg-type]
+                force=True, chunk=self.settings.drain_chunk, length=length,
+                recovering=recovering)
+        self.dirty = False
+        self.suspects.release(self.list_key)
+        if moved and self.settings.max_recoveries is not None:
+            self.suspects.maybe_waiting = True
+        return moved
+
+    async def take(self, timeout: float | None = None) -> Task | None:
+        """`Worker.take`: a suspect if our process holds none and one waits, else the blocking
+        take from the queue with our list's registration in the same write."""
+        block = self.block(timeout)
+        suspect = await self.take_suspect()
+        if suspect is not None:
+            return suspect
+        return await self._take_from_queue(block)
+
+    async def take_from_queue(self, timeout: float | None = None) -> Task | None:
+        """`take` without the take of a suspect."""
+        return await self._take_from_queue(self.block(timeout))
+
+    async def _take_from_queue(self, block: float) -> Task | None:
+        self._registration_error = None
+        try:
+            raw = await self._call(*self._take_args(block), first=self.registration())
+        except redis.ResponseError as exc:
+            self._raise_wrong_type(exc, self.keys.queue, self.list_key)
+            raise
+        except UNKNOWN:
+            # The move may have happened with its reply lost or cancelled in flight: the task
+            # would sit in our list. Dirty: reconcile before the next take.
+            self.dirty = True
+            raise
+        if self._registration_error is not None:
+            self.dirty = True
+            self._raise_wrong_type(self._registration_error, self.keys.inflight_registry)
+            raise self._registration_error
+        if raw is None:
+            self.suspects.maybe_waiting = True
+            return None
+        return await self._decoded(raw)
+
+    async def take_suspect(self) -> Task | None:
+        """`Worker.take_suspect`: non-blocking, one script (register, move, record)."""
+        slot = self.suspects
+        if not slot.maybe_waiting or not slot.acquire(self.list_key):
+            return None
+        args = self.suspect_take_args()
+        try:
+            try:
+                reply = await self._call("EVALSHA", scripts.TAKE_AND_RECORD_SCRIPT.sha, *args)
+            except redis.exceptions.NoScriptError:
+                reply = await self._call("EVAL", scripts.TAKE_AND_RECORD, *args)
+        except redis.ResponseError as exc:
+            slot.release(self.list_key)
+            self._raise_wrong_type(exc, self.keys.suspects, self.list_key)
+            raise
+        except UNKNOWN:
+            self.dirty = True
+            raise
+        if not reply:
+            slot.maybe_waiting = False
+            slot.release(self.list_key)
+            return None
+        return await self._decoded(reply[0])
+
+    async def _decoded(self, raw: bytes) -> Task | None:
+        """The task in `raw`, or None after dead-lettering what is not a task envelope."""
+        try:
+            return envelope.decode(raw)
+        except MalformedTask as exc:
+            log.warning("dead-lettering a malformed task: %s", exc)
+            await self._release_raw(raw, "", "dead", self._dead_letter(raw, exc.reason, None))
+            return None
+
+    async def record(self, task: Task) -> None:
+        """Write the processing record, only while the task is still ours (one Lua step). Its
+        reply is awaited here (the threaded worker reads it with the release's)."""
+        args = (2, self.list_key, self.keys.processing, task.raw, task.id, self.record_value())
+        try:
+            try:
+                await self._call("EVALSHA", scripts.RECORD_SCRIPT.sha, *args)
+            except redis.exceptions.NoScriptError:
+                await self._call("EVAL", scripts.RECORD, *args)
+        except UNKNOWN:
+            self.dirty = True
+            raise
+
+    async def execute(self, task: Task) -> Outcome:
+        """Run the handler: awaited if `async def`, else in a thread. Its exception is an
+        `Outcome`; a cancellation is not (it propagates: `run_once` releases the task as a
+        failed attempt)."""
+        started = time.perf_counter()
+        try:
+            if self._async_handler:
+                result = await self.handler(task.payload)
+            else:
+                result = await asyncio.to_thread(self.handler, task.payload)
+                if inspect.isawaitable(result):  # a plain callable that returns a coroutine
+                    result = await result
+            return Outcome(True, result)
+        except Exception as exc:  # the handler's failure is data, not our crash
+            return failed(exc)
+        finally:
+            if events.listeners:
+                events.emit("handled", list_key=self.list_key,
+                            seconds=time.perf_counter() - started)
+
+    async def release(self, task: Task, outcome: Outcome) -> Release:
+        """Give up custody, and commit, retry or dead-letter, only if we still held it."""
+        action, data = self.verdict(task, outcome)
+        done = await self._release_raw(task.raw, task.id, action, data)
+        log_release(self.list_key, task.id, done, data, outcome.error, self.settings.max_attempts,
+                    delayed=action == "later")
+        return done
+
+    async def release_and_take(self, task: Task,
+                               outcome: Outcome) -> tuple[Release, Task | None]:
+        """`Worker.release_and_take`: the release and the next take (with its record), in one
+        script."""
+        action, data = self.verdict(task, outcome)
+        mode = self.take_mode()
+        extra = (mode, self.record_value(), repr(self.clock.now()))
+        args = self.release_and_take_args(task.raw, task.id, action, data, extra)
+        reply = list(await self._send_release(args, scripts.RELEASE_AND_TAKE_SCRIPT))
+        done = self.released_and_taken(reply, action)
+        log_release(self.list_key, task.id, done, data, outcome.error, self.settings.max_attempts,
+                    delayed=action == "later")
+        raw = self.after_release_and_take(reply, mode)
+        return done, None if raw is None else await self._decoded(raw)
+
+    async def _release_raw(self, raw: bytes, task_id: str, action: str, data: str) -> Release:
+        args = self.release_args(raw, task_id, action, data)
+        return self.released(await self._send_release(args, scripts.RELEASE_SCRIPT), action)
+
+    async def _send_release(self, args: tuple[Any, ...], script: scripts.Script) -> Any:
+        try:
+            try:
+                return await self._call("EVALSHA", script.sha, *args)
+            except redis.exceptions.NoScriptError:
+                return await self._call("EVAL", script.source, *args)
+        except UNKNOWN:
+            # The release may have run: reconcile later (a second release finds nothing).
+            self.dirty = True
+            raise
+
+    # -- the cycle ---------------------------------------------------------------------------
+
+    async def run_once(self, timeout: float | None = None) -> bool:
+        """One cycle (`Worker.run_once`). Whatever interrupts it after the take, a cancellation
+        included, the task is released (as a failed attempt unless the handler returned) before
+        this returns or raises."""
+        task, self._next = self._next, None
+        taken_now = task is None
+        if task is None:
+            if self.dirty:
+                await self.reconcile()
+            task = await self.take(timeout)
+            if task is None:
+                return False
+        self.current = task
+        ran = False
+        try:
+            if taken_now:
+                await self.record(task)
+            outcome = await self.execute(task)
+            ran = True
+        except BaseException:
+            outcome = INTERRUPTED
+            raise
+        finally:
+            # Custody is released whatever happened above, to the end even if we are cancelled
+            # meanwhile; an interrupted cycle takes nothing.
+            try:
+                if ran and self.take_next():
+                    self._next = (await complete(self.release_and_take(task, outcome)))[1]
+                else:
+                    await complete(self.release(task, outcome))
+            finally:
+                self.current = None
+        return True
+
+    async def finish(self) -> None:
+        """Run the task the last release took, if any, and release it taking nothing more."""
+        if self._next is not None:
+            take_next, self.take_next = self.take_next, lambda: False
+            try:
+                await self.run_once()
+            finally:
+                self.take_next = take_next
+
+    async def run(self, stop: asyncio.Event, until_idle: bool = False) -> None:
+        """The production loop (`taskcustody.worker.run_until_stopped`'s asyncio twin): cycles
+        until `stop` is set (or, with `until_idle`, a cycle finds the queue empty); Redis lost or
+        out of memory is waited out, not a crash. Then `finish`."""
+        self.take_next = lambda: not stop.is_set()
+        oom = OomSpell(log, f"worker {self.list_key}", self.clock,
+                       self.settings.oom_log_interval,
+                       first_pause=min(1.0, self.settings.block_timeout))
+        await self.register()
+        while not stop.is_set():
+            try:
+                handled = await self.run_once()
+            except (redis.ConnectionError, redis.TimeoutError) as exc:
+                log.warning("worker %s: Redis unreachable (%s); will reconcile", self.list_key,
+                            exc)
+                self.dirty = True
+                await _wait(stop, min(1.0, self.settings.block_timeout))
+                continue
+            except redis.ResponseError as exc:
+                if not is_oom(exc):
+                    raise
+                self.dirty = True  # a refused release leaves its task in our list: reconcile
+                await _wait(stop, oom.refused(exc))
+                continue
+            oom.recovered()
+            if until_idle and not handled:
+                break
+        try:
+            await self.finish()
+        except redis.RedisError as exc:
+            log.warning("worker %s: could not finish the task it held (%s); recovery will "
+                        "requeue it", self.list_key, exc)
+
+    async def close(self) -> None:
+        await self.conn.disconnect()
+
+    # -- plumbing ----------------------------------------------------------------------------
+
+    async def _call(self, *args: Any, first: tuple[Any, ...] | None = None) -> Any:
+        """Send a command (with `first` before it in the same write: the take's registration,
+        whose error is kept in `_registration_error`) and read its reply. Anything but an error
+        reply leaves the connection `_broken`: it is dropped before the next command."""
+        conn = self.conn
+        if self._broken:
+            self._broken = False
+            await conn.disconnect()
+        if not conn.is_connected:
+            await conn.connect()
+        # redis-py's handshake and its send wait with asyncio.wait_for, which on Python 3.11
+        # swallows a cancellation that lands as the wait ends: honour it here, before anything
+        # is sent, and after the send, not a block timeout later.
+        if _cancel_pending():
+            raise asyncio.CancelledError
+        try:
+            if first is None:
+                await conn.send_command(*args)
+            else:
+                await conn.send_packed_command(conn.pack_commands([first, args]))
+            if _cancel_pending():
+                # Sent: a blocking take would go on waiting on the server, and could still
+                # move a task into our list. Closing the connection aborts it there.
+                await conn.disconnect(nowait=True)
+                raise asyncio.CancelledError
+            if first is not None:
+                try:
+                    await conn.read_response()
+                except redis.ResponseError as exc:
+                    self._registration_error = exc
+            return await conn.read_response()
+        except redis.ResponseError:
+            raise
+        except BaseException:
+            self._broken = True
+            raise
+
+
+def _cancel_pending() -> bool:
+    """Whether the current task was cancelled and something swallowed the CancelledError
+    (Python 3.11+; 3.10 cannot tell)."""
+    task = asyncio.current_task()
+    cancelling = getattr(task, "cancelling", None)
+    return bool(cancelling is not None and cancelling())
+
+
+async def _wait(stop: asyncio.Event, seconds: float) -> None:
+    """Wait `seconds`, or less if `stop` is set meanwhile."""
+    with contextlib.suppress(asyncio.TimeoutError):
+        await asyncio.wait_for(stop.wait(), seconds)
+

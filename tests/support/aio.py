@@ -1,0 +1,115 @@
+"""asyncio test support: clients on either backend, and a gate on an AsyncWorker's connection
+that holds one command where the test says, so that a cancellation lands exactly there."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+import redis.asyncio
+
+from taskcustody import Settings
+from taskcustody.aio import connect_async, connect_fake_async
+from tests.conftest import TEST_SETTINGS, Backend
+
+Match = Callable[[tuple[Any, ...]], bool]
+
+
+def async_client(backend: Backend, settings: Settings = TEST_SETTINGS) -> redis.asyncio.Redis:
+    """An asyncio client on the same keyspace as `backend.client()`."""
+    if backend.url is None:
+        return connect_fake_async(backend.fake_server)
+    return connect_async(backend.url, settings)
+
+
+def named(name: str, sha: str | None = None) -> Match:
+    """Matches the command `name` (and, for EVALSHA, the script `sha`)."""
+    def match(args: tuple[Any, ...]) -> bool:
+        return str(args[0]).upper() == name and (sha is None or args[1] == sha)
+    return match
+
+
+class Gate:
+    """Wraps `worker.conn`: the first command `match` accepts waits at `hold` -- "send" (before it
+    is sent: Redis never sees it unless the gate opens) or "reply" (after its reply was read: it
+    ran, and its reply is in flight from the worker's point of view) -- until `opened` is set.
+    `reached` is set when it waits there; `cancel_at(task)` cancels `task` once it does."""
+
+    def __init__(self, conn: Any, match: Match, hold: str = "reply") -> None:
+        assert hold in ("send", "reply")
+        self.inner = conn
+        self.match = match
+        self.hold = hold
+        self.armed = True
+        self.reached = asyncio.Event()
+        self.opened = asyncio.Event()
+        self._sent: deque[tuple[Any, ...]] = deque()
+
+    async def _wait_here(self, args: tuple[Any, ...], at: str) -> None:
+        if self.armed and at == self.hold and self.match(args):
+            self.armed = False
+            self.reached.set()
+            await self.opened.wait()
+
+    def pack_commands(self, commands: list[tuple[Any, ...]]) -> Any:
+        self._pending = list(commands)
+        return self.inner.pack_commands(commands)
+
+    async def send_packed_command(self, packed: Any, check_health: bool = True) -> None:
+        commands, self._pending = self._pending, []
+        for args in commands:
+            await self._wait_here(args, "send")
+        await self.inner.send_packed_command(packed)
+        self._sent.extend(commands)
+
+    async def send_command(self, *args: Any, **kwargs: Any) -> None:
+        await self._wait_here(args, "send")
+        await self.inner.send_command(*args, **kwargs)
+        self._sent.append(args)
+
+    async def read_response(self, **kwargs: Any) -> Any:
+        args = self._sent.popleft()
+        reply = await self.inner.read_response(**kwargs)
+        await self._wait_here(args, "reply")
+        return reply
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)  # is_connected, connect
+
+    async def disconnect(self, *args: Any, **kwargs: Any) -> None:
+        self._sent.clear()
+        await self.inner.disconnect(*args, **kwargs)
+
+    async def cancel_at(self, task: asyncio.Task[Any]) -> None:
+        """Cancel `task` once it waits at the gate, then open the gate (what was held goes on
+        only if something else still awaits it: a shielded release)."""
+        await self.reached.wait()
+        task.cancel()
+        self.opened.set()
+
+
+def task_stacks() -> str:
+    """Where every task of the running loop waits, coroutine by coroutine (for a failure
+    message: Task.print_stack shows only the outermost frame)."""
+    lines = []
+    for task in asyncio.all_tasks():
+        lines.append(f"{task.get_name()} (cancelling: {task.cancelling()})")
+        coro: Any = task.get_coro()
+        while coro is not None:
+            frame = getattr(coro, "cr_frame", None) or getattr(coro, "gi_frame", None)
+            if frame is not None:
+                lines.append(f"    {frame.f_code.co_filename}:{frame.f_lineno} "
+                             f"{frame.f_code.co_name}")
+            coro = getattr(coro, "cr_await", None) or getattr(coro, "gi_yieldfrom", None)
+    return "\n".join(lines)
+
+
+async def finishes(task: asyncio.Task[Any], guard: float = 10.0) -> None:
+    """Await `task`; if it has not finished after `guard` seconds (a hang, not a slow run),
+    fail with every task's stack."""
+    done, _ = await asyncio.wait([task], timeout=guard)
+    if not done:
+        raise AssertionError(f"still running after {guard} s:\n{task_stacks()}")
+    task.result()
