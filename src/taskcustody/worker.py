@@ -142,13 +142,35 @@ class Custody:
     (asyncio) both inherit it, so the two build the same take, the same release arguments and the
     same verdicts, and read replies the same way; each only sends them its own way."""
 
-    keys: QueueKeys
-    list_key: str
-    clock: Clock
-    settings: Settings
-    dirty: bool
-    suspects: SuspectSlot
-    take_command: str
+    def __init__(self, client: Any, keys: QueueKeys, owner: ListOwner, handler: Any,
+                 clock: Clock, settings: Settings | None, fake: bool) -> None:
+        self.client = client
+        self.keys = keys
+        self.owner = owner
+        self.handler = handler
+        self.clock = clock
+        self.settings = settings or Settings()
+        self.list_key = keys.inflight(owner)
+        # A dirty worker may have debris in its list (a take whose reply was lost, an unknown
+        # release): it reconciles before its next take. A new worker starts dirty: a restarted
+        # worker drains its own list before taking work.
+        self.dirty = True
+        # fakeredis's BLMOVE does not block and can write None into the destination list (pinned
+        # in tests/test_fakeredis_gaps.py); BRPOPLPUSH is the same atomic RIGHT->LEFT move and
+        # blocks correctly there. Real Redis always gets BLMOVE.
+        self.take_command = "BRPOPLPUSH" if fake else "BLMOVE"
+        # At most one suspect per process: a Server gives all its workers one slot; a lone
+        # worker is a process of its own.
+        self.suspects = SuspectSlot()
+        #: Whether `run_once`'s release also takes the next task (`release_and_take`). The
+        #: production loop (`run`) says yes until it is stopped; a `run_once` called on its own is
+        #: one whole cycle and leaves nothing in custody; a prefetching worker's slots never (their
+        #: batches take for them).
+        self.take_next: Callable[[], bool] = lambda: False
+        # The task the last `release_and_take` took into custody (its record written): the next
+        # `run_once` runs it without a take.
+        self._next: Task | None = None
+        self._registration_error: redis.ResponseError | None = None
 
     def block(self, timeout: float | None) -> float:
         """A take's block timeout: `Settings.block_timeout`, or `timeout` once checked."""
@@ -322,6 +344,9 @@ class Worker(Custody):
         worker.close()
     """
 
+    client: redis.Redis
+    handler: Handler
+
     def __init__(
         self,
         client: redis.Redis,
@@ -331,17 +356,7 @@ class Worker(Custody):
         clock: Clock,
         settings: Settings | None = None,
     ) -> None:
-        self.client = client
-        self.keys = keys
-        self.owner = owner
-        self.handler = handler
-        self.clock = clock
-        self.settings = settings or Settings()
-        self.list_key = keys.inflight(owner)
-        # A dirty worker may have debris in its list (a take whose reply was lost, an unknown
-        # release): it reconciles before its next take. A new worker starts dirty: a restarted
-        # worker drains its own list before taking work.
-        self.dirty = True
+        super().__init__(client, keys, owner, handler, clock, settings, is_fakeredis(client))
         # A connection of our own, outside the pool: it is held for the worker's whole life and
         # would otherwise count against the pool's limit forever. On a cluster it goes to the
         # master that owns the queue's slot (`follow_slot` moves it when the slot moves).
@@ -354,27 +369,11 @@ class Worker(Custody):
         self._record_refused = False
         self._unread_replies = 0
         self._deferred: tuple[Any, ...] = ()
-        self._registration_error: redis.ResponseError | None = None
         # Settings.min_replicas: the step ("take", "release") whose command the next `_call`
         # follows with WAIT in the same write ("" = none), and the WAITs that returned short.
         replication.refuse_fakeredis(client, self.settings)
         self._wait_after = ""
         self.replicas = replication.Shortfalls(self.settings, clock, self.list_key)
-        # fakeredis's BLMOVE does not block and can write None into the destination list (pinned
-        # in tests/test_fakeredis_gaps.py); BRPOPLPUSH is the same atomic RIGHT->LEFT move and
-        # blocks correctly there. Real Redis always gets BLMOVE.
-        self.take_command = "BRPOPLPUSH" if is_fakeredis(client) else "BLMOVE"
-        # At most one suspect per process: a Server gives all its workers one slot; a lone
-        # worker is a process of its own.
-        self.suspects = SuspectSlot()
-        #: Whether `run_once`'s release also takes the next task (`release_and_take`). The
-        #: production loop (`run`) says yes until it is stopped; a `run_once` called on its own is
-        #: one whole cycle and leaves nothing in custody; a prefetching worker's slots never (their
-        #: batches take for them).
-        self.take_next: Callable[[], bool] = lambda: False
-        # The task the last `release_and_take` took into custody (its record written): the next
-        # `run_once` runs it without a take.
-        self._next: Task | None = None
         # The release scripts' commands, packed once but for what changes per task (`_packed`).
         self._templates: dict[int, wire.Template] = {}
 

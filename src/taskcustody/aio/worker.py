@@ -35,7 +35,6 @@ from ..keys import ListOwner, QueueKeys
 from ..oom import OomSpell, is_oom
 from ..recovery import Recovering, drain_inflight
 from ..settings import Settings
-from ..suspects import SuspectSlot
 from ..worker import INTERRUPTED, Custody, Outcome, Release, failed, log_release
 from .bridge import SyncBridge
 from .connection import is_fake, own_connection, refuse_unsupported
@@ -88,6 +87,9 @@ class AsyncWorker(Custody):
     on until the function returns).
     """
 
+    client: redis.asyncio.Redis
+    handler: Callable[[Any], Any]
+
     def __init__(
         self,
         client: redis.asyncio.Redis,
@@ -97,24 +99,12 @@ class AsyncWorker(Custody):
         clock: Clock,
         settings: Settings | None = None,
     ) -> None:
-        self.client = client
-        self.keys = keys
-        self.owner = owner
-        self.handler = handler
-        self.clock = clock
-        self.settings = settings or Settings()
+        super().__init__(client, keys, owner, handler, clock, settings, is_fake(client))
         refuse_unsupported(client, self.settings)
-        self.list_key = keys.inflight(owner)
-        self.dirty = True  # as `Worker`: a new worker drains its own list before taking
         #: The worker's own connection (tests wrap it to hold a reply, or cut one, where they
         #: choose).
         self.conn: Any = own_connection(client)
         self._broken = False
-        self._registration_error: redis.ResponseError | None = None
-        self.take_command = "BRPOPLPUSH" if is_fake(client) else "BLMOVE"
-        self.suspects = SuspectSlot()
-        self.take_next: Callable[[], bool] = lambda: False
-        self._next: Task | None = None
         #: The task this worker holds between its take and its release (None while idle): what
         #: `AsyncServer`'s shutdown lets finish within the grace period.
         self.current: Task | None = None
