@@ -258,6 +258,30 @@ class Custody:
             "at": self.clock.now(),
         })
 
+    def _take_failed(self, exc: BaseException) -> None:
+        """The take's command failed (the caller raises `exc` on): a wrong-type reply is named;
+        any other failure but a refusal may have lost the reply of a move that happened, so the
+        task would sit in our list: dirty, reconcile before the next take."""
+        if isinstance(exc, redis.ResponseError):
+            self._raise_wrong_type(exc, self.keys.queue, self.list_key)
+        else:
+            self.dirty = True
+
+    def _taken(self, raw: Any) -> Any:
+        """The take's reply once read: raises the registration's refusal, or gives the raw task
+        (None when the queue stayed empty)."""
+        if self._registration_error is not None:
+            # The move may have put a task into a list recovery cannot find: give it back to the
+            # queue (reconcile) before anything else.
+            self.dirty = True
+            self._raise_wrong_type(self._registration_error, self.keys.inflight_registry)
+            raise self._registration_error
+        if raw is None:
+            # Idle: a suspect pushed meanwhile is seen at the next take (so within the block
+            # timeout), even if no release told us.
+            self.suspects.maybe_waiting = True
+        return raw
+
     def _raise_wrong_type(self, exc: redis.ResponseError, *keys: str) -> None:
         if "WRONGTYPE" in str(exc):
             raise WrongKeyType(
@@ -426,23 +450,10 @@ class Worker(Custody):
         self._then_wait(replication.TAKE)
         try:
             raw = self._call(*self._take_args(block), first=self.registration())
-        except redis.ResponseError as exc:
-            self._raise_wrong_type(exc, self.keys.queue, self.list_key)
+        except (redis.ResponseError, redis.ConnectionError, redis.TimeoutError) as exc:
+            self._take_failed(exc)
             raise
-        except (redis.ConnectionError, redis.TimeoutError):
-            # The move may have happened with its reply lost: the task would sit in our list.
-            self.dirty = True
-            raise
-        if self._registration_error is not None:
-            # The move may have put a task into a list recovery cannot find: give it back to the
-            # queue (reconcile) before anything else.
-            self.dirty = True
-            self._raise_wrong_type(self._registration_error, self.keys.inflight_registry)
-            raise self._registration_error
-        if raw is None:
-            # Idle: a suspect pushed meanwhile is seen at the next take (so within the block
-            # timeout), even if no release told us.
-            self.suspects.maybe_waiting = True
+        if self._taken(raw) is None:
             return None
         try:
             return envelope.decode(raw)

@@ -162,20 +162,10 @@ class AsyncWorker(Custody):
         self._registration_error = None
         try:
             raw = await self._call(*self._take_args(block), first=self.registration())
-        except redis.ResponseError as exc:
-            self._raise_wrong_type(exc, self.keys.queue, self.list_key)
+        except (redis.ResponseError, *UNKNOWN) as exc:
+            self._take_failed(exc)  # a cancellation with the reply in flight: a lost reply
             raise
-        except UNKNOWN:
-            # The move may have happened with its reply lost or cancelled in flight: the task
-            # would sit in our list. Dirty: reconcile before the next take.
-            self.dirty = True
-            raise
-        if self._registration_error is not None:
-            self.dirty = True
-            self._raise_wrong_type(self._registration_error, self.keys.inflight_registry)
-            raise self._registration_error
-        if raw is None:
-            self.suspects.maybe_waiting = True
+        if self._taken(raw) is None:
             return None
         return await self._decoded(raw)
 
