@@ -282,6 +282,23 @@ class Custody:
             self.suspects.maybe_waiting = True
         return raw
 
+    def _suspect_take_failed(self, exc: BaseException) -> None:
+        """`_take_failed` for the take of a suspect (whose slot a refused script leaves free)."""
+        if isinstance(exc, redis.ResponseError):
+            self.suspects.release(self.list_key)  # the script did not move anything
+            self._raise_wrong_type(exc, self.keys.suspects, self.list_key)
+        else:
+            # The move may have happened with its reply lost: reconcile (which frees the slot).
+            self.dirty = True
+
+    def _suspect_taken(self, reply: Any) -> Any:
+        """The raw suspect in the script's reply, or None (none waited: the slot is freed)."""
+        if not reply:
+            self.suspects.maybe_waiting = False
+            self.suspects.release(self.list_key)
+            return None
+        return reply[0]
+
     def _raise_wrong_type(self, exc: redis.ResponseError, *keys: str) -> None:
         if "WRONGTYPE" in str(exc):
             raise WrongKeyType(
@@ -478,19 +495,12 @@ class Worker(Custody):
             except redis.exceptions.NoScriptError:
                 self._then_wait(replication.TAKE)
                 reply = self._call("EVAL", scripts.TAKE_AND_RECORD, *args)
-        except redis.ResponseError as exc:
-            slot.release(self.list_key)  # the script did not move anything
-            self._raise_wrong_type(exc, self.keys.suspects, self.list_key)
+        except (redis.ResponseError, redis.ConnectionError, redis.TimeoutError) as exc:
+            self._suspect_take_failed(exc)
             raise
-        except (redis.ConnectionError, redis.TimeoutError):
-            # The move may have happened with its reply lost: reconcile (which frees the slot).
-            self.dirty = True
-            raise
-        if not reply:
-            slot.maybe_waiting = False
-            slot.release(self.list_key)
+        raw = self._suspect_taken(reply)
+        if raw is None:
             return None
-        raw, _ = reply
         try:
             return envelope.decode(raw)
         except MalformedTask as exc:  # recovery only counts envelopes with an id: unreachable

@@ -180,18 +180,11 @@ class AsyncWorker(Custody):
                 reply = await self._call("EVALSHA", scripts.TAKE_AND_RECORD_SCRIPT.sha, *args)
             except redis.exceptions.NoScriptError:
                 reply = await self._call("EVAL", scripts.TAKE_AND_RECORD, *args)
-        except redis.ResponseError as exc:
-            slot.release(self.list_key)
-            self._raise_wrong_type(exc, self.keys.suspects, self.list_key)
+        except (redis.ResponseError, *UNKNOWN) as exc:
+            self._suspect_take_failed(exc)
             raise
-        except UNKNOWN:
-            self.dirty = True
-            raise
-        if not reply:
-            slot.maybe_waiting = False
-            slot.release(self.list_key)
-            return None
-        return await self._decoded(reply[0])
+        raw = self._suspect_taken(reply)
+        return None if raw is None else await self._decoded(raw)
 
     async def _decoded(self, raw: bytes) -> Task | None:
         """The task in `raw`, or None after dead-lettering what is not a task envelope."""
