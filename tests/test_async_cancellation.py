@@ -23,7 +23,7 @@ from taskcustody import AsyncProducer, AsyncWorker, ListOwner, ManualClock, Queu
 from taskcustody.aio import complete
 from taskcustody.envelope import decode
 from tests.conftest import TEST_SETTINGS, Backend
-from tests.support.aio import Gate, async_client, named
+from tests.support.aio import Gate, named, run_with_client
 
 OWNER = ListOwner("s1", 1, "w0")
 
@@ -35,15 +35,6 @@ async def _worker(client: redis.asyncio.Redis, keys: QueueKeys, handler: Any) ->
     return worker
 
 
-def _run(backend: Backend, test: Any) -> None:
-    async def main() -> None:
-        client = async_client(backend)
-        try:
-            await test(client)
-        finally:
-            await client.aclose()
-
-    asyncio.run(main())
 
 
 async def _cancelled(task: asyncio.Task[Any]) -> None:
@@ -74,7 +65,7 @@ def test_a_cancelled_handler_releases_its_task_as_a_failed_attempt(backend: Back
         assert not worker.dirty and not worker.busy
         await worker.close()
 
-    _run(backend, test)
+    run_with_client(test, backend)
 
 
 def test_a_cancellation_between_take_and_record_releases_the_task(backend: Backend,
@@ -93,7 +84,7 @@ def test_a_cancellation_between_take_and_record_releases_the_task(backend: Backe
         assert await client.get(keys.committed) is None
         await worker.close()
 
-    _run(backend, test)
+    run_with_client(test, backend)
 
 
 def test_a_release_cancelled_before_it_is_sent_still_runs_to_its_end(backend: Backend,
@@ -113,7 +104,7 @@ def test_a_release_cancelled_before_it_is_sent_still_runs_to_its_end(backend: Ba
         assert not worker.dirty
         await worker.close()
 
-    _run(backend, test)
+    run_with_client(test, backend)
 
 
 def test_a_cancellation_while_the_takes_reply_is_in_flight_leaves_the_worker_dirty(
@@ -135,7 +126,7 @@ def test_a_cancellation_while_the_takes_reply_is_in_flight_leaves_the_worker_dir
         assert json.loads(await client.get(keys.result(task_id))) == "done"
         await worker.close()
 
-    _run(backend, test)
+    run_with_client(test, backend)
 
 
 def test_a_cancelled_composite_step_leaves_the_worker_dirty(backend: Backend,
@@ -159,7 +150,7 @@ def test_a_cancelled_composite_step_leaves_the_worker_dirty(backend: Backend,
         assert await client.llen(keys.suspects) + await client.llen(keys.queue) == 1
         await worker.close()
 
-    _run(backend, test)
+    run_with_client(test, backend)
 
 
 def test_complete_finishes_the_step_and_then_reraises_the_cancellation() -> None:

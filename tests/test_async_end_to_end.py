@@ -14,6 +14,7 @@ import pytest
 import redis
 
 from taskcustody import Producer, QueueKeys, connect
+from tests.support.end_to_end import assert_every_task_committed_once
 from tests.support.redis_server import RedisServerProcess
 from tests.support.waiting import wait_for
 
@@ -78,16 +79,5 @@ def test_sigkill_of_an_asyncio_server_beside_a_threaded_one_commits_every_task_o
             if proc.poll() is None:
                 proc.kill()
 
-    commits = {k.decode(): int(v) for k, v in admin.hgetall(keys.commit_log).items()}
-    executions = sum(int(v) for v in admin.hgetall("e2e:executions").values())
-    print(f"\nasyncio end-to-end: N={N}, committed before SIGKILL={at_kill}, in flight at "
-          f"kill={inflight_at_kill}, commits={sum(commits.values())}, distinct committed="
-          f"{len(commits)}, executions={executions}")
-    assert sorted(commits) == sorted(ids)
-    assert set(commits.values()) == {1}
-    assert committed() == N
-    assert executions >= N
-    assert admin.llen(keys.queue) == 0
-    assert all(admin.llen(k) == 0 for k in admin.zrange(keys.inflight_registry, 0, -1))
-    assert admin.hlen(keys.processing) == 0
-    assert admin.zcard(keys.servers) == 0
+    assert_every_task_committed_once(admin, keys, ids, "asyncio end-to-end", at_kill,
+                                     inflight_at_kill)

@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -27,20 +27,11 @@ from taskcustody import (
 from taskcustody.envelope import decode, new_task
 from tests.conftest import TEST_SETTINGS, Backend
 from tests.helpers import commits
-from tests.support.aio import async_client
+from tests.support.aio import run_with_client
 
 OWNER = ListOwner("s1", 1, "w0")
 
 
-def run(test: Callable[[redis.asyncio.Redis], Awaitable[None]], backend: Backend) -> None:
-    async def main() -> None:
-        client = async_client(backend)
-        try:
-            await test(client)
-        finally:
-            await client.aclose()
-
-    asyncio.run(main())
 
 
 async def clean_worker(client: redis.asyncio.Redis, keys: QueueKeys,
@@ -75,7 +66,7 @@ def test_one_async_cycle_commits_and_leaves_nothing_in_custody(backend: Backend,
         assert not worker.dirty
         await worker.close()
 
-    run(test, backend)
+    run_with_client(test, backend)
     assert commits(backend.client(), keys) == {next(iter(commits(backend.client(), keys))): 1}
 
 
@@ -93,7 +84,7 @@ def test_a_plain_handler_runs_in_a_thread_not_on_the_loop(backend: Backend,
         assert await worker.run_once() is True
         await worker.close()
 
-    run(test, backend)
+    run_with_client(test, backend)
     assert threads and threads[0] is not threading.main_thread()
 
 
@@ -115,7 +106,7 @@ def test_a_failing_async_handler_is_retried_with_its_attempt_counted(backend: Ba
         assert decode(raw).attempts == 1
         await worker.close()
 
-    run(test, backend)
+    run_with_client(test, backend)
 
 
 def test_release_and_take_takes_the_next_task_with_its_record(backend: Backend,
@@ -134,7 +125,7 @@ def test_release_and_take_takes_the_next_task_with_its_record(backend: Backend,
         assert done.action == "committed" and none is None
         await worker.close()
 
-    run(test, backend)
+    run_with_client(test, backend)
 
 
 def test_a_malformed_task_is_dead_lettered_and_the_take_returns_none(backend: Backend,
@@ -148,7 +139,7 @@ def test_a_malformed_task_is_dead_lettered_and_the_take_returns_none(backend: Ba
         assert json.loads(letter)["task_id"] is None
         await worker.close()
 
-    run(test, backend)
+    run_with_client(test, backend)
 
 
 def test_an_idle_take_returns_none_after_its_timeout(backend: Backend, keys: QueueKeys) -> None:
@@ -160,7 +151,7 @@ def test_an_idle_take_returns_none_after_its_timeout(backend: Backend, keys: Que
         assert await client.zscore(keys.inflight_registry, worker.list_key) is not None
         await worker.close()
 
-    run(test, backend)
+    run_with_client(test, backend)
 
 
 def test_both_workers_build_the_same_release_and_take_commands(backend: Backend,
@@ -181,7 +172,7 @@ def test_both_workers_build_the_same_release_and_take_commands(backend: Backend,
         assert aio.suspect_take_args() == sync.suspect_take_args()
         await aio.close()
 
-    run(test, backend)
+    run_with_client(test, backend)
     sync.close()
 
 
@@ -192,7 +183,7 @@ def test_the_async_producer_writes_the_threaded_producers_envelope(backend: Back
     async def test(client: redis.asyncio.Redis) -> None:
         await AsyncProducer(client, keys, clock).enqueue({"a": 1}, task_id="t1")
 
-    run(test, backend)
+    run_with_client(test, backend)
     Producer(backend.client(), keys, clock).enqueue({"a": 1}, task_id="t1")
     first, second = backend.client().lrange(keys.queue, 0, -1)
     assert first == second
@@ -210,4 +201,4 @@ def test_the_async_api_refuses_what_it_does_not_serve_yet(keys: QueueKeys) -> No
                                                                      min_replicas=1))
 
     import fakeredis
-    run(test, Backend("fakeredis", None, fakeredis.FakeServer()))
+    run_with_client(test, Backend("fakeredis", None, fakeredis.FakeServer()))

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import redis.asyncio
@@ -22,6 +22,19 @@ def async_client(backend: Backend, settings: Settings = TEST_SETTINGS) -> redis.
     if backend.url is None:
         return connect_fake_async(backend.fake_server)
     return connect_async(backend.url, settings)
+
+
+def run_with_client(test: Callable[[redis.asyncio.Redis], Awaitable[None]],
+                    backend: Backend) -> None:
+    """Run `test(client)` in a new event loop, with an asyncio client of `backend` closed after."""
+    async def main() -> None:
+        client = async_client(backend)
+        try:
+            await test(client)
+        finally:
+            await client.aclose()
+
+    asyncio.run(main())
 
 
 def named(name: str, sha: str | None = None) -> Match:
