@@ -108,7 +108,8 @@ def task_stacks() -> str:
     message: Task.print_stack shows only the outermost frame)."""
     lines = []
     for task in asyncio.all_tasks():
-        lines.append(f"{task.get_name()} (cancelling: {task.cancelling()})")
+        cancelling = getattr(task, "cancelling", lambda: "?")  # Python 3.11 and newer
+        lines.append(f"{task.get_name()} (cancelling: {cancelling()})")
         coro: Any = task.get_coro()
         while coro is not None:
             frame = getattr(coro, "cr_frame", None) or getattr(coro, "gi_frame", None)
