@@ -6,12 +6,14 @@ free port and stops by pid; each test gets it flushed.
 
 from __future__ import annotations
 
+import functools
 import os
 import signal
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from types import FrameType
+from typing import Any
 
 import fakeredis
 import pytest
@@ -128,6 +130,57 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if "real_redis" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.real_redis)
+
+
+#: Test files that share one computation through a cache of their own (not a fixture): under
+#: pytest-xdist they run on one worker, so that it is computed once.
+SHARED_CACHES = {
+    "tests/model/test_checker.py": "model-searches",  # tests/model/searches.py
+    "tests/model/test_checker_figures.py": "model-searches",
+}
+TESTS = os.path.dirname(os.path.abspath(__file__))
+
+
+@functools.cache
+def worker_groups() -> dict[str, str]:
+    """{test file: group} for the files whose tests must run on one xdist worker.
+
+    A file that builds a module-scoped fixture (a verify run, a pair of servers) keeps its tests
+    together, so that the fixture is built once per run and not once per worker; the users of
+    the session's Redis Cluster (`local_cluster`) run on one worker, so that one cluster starts;
+    SHARED_CACHES as said there. Read from the files' text: the controller, which schedules,
+    does not collect."""
+    groups = dict(SHARED_CACHES)
+    root = os.path.dirname(TESTS)
+    for folder, _, names in os.walk(TESTS):
+        for name in names:
+            if not (name.startswith("test_") and name.endswith(".py")):
+                continue
+            path = os.path.join(folder, name)
+            relative = os.path.relpath(path, root).replace(os.sep, "/")
+            with open(path, encoding="utf-8") as f:
+                text = f.read()
+            if "local_cluster" in text:
+                groups.setdefault(relative, "cluster")
+            elif 'scope="module"' in text:
+                groups.setdefault(relative, relative)
+    return groups
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """Under `-n` (pytest-xdist's default `--dist load`): every test is scheduled alone, for
+    balance, except the groups of `worker_groups()`, each of which goes to one worker whole.
+    (A scheduler of our own, not `xdist_group` marks: pytest 9.2 keeps a node's id where
+    pytest-xdist 3.8's `--dist loadgroup` no longer renames it, so those marks do nothing.)"""
+    if config.getvalue("dist") != "load":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class SharedFixtureScheduling(LoadScopeScheduling):  # type: ignore[misc]
+        def _split_scope(self, nodeid: str) -> str:
+            return worker_groups().get(nodeid.split("::")[0], nodeid)
+
+    return SharedFixtureScheduling(config, log)
 
 
 @pytest.fixture(params=["fakeredis", pytest.param("real", marks=pytest.mark.real_redis)])

@@ -109,3 +109,15 @@ def test_the_ci_example_uses_options_that_exist() -> None:
     assert "--taskcustody-redis-url" in plugin_options
     for option in plugin_options:
         assert f"\"{option}\"" in plugin, option
+
+
+def test_ci_runs_the_readmes_test_command() -> None:
+    """`bash .ci/run` must run exactly the README's test command: a CI that ran something else
+    (say without `-n auto`, or with a marker that skips a half) would not vouch for what the
+    README tells users to run."""
+    block = re.search(r"```bash\n(.*?)```", section("## Running the tests"), re.S)
+    assert block is not None
+    commands = [line.split("#")[0].strip() for line in block.group(1).splitlines()]
+    test_command = next(c for c in commands if c.startswith("python -m pytest"))
+    ci_lines = [line.strip() for line in (ROOT / ".ci" / "run").read_text().splitlines()]
+    assert test_command in ci_lines
