@@ -15,7 +15,8 @@ Prefetch 8 is not served by the asyncio API (it refuses `prefetch > 1`): its row
 Latency: bench/latency.py's measure (enqueue to the handler's start at half capacity) for our
 threaded and asyncio workers at 1 and 8 workers.
 
-Writes bench/results/aio.{md,json} (and a copy of the JSON in bench/results/raw/).
+Writes bench/results/aio.{md,json} (and a copy of the JSON in bench/results/raw/); `--render
+JSON` re-writes the .md beside a results JSON.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import latency, report
-from bench.harness import BENCH_DIR, DriverError, RedisServer, run_driver
+from bench.harness import BENCH_DIR, DriverError, RedisServer, rerender, run_driver
 from bench.peerenv import PEERS, driver_argv, peer_python
 
 RESULTS = BENCH_DIR / "results"
@@ -50,6 +51,10 @@ LATENCY_CONFIGS = [
     latency.Config("ours-async-8", "taskcustody AsyncServer, default Settings()", "ours-async", 8,
                    "1 process x 8 asyncio workers", "ours"),
 ]
+
+
+#: bench/report.py's note on the concurrency of bench/latency.py's own configurations (not these).
+THEIR_CONCURRENCY_NOTE = "Concurrency: one worker process everywhere"
 
 
 def log(msg: str) -> None:
@@ -130,7 +135,11 @@ def render(data: dict[str, Any]) -> str:
         lines += ["", "Peer versions: " + ", ".join(f"{k} {v}" for k, v in versions.items()) + "."]
     if data.get("latency"):
         lines += ["", "## Latency at half capacity: enqueue to the handler's start", "",
-                  *report.latency_lines(data["latency"], level=3)]
+                  "No-op handlers (no wait). Each configuration is one worker process: our "
+                  "`Server(workers=N)` (N threads) or `AsyncServer(workers=N)` (N asyncio workers "
+                  "on one loop), `Settings()`.", ""]
+        lines += [line for line in report.latency_lines(data["latency"], level=3)
+                  if not line.startswith(THEIR_CONCURRENCY_NOTE)]
     return "\n".join(lines) + "\n"
 
 
@@ -147,7 +156,11 @@ def main(argv: list[str] | None = None) -> int:
                     help="tasks per latency run (0: no latency part)")
     ap.add_argument("--skip-peers", action="store_true")
     ap.add_argument("--out", type=Path, default=RESULTS)
+    ap.add_argument("--render", type=Path, metavar="JSON",
+                    help="only re-write the .md beside a results JSON from it")
     args = ap.parse_args(argv)
+    if args.render:
+        return rerender(args.render, render)
     if args.tasks < 1 or args.rounds < 1 or args.latency_tasks < 0:
         ap.error("--tasks and --rounds must be >= 1, --latency-tasks >= 0")
     from bench.run import git_commit, loadavg
