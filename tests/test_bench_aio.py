@@ -26,3 +26,17 @@ def test_the_prefetch_rows_say_not_served() -> None:
     refused = [line for line in text.splitlines() if "| 8 | 8 |" in line]
     assert len(served) == 1
     assert len(refused) == 1 and "not served" in refused[0]
+
+
+def test_the_asyncio_driver_handles_every_task_once_with_an_awaiting_handler(
+        real_redis: object) -> None:
+    import redis
+
+    drivers = pytest.importorskip("bench.drivers")
+    url = real_redis.url  # type: ignore[attr-defined]
+    redis.Redis.from_url(url).flushall()
+    drivers.enqueue("ours-async", url, 20)
+    finish = drivers.Finish(url, 20)
+    drivers.run_ours_async(url, 4, finish, "test", wait=0.001)
+    assert finish.done.is_set()
+    assert drivers.committed("ours-async", url) == 20
