@@ -2,7 +2,7 @@
 
     python -m bench.drivers --kind {ours,ours-wallclock,blpop,blmove-lrem}
                             --mode {threads,processes} --concurrency N --url URL --tasks N
-                            [--min-replicas N]
+                            [--min-replicas N] [--wait-ms MS]
 
 Same handshake as the peers' drivers (see bench/harness.py): enqueue, say so, wait for ``go``,
 drain, stamp the last completion, snapshot the server's counters, report.
@@ -13,12 +13,15 @@ drain, stamp the last completion, snapshot the server's counters, report.
   one round trip to take, one to release; no record, no commit.
 * ``ours``: taskcustody's ``Server`` (``workers`` threads) running the full cycle: take, record,
   execute, release with commit, with its production default clock (Redis ``TIME``).
+* ``ours-async``: taskcustody's ``AsyncServer`` (``--concurrency`` asyncio workers in one
+  process, ``--mode threads`` only), an ``async def`` handler.
 * ``ours-wallclock``: the same with ``clock=WallClock()`` (a diagnostic: what the cycle costs
   without the per-task ``TIME`` the record's timestamp takes).
 
 ``threads`` runs N workers as threads of one process; ``processes`` runs N processes of one worker.
 ``--min-replicas`` (ours, threads) runs our workers with ``Settings(min_replicas=N)``
-(bench/replicas.py).
+(bench/replicas.py). ``--wait-ms`` (ours, ours-async) makes each handler wait that long first,
+as I/O would: ``time.sleep`` in a thread, ``await asyncio.sleep`` on the loop (bench/aio.py).
 """
 
 from __future__ import annotations
@@ -133,7 +136,7 @@ def run_floor(kind: str, url: str, threads: int, finish: Finish, tag: str) -> No
 
 
 def run_ours(url: str, threads: int, finish: Finish, tag: str, wallclock: bool = False,
-             prefetch: int = 1, min_replicas: int = 0) -> None:
+             prefetch: int = 1, min_replicas: int = 0, wait: float = 0.0) -> None:
     from taskcustody import QueueKeys, Server, Settings, WallClock, connect
 
     settings = Settings(block_timeout=0.5, socket_timeout_margin=2.0, prefetch=prefetch,
@@ -141,6 +144,8 @@ def run_ours(url: str, threads: int, finish: Finish, tag: str, wallclock: bool =
     client = connect(url, settings)
 
     def handler(payload: Any) -> None:
+        if wait:
+            time.sleep(wait)  # the handler's I/O wait (--wait-ms), blocking its thread
         finish.tick()
 
     server = Server(client, QueueKeys(QUEUE), server_id=f"bench-{tag}", handler=handler,
@@ -150,11 +155,38 @@ def run_ours(url: str, threads: int, finish: Finish, tag: str, wallclock: bool =
     client.close()
 
 
+def run_ours_async(url: str, workers: int, finish: Finish, tag: str, wait: float) -> None:
+    """`AsyncServer`: `workers` concurrent asyncio workers in this process, an `async def`
+    handler that awaits `asyncio.sleep(wait)` (the handler's I/O wait, --wait-ms) first."""
+    import asyncio
+
+    from taskcustody import QueueKeys, Settings
+    from taskcustody.aio import AsyncServer, connect_async
+
+    settings = Settings(block_timeout=0.5, socket_timeout_margin=2.0)
+
+    async def handler(payload: Any) -> None:
+        await asyncio.sleep(wait)
+        finish.tick()
+
+    async def main() -> None:
+        client = connect_async(url, settings)
+        server = AsyncServer(client, QueueKeys(QUEUE), server_id=f"bench-{tag}", handler=handler,
+                             workers=workers, settings=settings)
+        await server.run(until_idle=True)
+        await client.aclose()
+
+    asyncio.run(main())
+
+
 def run_workload(kind: str, url: str, threads: int, finish: Finish, tag: str,
-                 min_replicas: int = 0) -> None:
-    if kind.startswith("ours"):
+                 min_replicas: int = 0, wait: float = 0.0) -> None:
+    if kind == "ours-async":
+        run_ours_async(url, threads, finish, tag, wait)
+    elif kind.startswith("ours"):
         run_ours(url, threads, finish, tag, wallclock=kind == "ours-wallclock",
-                 prefetch=PREFETCH if kind == "ours-prefetch" else 1, min_replicas=min_replicas)
+                 prefetch=PREFETCH if kind == "ours-prefetch" else 1, min_replicas=min_replicas,
+                 wait=wait)
     else:
         run_floor(kind, url, threads, finish, tag)
 
@@ -201,12 +233,15 @@ def committed(kind: str, url: str) -> int | None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--kind", required=True,
-                    choices=["ours", "ours-prefetch", "ours-wallclock", "blpop", "blmove-lrem"])
+                    choices=["ours", "ours-prefetch", "ours-wallclock", "ours-async", "blpop",
+                             "blmove-lrem"])
     ap.add_argument("--mode", choices=["threads", "processes"], default="threads")
     ap.add_argument("--concurrency", type=int, default=1)
     ap.add_argument("--url", required=True)
     ap.add_argument("--tasks", type=int, required=True)
     ap.add_argument("--min-replicas", type=int, default=0)
+    ap.add_argument("--wait-ms", type=float, default=0.0,
+                    help="ours, ours-async: each handler waits this long first (its I/O)")
     args = ap.parse_args()
 
     enqueue(args.kind, args.url, args.tasks)
@@ -217,7 +252,8 @@ def main() -> None:
             return
         shortfalls = count_replica_warnings()
         start = time.monotonic()
-        run_workload(args.kind, args.url, args.concurrency, finish, "t", args.min_replicas)
+        run_workload(args.kind, args.url, args.concurrency, finish, "t", args.min_replicas,
+                     args.wait_ms / 1000)
         emit({"event": "done", "tasks": args.tasks, "seconds": finish.end - start,
               "info": finish.info, "committed": committed(args.kind, args.url),
               "replica_warnings": shortfalls[0]})

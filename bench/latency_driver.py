@@ -5,10 +5,11 @@
                                             [--max-seconds S]
 
 ``S`` is ``ours`` (taskcustody, default ``Settings()``), ``ours-prefetch``
-(``Settings(prefetch=8)``), ``blpop`` (the raw redis-py BLPOP loop) or ``dramatiq`` (RedisBroker,
-as bench/peers/dramatiq_driver.py). Standalone (stdlib and redis-py at the top, the system's own
-imports inside its functions), so that one file runs under the main environment for ours and the
-floor and under ``bench/.venvs/dramatiq`` for dramatiq.
+(``Settings(prefetch=8)``), ``ours-async`` (``AsyncServer``, ``--threads`` asyncio workers, an
+``async def`` handler; bench/aio.py), ``blpop`` (the raw redis-py BLPOP loop) or ``dramatiq``
+(RedisBroker, as bench/peers/dramatiq_driver.py). Standalone (stdlib and redis-py at the top,
+the system's own imports inside its functions), so that one file runs under the main environment
+for ours and the floor and under ``bench/.venvs/dramatiq`` for dramatiq.
 
 Every payload is ``[i, sent, scheduled]``: the task's index, ``time.time()`` just before the
 producer hands it to the system's enqueue call, and the wall-clock time the schedule meant to send
@@ -121,6 +122,34 @@ def ours_worker(system: str, url: str, threads: int, rec: Recorder) -> Callable[
     return stop
 
 
+def ours_async_worker(url: str, workers: int, rec: Recorder) -> Callable[[], None]:
+    """`AsyncServer` with `workers` asyncio workers, on an event loop in a thread of its own; the
+    `async def` handler's first statement records, as the threaded handler's does."""
+    import asyncio
+
+    from taskcustody import QueueKeys, Settings
+    from taskcustody.aio import AsyncServer, connect_async
+
+    loop = asyncio.new_event_loop()
+    settings = Settings()
+
+    async def handler(payload: Any) -> None:
+        rec.seen(payload)
+
+    server = AsyncServer(connect_async(url, settings), QueueKeys(QUEUE),
+                         server_id=f"latency-{os.getpid()}", handler=handler, workers=workers,
+                         settings=settings)
+    thread = threading.Thread(target=loop.run_until_complete, args=(server.run(),),
+                              name="latency-server", daemon=True)
+    thread.start()
+
+    def stop() -> None:
+        loop.call_soon_threadsafe(server.stop)
+        thread.join(timeout=settings.block_timeout + 5)
+
+    return stop
+
+
 def ours_sender(system: str, url: str) -> Send:
     from taskcustody import Producer, QueueKeys, connect
 
@@ -197,6 +226,8 @@ def start_worker(system: str, url: str, threads: int,
                  rec: Recorder) -> tuple[Callable[[], None], Send]:
     """Start the system's worker; returns its stop function and a send function for the
     worker's own warm-up tasks."""
+    if system == "ours-async":
+        return ours_async_worker(url, threads, rec), ours_sender(system, url)
     if system.startswith("ours"):
         return ours_worker(system, url, threads, rec), ours_sender(system, url)
     if system == "blpop":
@@ -285,11 +316,12 @@ def main() -> int:
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("role", choices=["worker", "producer"])
     ap.add_argument("--system", required=True,
-                    choices=["ours", "ours-prefetch", "blpop", "dramatiq"])
+                    choices=["ours", "ours-prefetch", "ours-async", "blpop", "dramatiq"])
     ap.add_argument("--url", required=True)
     ap.add_argument("--tasks", type=int, required=True)
     ap.add_argument("--out", required=True)
-    ap.add_argument("--threads", type=int, default=1, help="worker: worker threads")
+    ap.add_argument("--threads", type=int, default=1,
+                    help="worker: worker threads (ours-async: asyncio workers)")
     ap.add_argument("--grace", type=float, default=30.0,
                     help="worker: seconds to wait for the warm-up, and for the last task")
     ap.add_argument("--rate", type=float, help="producer: tasks per second")

@@ -19,6 +19,8 @@ def parse_args(description: str) -> argparse.Namespace:
     ap.add_argument("--url", required=True)
     ap.add_argument("--tasks", type=int, required=True)
     ap.add_argument("--concurrency", type=int, default=1)
+    ap.add_argument("--wait-ms", type=float, default=0.0,
+                    help="async handlers (saq, arq): await asyncio.sleep this long first")
     return ap.parse_args()
 
 

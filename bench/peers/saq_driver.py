@@ -15,6 +15,7 @@ finish = Finish(args.url, args.tasks)
 
 
 async def noop(ctx: Any, *, i: int) -> None:
+    await asyncio.sleep(args.wait_ms / 1000)  # its I/O (--wait-ms; 0 yields once)
     finish.tick()
 
 
