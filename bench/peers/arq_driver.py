@@ -18,7 +18,8 @@ POLL_DELAY = float(os.environ.get("ARQ_POLL_DELAY", "0.01"))
 
 
 async def noop(ctx: Any, i: int) -> None:
-    await asyncio.sleep(args.wait_ms / 1000)  # its I/O (--wait-ms; 0 yields once)
+    if args.wait_ms:  # its I/O (--wait-ms); none by default, as before
+        await asyncio.sleep(args.wait_ms / 1000)
     finish.tick()
 
 

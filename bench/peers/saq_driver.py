@@ -15,7 +15,8 @@ finish = Finish(args.url, args.tasks)
 
 
 async def noop(ctx: Any, *, i: int) -> None:
-    await asyncio.sleep(args.wait_ms / 1000)  # its I/O (--wait-ms; 0 yields once)
+    if args.wait_ms:  # its I/O (--wait-ms); none by default, as before
+        await asyncio.sleep(args.wait_ms / 1000)
     finish.tick()
 
 
