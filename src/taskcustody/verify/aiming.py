@@ -153,7 +153,10 @@ def with_aimed_faults(base: type[RuleBasedStateMachine], kinds: Sequence[str],
             and the tasks still to take), and an example spreads its budget over several."""
             at = getattr(self, "_aim_at", None)
             if at is None:
-                at = data.draw(st.integers(0, len(kind_list) - 1), label="first kind aimed at")
+                # (Hypothesis draws small numbers far more often than others, a derandomized run
+                # too: the steps before the first aim spread the start over the kinds)
+                drawn = data.draw(st.integers(0, 255), label="first kind aimed at")
+                at = (drawn + len(self.h.steps)) % len(kind_list)
             self._aim_at = (at + 1) % len(kind_list)
             return kind_list[at]
 

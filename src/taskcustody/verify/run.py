@@ -552,7 +552,7 @@ AIMING_RULES = 8
 #: and recovery are most of its time). Measured derandomized on fakeredis, 2026-12-02: with 3
 #: faults the fewest kinds fired 5 times (take's and sweep's lost replies), right at the minimum;
 #: with 4, 12 times.
-COVERAGE_BOUNDS = default_bounds(False)._replace(faults=4)
+COVERAGE_BOUNDS = default_bounds(False)._replace(faults=4, tasks=4)
 
 
 def run_fault_coverage(options: Options, make_client: Callable[[], redis.Redis],
