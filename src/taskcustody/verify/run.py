@@ -420,7 +420,8 @@ def verify(
             result.parts.append(_stateful_part(options, result, stopped))
         if options.loops and options.variant == "correct" and not options.prefetch:
             result.parts.append(_loops_part(options, result, make_client, keys, fake, budget))
-        if options.fault_coverage and options.variant == "correct":
+        # (not once a part failed: the run fails anyway, and its counterexample is that one)
+        if options.fault_coverage and options.variant == "correct" and result.failure is None:
             if on_phase:
                 on_phase("fault coverage")
             result.parts.append(_fault_coverage_part(options, result, make_client, keys, fake,
