@@ -193,3 +193,25 @@ def test_the_planner_reaches_a_rare_kind_from_a_fresh_deployment(kind: str) -> N
         assert shots(h.state, h.config, kind)
     finally:
         h.close()
+
+
+def test_the_reports_print_the_counts_per_kind_and_a_shortfall_is_the_verdict() -> None:
+    from taskcustody.verify.report import html_report, text_report, verdict
+    from taskcustody.verify.run import Result
+
+    kinds = ["crash_worker", "redis_wipe", "dropped-reply:take"]
+    result = Result(Options(model_check=False), "fakeredis")
+    result.coverage = judge({"crash_worker": 12, "dropped-reply:take": 9}, kinds)
+    text, page = text_report(result), html_report(result)
+    assert verdict(result).startswith("FAULT COVERAGE NOT MET")
+    assert "fault coverage (each kind >= 5, each lost reply >= 1/3 of dropped-reply:take): " \
+           "NOT MET" in text
+    lines = {line.split()[0]: line.split()[1:] for line in text.splitlines()
+             if line.startswith("    ") and line.split()[0] in kinds}
+    assert lines == {"crash_worker": ["12"], "redis_wipe": ["0", "<-", "short"],
+                     "dropped-reply:take": ["9"]}
+    assert '<section id="fault-coverage">' in page
+    assert "<td>redis_wipe</td><td class=\"num\">0</td><td>short</td>" in page
+    assert "redis_wipe fired 0 times, fewer than the minimum 5" in page
+    result.coverage = judge({k: 10 for k in kinds}, kinds)
+    assert result.ok and "): met" in text_report(result)
