@@ -7,8 +7,9 @@ examples every time); `seed=N` explores other examples, reproducibly. Either way
 counterexample is shrunk (for at most `shrink_seconds`) and replayed once more at the end, so the
 steps recorded last are the shrunk counterexample's.
 
-Parts and budget: a run is made of parts (the model check, the stateful conformance run), each
-with an outcome in `Result.parts`. With a time budget (`budget.Budget`, `--max-seconds`) a part
+Parts and budget: a run is made of parts (the model check, the stateful conformance run, and
+with the real implementation the fault-coverage part, `fault_coverage.py`), each with an outcome
+in `Result.parts`. With a time budget (`budget.Budget`, `--max-seconds`) a part
 that the budget did not reach is skipped, and one that it cut short (between two model-check
 progress reports, or between two stateful examples) is partial; each says what it covered.
 """
