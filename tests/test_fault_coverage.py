@@ -215,3 +215,21 @@ def test_the_reports_print_the_counts_per_kind_and_a_shortfall_is_the_verdict() 
     assert "redis_wipe fired 0 times, fewer than the minimum 5" in page
     result.coverage = judge({k: 10 for k in kinds}, kinds)
     assert result.ok and "): met" in text_report(result)
+
+
+def test_a_lost_reply_counted_but_not_injected_fails_the_machine() -> None:
+    from taskcustody.verify.aiming import with_aimed_faults
+    from taskcustody.verify.harness import Mismatch
+    from taskcustody.verify.machine import build_machine
+
+    server = fakeredis.FakeServer()
+    machine = with_aimed_faults(build_machine(lambda: connect_fake(server)),
+                                required_kinds(DEFAULT_BOUNDS))()
+    try:
+        machine.setup()
+        machine.injected_faults_are_the_counted_ones()  # nothing counted, nothing fired
+        machine.h.counts["dropped-reply:take"] += 1
+        with pytest.raises(Mismatch, match="counted 1 lost replies; the injector dropped 0"):
+            machine.injected_faults_are_the_counted_ones()
+    finally:
+        machine.h.close()

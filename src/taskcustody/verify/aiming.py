@@ -5,9 +5,9 @@ The fault-coverage part (`fault_coverage.py`) must see every fault kind, and a l
 command that can lose one, many times per run. Some of them are enabled only in short windows
 that random rules rarely hit (a suspect's take needs a task recovered with a count; a sweep's lost
 reply needs a registration that lapsed), so the part's machine does not wait for them: it plans,
-on the model, a walk of ordinary harness steps (faults included, a Redis wipe not) from the
-current state to one where the aimed-at fault is enabled, and the machine performs each step on
-the implementation, checked, before the fault. Breadth first, so the walk is a shortest one, and
+on the model, a walk of ordinary harness steps (crashes and stalls included; no wipe and no lost
+reply, each a kind of its own) from the current state to one where the aimed-at fault is enabled,
+and the machine performs each step on the implementation, checked, before the fault. Breadth first, so the walk is a shortest one, and
 bounded (`MAX_DEPTH`, `MAX_STATES`): a fault out of reach is simply not aimed at this time.
 
 The planner mirrors what a harness step does to the model (`Stepping._step`): a sweep or a startup
