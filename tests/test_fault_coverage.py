@@ -64,7 +64,10 @@ def _what_each_step_sends() -> dict[str, set[str]]:
     sent: dict[str, set[str]] = defaultdict(set)
     for kind in required_kinds(DEFAULT_BOUNDS):
         server = fakeredis.FakeServer()
-        h = Harness(lambda server=server: connect_fake(server), DEFAULT_BOUNDS)
+        def make_client(server: fakeredis.FakeServer = server) -> Any:
+            return connect_fake(server)
+
+        h = Harness(make_client, DEFAULT_BOUNDS)
         step = ["setup"]
 
         def on_send(heads: list[tuple[str, bytes]], label: Any, conn: Any,
@@ -223,8 +226,8 @@ def test_a_lost_reply_counted_but_not_injected_fails_the_machine() -> None:
     from taskcustody.verify.machine import build_machine
 
     server = fakeredis.FakeServer()
-    machine = with_aimed_faults(build_machine(lambda: connect_fake(server)),
-                                required_kinds(DEFAULT_BOUNDS))()
+    machine: Any = with_aimed_faults(build_machine(lambda: connect_fake(server)),
+                                     required_kinds(DEFAULT_BOUNDS))()
     try:
         machine.setup()
         machine.injected_faults_are_the_counted_ones()  # nothing counted, nothing fired

@@ -7,8 +7,9 @@ that random rules rarely hit (a suspect's take needs a task recovered with a cou
 reply needs a registration that lapsed), so the part's machine does not wait for them: it plans,
 on the model, a walk of ordinary harness steps (crashes and stalls included; no wipe and no lost
 reply, each a kind of its own) from the current state to one where the aimed-at fault is enabled,
-and the machine performs each step on the implementation, checked, before the fault. Breadth first, so the walk is a shortest one, and
-bounded (`MAX_DEPTH`, `MAX_STATES`): a fault out of reach is simply not aimed at this time.
+and the machine performs each step on the implementation, checked, before the fault. Breadth
+first, so the walk is a shortest one, and bounded (`MAX_DEPTH`, `MAX_STATES`): a fault out of
+reach is simply not aimed at this time.
 
 The planner mirrors what a harness step does to the model (`Stepping._step`): a sweep or a startup
 drain is a whole pass (every `drain_step`, and for a sweep the processing sweep after it).
