@@ -41,7 +41,7 @@ def _run(url: str | None, variant: str = "correct", examples: int = EXAMPLES,
          refusals: bool = True) -> Result:
     return verify(Options(examples=examples, steps=40, variant=variant, redis_url=url,
                           model_check=False, shrink=False, embedded=url is not None,
-                          refusals=refusals))
+                          refusals=refusals, fault_coverage=False))
 
 
 @pytest.fixture
@@ -131,7 +131,7 @@ def test_the_classes_the_stateful_run_reaches_are_tested_here() -> None:
 
 @pytest.fixture(scope="module")
 def fake_run() -> Result:
-    return verify(Options(examples=2, steps=5, model_check=False))
+    return verify(Options(examples=2, steps=5, model_check=False, fault_coverage=False))
 
 
 def _executable(tmp_path: Path) -> str:
@@ -165,7 +165,8 @@ def test_without_a_server_binary_the_report_points_to_redis_url(
 
 
 def test_a_real_server_report_has_no_such_section(server: RedisServerProcess) -> None:
-    result = verify(Options(examples=2, steps=5, model_check=False, redis_url=server.url))
+    result = verify(Options(examples=2, steps=5, model_check=False, redis_url=server.url,
+                            fault_coverage=False))
     assert BLIND_SPOTS_TITLE not in text_report(result)
     assert "blind-spots" not in html_report(result)
 
@@ -174,7 +175,8 @@ def test_a_real_server_report_has_no_such_section(server: RedisServerProcess) ->
 
 
 def _cli(*args: str) -> tuple[int, str]:
-    result = CliRunner().invoke(main, ["verify", "--quiet", "--no-model-check", *args])
+    result = CliRunner().invoke(main, ["verify", "--quiet", "--no-model-check",
+                                       "--no-fault-coverage", *args])
     return result.exit_code, result.output
 
 

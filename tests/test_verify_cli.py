@@ -37,11 +37,15 @@ def test_correct_implementation_verifies() -> None:
     assert "faults injected by kind" in out and "steps/s" in out
     assert re.search(r"lost\s+0\b", out) and re.search(r"duplicated\s+0\b", out)
     assert "fakeredis" in out and "hypothesis" in out
+    # the fault-coverage part ran, met its minimums, and says its counts per kind
+    assert re.search(r"fault coverage\s+PASSED", out), out
+    assert "fault coverage (each kind >= 5" in out and "): met" in out
+    assert re.search(r"dropped-reply:take_suspect\s+[1-9]", out), out
 
 
 def test_the_prefetching_worker_verifies_with_its_pipelines_faulted() -> None:
     code, out = run("--examples", "60", "--steps", "20", "--quiet", "--no-model-check",
-                    "--prefetch")
+                    "--prefetch", "--no-fault-coverage")
     assert code == 0, out
     assert "with the prefetching worker" in out
     assert re.search(r"dropped-reply:prefetching-take\s+[1-9]", out), out
@@ -51,7 +55,8 @@ def test_the_prefetching_worker_verifies_with_its_pipelines_faulted() -> None:
 
 def test_the_model_check_part_runs_and_counts_states() -> None:
     result = verify(Options(examples=3, steps=10,
-                            model_bounds=Bounds(2, 2, 1, 1, processes_per_server=1)))
+                            model_bounds=Bounds(2, 2, 1, 1, processes_per_server=1),
+                            fault_coverage=False))
     assert result.ok and result.model is not None
     assert result.model.distinct_states > 100
     report = text_report(result)
@@ -82,9 +87,9 @@ def test_a_failing_seeded_run_prints_the_command_with_its_seed() -> None:
 
 
 def test_a_seeded_run_is_reproducible() -> None:
-    a = verify(Options(examples=5, steps=15, seed=3, model_check=False))
-    b = verify(Options(examples=5, steps=15, seed=3, model_check=False))
-    c = verify(Options(examples=5, steps=15, seed=4, model_check=False))
+    a = verify(Options(examples=5, steps=15, seed=3, model_check=False, fault_coverage=False))
+    b = verify(Options(examples=5, steps=15, seed=3, model_check=False, fault_coverage=False))
+    c = verify(Options(examples=5, steps=15, seed=4, model_check=False, fault_coverage=False))
     assert a.ok and b.ok
     assert (a.stats.steps, dict(a.stats.faults)) == (b.stats.steps, dict(b.stats.faults))
     assert (a.stats.steps, dict(a.stats.faults)) != (c.stats.steps, dict(c.stats.faults))
@@ -111,7 +116,7 @@ def test_bad_arguments_exit_2(args: list[str]) -> None:
 
 
 def test_html_report_of_a_passing_run() -> None:
-    result = verify(Options(examples=3, steps=10, model_check=False))
+    result = verify(Options(examples=3, steps=10, model_check=False, fault_coverage=False))
     page = html_report(result)
     assert "VERIFIED" in page and "<svg" not in page  # nothing to draw
 

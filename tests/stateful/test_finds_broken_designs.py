@@ -50,6 +50,8 @@ def test_the_correct_design_passes_the_same_search() -> None:
     """The control: the same derandomized search on the real implementation finds nothing."""
     result = verify(Options(examples=300, model_check=False))
     assert result.failure is None, result.failure and result.failure.message
+    # ... and its fault-coverage part met its minimums (the gate of issue 15 in CI)
+    assert result.coverage is not None and result.coverage.ok, result.coverage
 
 
 def test_gc_when_empty_is_found_by_the_model_check_part() -> None:

@@ -47,7 +47,8 @@ def test_a_loop_that_skips_its_reconcile_is_caught(backend: Backend) -> None:
 
 
 def test_verify_runs_the_production_loops_as_a_part_of_its_own() -> None:
-    result = verify(Options(examples=5, steps=15, model_check=False, loops=True))
+    result = verify(Options(examples=5, steps=15, model_check=False, loops=True,
+                            fault_coverage=False))
     assert result.ok
     _, loops = result.parts
     assert loops.name == "production loops" and loops.outcome == PASSED

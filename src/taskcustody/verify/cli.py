@@ -201,6 +201,10 @@ def _no_server(message: str) -> NoReturn:
               help="Also run the worker's production loop (Worker.run) driven by the model, "
                    "every command it sends checked against what the model allows (new, and "
                    "not yet in the default run: its driver has known gaps, see the README).")
+@click.option("--fault-coverage/--no-fault-coverage", default=True, show_default=True,
+              help="Also the fault-coverage part: the stateful machine aims at every fault "
+                   "kind, and the run fails (with the counts) if a kind, or the lost reply of "
+                   "a command that can lose one, fires fewer times than its minimum.")
 @click.option("--prefetch", is_flag=True,
               help="Also drive the prefetching worker (Settings.prefetch > 1): a process's "
                    "workers take, and release, in one pipeline, with a reply lost at any slot.")
@@ -228,8 +232,8 @@ def _no_server(message: str) -> NoReturn:
 def verify_command(examples: int | None, steps: int, seed: int | None, variants: Sequence[str],
                    redis_url: str | None, embedded_redis: bool, report_file: Path | None,
                    model_check: bool,
-                   stateful: bool, shrink_seconds: float, loops: bool, prefetch: bool,
-                   queue: str | None,
+                   stateful: bool, shrink_seconds: float, loops: bool, fault_coverage: bool,
+                   prefetch: bool, queue: str | None,
                    settings_spec: str | None, junit_file: Path | None,
                    max_seconds: float | None, quiet: bool) -> None:
     """Verify the custody protocol: the bounded model check, then the model drives the real
@@ -279,7 +283,7 @@ def verify_command(examples: int | None, steps: int, seed: int | None, variants:
             options = Options(examples=n, steps=steps, seed=seed, variant=variant,
                               redis_url=redis_url, model_check=model_check, stateful=stateful,
                               shrink_seconds=shrink_seconds, prefetch=prefetch, queue=queue,
-                              loops=loops,
+                              loops=loops, fault_coverage=fault_coverage and stateful,
                               settings=user_settings, settings_spec=settings_spec,
                               embedded=embedded_url is not None)
             results.append(_run(options, budget, quiet))

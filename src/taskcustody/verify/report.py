@@ -14,6 +14,7 @@ from taskcustody_model.trace import describe_action
 from . import narrate
 from .backends import REAL_SERVER_ONLY, REAL_SERVER_TESTS, how_to_cover
 from .embedded import NoServerBinary, redis_server_binary
+from .fault_coverage import coverage_html, coverage_lines
 from .harness import StepRecord, actor_of
 from .run import Failure, Result
 
@@ -214,6 +215,9 @@ def verdict(result: Result) -> str:
                 "short (see parts)")
     if result.ok:
         return "VERIFIED: every property held in every state and step explored"
+    if result.model_ok and result.failure is None and result.coverage is not None:
+        return ("FAULT COVERAGE NOT MET: every property held, but some fault kinds fired too "
+                "rarely to count as checked (see fault coverage)")
     if variant != "correct":
         return f"VIOLATION FOUND in the broken design {variant!r} (as it should be)"
     return "VIOLATION FOUND: a property failed (see the counterexample)"
@@ -275,6 +279,8 @@ def text_report(result: Result) -> str:
         if result.failure is None:
             lines.append("  counts (all examples, after recovery):")
             lines += [f"    {k:32} {v:8,}" for k, v in result.counts.items()]
+    if result.coverage is not None:
+        lines += ["", *coverage_lines(result.coverage)]
     spots = blind_spots(result)
     if spots:
         lines += ["", BLIND_SPOTS_TITLE + ":"]
@@ -554,6 +560,8 @@ def html_report(result: Result) -> str:
             parts += ["<h3>Counts (all examples, after recovery)</h3>",
                       _table([(k, f"{v:,}") for k, v in result.counts.items()], numeric=True)]
         parts.append("</section>")
+    if result.coverage is not None:
+        parts += ['<section id="fault-coverage">', coverage_html(result.coverage), "</section>"]
     spots = blind_spots(result)
     if spots:
         parts += ['<section id="blind-spots">',

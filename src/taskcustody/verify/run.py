@@ -7,8 +7,9 @@ examples every time); `seed=N` explores other examples, reproducibly. Either way
 counterexample is shrunk (for at most `shrink_seconds`) and replayed once more at the end, so the
 steps recorded last are the shrunk counterexample's.
 
-Parts and budget: a run is made of parts (the model check, the stateful conformance run), each
-with an outcome in `Result.parts`. With a time budget (`budget.Budget`, `--max-seconds`) a part
+Parts and budget: a run is made of parts (the model check, the stateful conformance run, and
+with the real implementation the fault-coverage part, `fault_coverage.py`), each with an outcome
+in `Result.parts`. With a time budget (`budget.Budget`, `--max-seconds`) a part
 that the budget did not reach is skipped, and one that it cut short (between two model-check
 progress reports, or between two stateful examples) is partial; each says what it covered.
 """
@@ -22,7 +23,7 @@ import os
 import platform
 import shlex
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from importlib import metadata
 from typing import Any
@@ -39,9 +40,11 @@ from .. import cluster
 from ..connection import connect, connect_fake
 from ..keys import QueueKeys
 from ..settings import Settings
+from .aiming import with_aimed_faults
 from .budget import Budget, BudgetSpent
 from .deployment import DeploymentError, deployment_error, describe
 from .designs import BY_NAME, CHOICES
+from .fault_coverage import Coverage, judge, required_kinds
 from .harness import VERIFY_SETTINGS, Mismatch, StepRecord
 from .machine import RETRY_BOUNDS, RunStats, build_machine, default_bounds
 
@@ -95,6 +98,11 @@ class Options:
     #: with the real implementation: the stateful part also attempts what the model refuses
     #: (`machine.with_refusals`)
     refusals: bool = True
+    #: with the real implementation: also the fault-coverage part (`FAULT_COVERAGE_PART`):
+    #: the machine aims at every fault kind, and the run fails if one fires too rarely
+    fault_coverage: bool = True
+    #: that part's examples (its own, whatever `examples` says: its minimums are set for these)
+    coverage_examples: int = 0  # 0: `COVERAGE_EXAMPLES`
 
     @property
     def stateful_bounds(self) -> Bounds:
@@ -133,6 +141,8 @@ class Options:
             args.append("--no-model-check")
         if not self.stateful:
             args.append("--no-stateful")
+        if not self.fault_coverage:
+            args.append("--no-fault-coverage")
         return shlex.join(args)
 
 
@@ -233,6 +243,8 @@ class Result:
     seconds: float = 0.0
     versions: dict[str, str] = field(default_factory=dict)
     parts: list[Part] = field(default_factory=list)
+    #: the fault-coverage part's verdict and counts (None: the part did not run to its end)
+    coverage: Coverage | None = None
 
     @property
     def partial(self) -> bool:
@@ -245,8 +257,10 @@ class Result:
 
     @property
     def ok(self) -> bool:
-        """Every property held in every part that ran."""
-        return self.model_ok and self.failure is None
+        """Every property held in every part that ran, and the faults fired as often as the
+        fault-coverage part requires."""
+        return (self.model_ok and self.failure is None
+                and (self.coverage is None or self.coverage.ok))
 
     @property
     def steps_per_second(self) -> float:
@@ -407,6 +421,12 @@ def verify(
             result.parts.append(_stateful_part(options, result, stopped))
         if options.loops and options.variant == "correct" and not options.prefetch:
             result.parts.append(_loops_part(options, result, make_client, keys, fake, budget))
+        # (not once a part failed: the run fails anyway, and its counterexample is that one)
+        if options.fault_coverage and options.variant == "correct" and result.failure is None:
+            if on_phase:
+                on_phase("fault coverage")
+            result.parts.append(_fault_coverage_part(options, result, make_client, keys, fake,
+                                                     budget))
     result.seconds = time.perf_counter() - started
     return result
 
@@ -524,6 +544,68 @@ def _loops_part(options: Options, result: Result, make_client: Callable[[], redi
     return Part(LOOPS_PART, PASSED, seconds, covered)
 
 
+#: The part that aims at every fault kind (`aiming.with_aimed_faults`) and gates on how often each
+#: fired (`fault_coverage.judge`); its examples and steps, and how many aiming rules it adds.
+FAULT_COVERAGE_PART = "fault coverage"
+COVERAGE_EXAMPLES = 100
+COVERAGE_STEPS = 30
+AIMING_RULES = 8
+#: its bounds: the stateful run's default with one more fault per example (an example's set-up
+#: and recovery are most of its time). Measured derandomized on fakeredis, 2026-12-02: with 3
+#: faults the fewest kinds fired 5 times (take's and sweep's lost replies), right at the minimum;
+#: with 4, 12 times.
+COVERAGE_BOUNDS = default_bounds(False)._replace(faults=4, tasks=4)
+
+
+def run_fault_coverage(options: Options, make_client: Callable[[], redis.Redis],
+                       keys: QueueKeys, stats: RunStats, *, real: bool,
+                       budget: Budget | None = None, kinds: Sequence[str] | None = None,
+                       ) -> tuple[Failure | None, bool, Coverage]:
+    """The fault-coverage run: the plain machine (the default bounds) with the aiming rules,
+    its failure (None: every property held), whether the budget ended it early, and the gate's
+    verdict on its counts. `kinds`: the kinds required (None: `required_kinds` of the bounds)."""
+    bounds = options.bounds or COVERAGE_BOUNDS
+    required = tuple(kinds) if kinds is not None else required_kinds(bounds)
+    cov_options = dataclasses.replace(
+        options, examples=options.coverage_examples or COVERAGE_EXAMPLES,
+        steps=COVERAGE_STEPS, prefetch=False, bounds=bounds)
+    failure, stopped = _stateful(cov_options, make_client, keys, stats, real=real,
+                                 budget=budget, aim_at=required)
+    return failure, stopped, judge(stats.faults, required)
+
+
+def _fault_coverage_part(options: Options, result: Result,
+                         make_client: Callable[[], redis.Redis], keys: QueueKeys, fake: bool,
+                         budget: Budget) -> Part:
+    """Every fault kind fired at least `fault_coverage.MINIMUM` times (fault_coverage.py). Its
+    failure, if no other part found one, is the run's counterexample."""
+    if budget.spent():
+        return Part(FAULT_COVERAGE_PART, SKIPPED, message=budget.reason())
+    started = time.perf_counter()
+    stats = RunStats()
+    try:
+        failure, stopped, cov = run_fault_coverage(options, make_client, keys, stats,
+                                                   real=not fake, budget=budget)
+    finally:
+        if not fake:
+            _cleanup(make_client, keys)
+    seconds = time.perf_counter() - started
+    covered = (f"{stats.examples:,} examples run, {stats.steps:,} steps, "
+               f"{sum(cov.counts.values()):,} faults of {len(cov.counts)} kinds")
+    if failure is not None:
+        if result.failure is None:
+            result.failure = failure
+        return Part(FAULT_COVERAGE_PART, FAILED, seconds, covered,
+                    f"{failure.kind}: {failure.message}")
+    if stopped:
+        return Part(FAULT_COVERAGE_PART, PARTIAL, seconds, covered,
+                    "stopped by the time budget between two examples; the minimums are not "
+                    "judged on a partial run")
+    result.coverage = cov
+    return Part(FAULT_COVERAGE_PART, PASSED if cov.ok else FAILED, seconds, covered,
+                "" if cov.ok else cov.summary())
+
+
 def _budgeted(machine: type[RuleBasedStateMachine], budget: Budget) -> Any:
     """`machine`, ended between two examples once `budget` is spent. Never once an example has
     failed: Hypothesis is then shrinking it, and the counterexample is the finding (shrinking has
@@ -552,10 +634,12 @@ def _budgeted(machine: type[RuleBasedStateMachine], budget: Budget) -> Any:
 
 def _stateful(options: Options, make_client: Callable[[], redis.Redis], keys: QueueKeys,
               stats: RunStats, *, real: bool, budget: Budget | None = None,
-              drive_loops: bool = False) -> tuple[Failure | None, bool]:
+              drive_loops: bool = False,
+              aim_at: Sequence[str] = ()) -> tuple[Failure | None, bool]:
     """The stateful run: its failure (None: none) and whether the budget ended it early.
     `drive_loops`: the machine that also runs the worker's production loop (with its own
-    bounds)."""
+    bounds). `aim_at`: the plain machine with rules that aim at these fault kinds (the
+    fault-coverage part)."""
     budget = budget or Budget()
     bounds = None if drive_loops else options.bounds or _design_stateful_bounds(options.variant)
     machine = build_machine(make_client, bounds=bounds, implementation=options.variant,
@@ -567,7 +651,9 @@ def _stateful(options: Options, make_client: Callable[[], redis.Redis], keys: Qu
                             # (`machine.with_refusals`); not the broken designs, whose pinned
                             # derandomized runs would draw other examples with one more rule.
                             refusals=(options.refusals and options.variant == "correct"
-                                      and not drive_loops))
+                                      and not drive_loops and not aim_at))
+    if aim_at:
+        machine = with_aimed_faults(machine, aim_at, AIMING_RULES)
     explored = machine
     if budget.limited:
         machine = _budgeted(machine, budget)

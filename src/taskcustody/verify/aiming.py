@@ -1,0 +1,210 @@
+"""Aiming at a fault kind: the shortest walk of harness steps, planned on the model, to a state
+where a given fault can be injected.
+
+The fault-coverage part (`fault_coverage.py`) must see every fault kind, and a lost reply of every
+command that can lose one, many times per run. Some of them are enabled only in short windows
+that random rules rarely hit (a suspect's take needs a task recovered with a count; a sweep's lost
+reply needs a registration that lapsed), so the part's machine does not wait for them: it plans,
+on the model, a walk of ordinary harness steps (crashes and stalls included; no wipe and no lost
+reply, each a kind of its own) from the current state to one where the aimed-at fault is enabled,
+and the machine performs each step on the implementation, checked, before the fault. Breadth
+first, so the walk is a shortest one, and bounded (`MAX_DEPTH`, `MAX_STATES`): a fault out of
+reach is simply not aimed at this time.
+
+The planner mirrors what a harness step does to the model (`Stepping._step`): a sweep or a startup
+drain is a whole pass (every `drain_step`, and for a sweep the processing sweep after it).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Sequence
+from typing import Any, NamedTuple
+
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+from taskcustody_model import Action, Config, State, apply, enabled_actions
+from taskcustody_model.protocol import FAULTS
+
+from .faults import DROPPED_REPLY
+from .observation import Mismatch
+
+#: A kind of fault the coverage counts: a fault action's name ("crash_worker"), or
+#: "dropped-reply:<command>" for a lost reply of that command (the harness's count keys).
+DROPPED = "dropped-reply:"
+
+MAX_DEPTH = 8
+#: kinds an aiming rule tries in turn before it gives up (each out of reach: no walk)
+TRIES = 3
+MAX_STATES = 1_500
+
+#: Harness steps a walk never takes: a wipe empties Redis (the walk would aim at nothing), a lost
+#: reply (every one of them is a kind aimed at in its own right: walks that lose a take's reply
+#: on the way to a reconcile's would make the take's count the sum of both), and the mid-pass
+#: steps, which run inside a pass.
+_NOT_ON_A_WALK = ("redis_wipe", "dropped_reply", "drain_step", "arm", "count_recovery", "promote",
+                  "retry")
+
+
+class Shot(NamedTuple):
+    """How to inject an aimed-at fault: the harness step, and its `drop_at` / `variant`."""
+
+    action: Action
+    drop_at: int = 0
+    variant: int = 0
+
+
+def harness_actions(state: State, config: Config) -> list[Action]:
+    """The steps the harness performs in `state` (its `enabled`, without mid-pass steps)."""
+    return [a for a in enabled_actions(state, config)
+            if a.name not in ("drain_step", "arm") and a.command != "drain_step"]
+
+
+def after(state: State, action: Action, config: Config) -> State:
+    """The model's state after the harness performs `action` (a pass runs whole)."""
+    state = apply(state, action, config)
+    if action.name in ("sweep", "startup_drain"):
+        s, i = action.server, action.proc
+        for _ in range(64):
+            procs = state.processes[s]
+            if i >= len(procs) or not procs[i].drains:
+                break
+            state = apply(state, Action("drain_step", s, i), config)
+        if action.name == "sweep":
+            state = apply(state, Action("requeue_stuck_processing_tasks", s, i), config)
+    return state
+
+
+def shots(state: State, config: Config, kind: str) -> list[Shot]:
+    """The ways to inject a fault of `kind` in `state` (empty: not enabled here)."""
+    actions = harness_actions(state, config)
+    if not kind.startswith(DROPPED):
+        return [Shot(a) for a in actions if a.name == kind]
+    command = kind[len(DROPPED):]
+    if command == "drain_step":
+        # the first move of a pass loses its reply (`Stepping._pass`, drop_at=1)
+        out = []
+        for a in actions:
+            if a.name in ("sweep", "startup_drain"):
+                mid = apply(state, a, config)
+                if any(b.name == "dropped_reply" and b.command == "drain_step"
+                       for b in enabled_actions(mid, config)):
+                    out.append(Shot(a, drop_at=1))
+        return out
+    if command == "heartbeat":
+        # the model has no action for it (the script ran); the harness drops it with variant 2
+        # of a heartbeat that does not supersede (`Stepping._heartbeat`)
+        return [Shot(a, variant=2) for a in actions if a.name == "heartbeat"
+                and (reg := state.registry[a.server]) is not None
+                and reg.inc == state.processes[a.server][a.proc].inc]
+    return [Shot(a) for a in actions if a.name == "dropped_reply" and a.command == command]
+
+
+def walk_to(state: State, config: Config, kind: str) -> list[Action] | None:
+    """A shortest walk of harness steps from `state` to a state where a fault of `kind` can be
+    injected ([] if it can be now); None if there is none within the planner's bounds."""
+    if shots(state, config, kind):
+        return []
+    seen = {state}
+    frontier: deque[tuple[State, tuple[Action, ...]]] = deque([(state, ())])
+    while frontier:
+        current, path = frontier.popleft()
+        if len(path) >= MAX_DEPTH:
+            continue
+        for a in harness_actions(current, config):
+            if a.name in _NOT_ON_A_WALK or (a.name in FAULTS and kind == a.name):
+                continue
+            nxt = after(current, a, config)
+            if nxt in seen:
+                continue
+            if shots(nxt, config, kind):
+                return [*path, a]
+            if len(seen) >= MAX_STATES:
+                return None
+            seen.add(nxt)
+            frontier.append((nxt, (*path, a)))
+    return None
+
+
+def with_aimed_faults(base: type[RuleBasedStateMachine], kinds: Sequence[str],
+                      copies: int = 1) -> type[RuleBasedStateMachine]:
+    """`base` and a rule that aims at the next fault kind of `kinds`: it walks (`walk_to`) to a
+    state where that fault can be injected, each step of the walk performed on the
+    implementation and checked, and injects it. `copies`: how many such rules (Hypothesis draws a
+    rule uniformly among those enabled, so each copy adds to the aimed rule's weight against the
+    base's rules).
+
+    A subclass, so that `base` (whose source seeds the pinned derandomized runs) stays as it is;
+    this class's own source seeds the fault-coverage part's runs."""
+
+    kind_list = list(kinds)
+
+    class AimingMachine(base):  # type: ignore[valid-type, misc]
+        """... and aims at fault kinds in turn (`_next_kind`), so that every kind fires about
+        as often as any other: the base's own fault rules are off (their preconditions ask
+        `_has`), so that the fault budget goes to the aimed-at kinds. Every other rule of the
+        base is as it was, and the base's invariant checks every property after every rule."""
+
+        def _has(self, name: str, command: str = "") -> bool:
+            return name not in FAULTS and bool(super()._has(name, command))
+
+        def _next_kind(self, data: st.DataObject) -> str:
+            """The kinds in turn, from one drawn at the example's first aim: every kind is
+            first in an example as often as any other (the first aim has the whole fault budget
+            and the tasks still to take), and an example spreads its budget over several."""
+            at = getattr(self, "_aim_at", None)
+            if at is None:
+                # (Hypothesis draws small numbers far more often than others, a derandomized run
+                # too: the steps before the first aim spread the start over the kinds)
+                drawn = data.draw(st.integers(0, 255), label="first kind aimed at")
+                at = (drawn + len(self.h.steps)) % len(kind_list)
+            self._aim_at = (at + 1) % len(kind_list)
+            return kind_list[at]
+
+        def _aim(self, data: st.DataObject) -> None:
+            for _ in range(TRIES):
+                kind = self._next_kind(data)
+                walk = walk_to(self.h.state, self.h.config, kind)
+                if walk is not None:
+                    break
+            else:
+                return
+            for action in walk:
+                if action not in self.h.enabled():  # (the harness re-ordered what it read back)
+                    return
+                self._step(action)
+                self.failed = True  # every property, after every step of the walk
+                self.h.check()
+                self.failed = False
+            options = shots(self.h.state, self.h.config, kind)
+            if not options:
+                return
+            shot = options[data.draw(st.integers(0, len(options) - 1), label="which")]
+            variant = shot.variant
+            if kind.startswith(DROPPED) and shot.action.name == "dropped_reply":
+                variant = data.draw(st.integers(0, 5), label="variant")
+            self.failed = True
+            self.h.step(shot.action, drop_at=shot.drop_at, variant=variant)
+            self.failed = False
+
+        @invariant()
+        def injected_faults_are_the_counted_ones(self) -> None:
+            """Every lost reply the harness counts was injected (the injector fired it), and
+            none fired uncounted."""
+            counted = sum(n for k, n in self.h.counts.items() if k.startswith(DROPPED))
+            fired = self.h.injector.counts[DROPPED_REPLY]
+            if counted != fired:
+                self.failed = True
+                raise Mismatch("fault-count", f"the harness counted {counted} lost replies; the "
+                                              f"injector dropped {fired}")
+
+    for n in range(copies):
+        def aim(self: Any, data: st.DataObject) -> None:
+            self._aim(data)
+
+        aim = precondition(lambda self: self.h.state.faults < self.h.bounds.faults)(aim)
+
+        aim.__name__ = f"aim_at_a_fault_{n}"
+        setattr(AimingMachine, aim.__name__, rule(data=st.data())(aim))
+    AimingMachine.__name__ = f"Aiming{base.__name__}"
+    return AimingMachine

@@ -1,0 +1,135 @@
+"""The gate on fault coverage: which faults a run must inject, how often, and the verdict.
+
+A stateful run in which a fault kind never fires checks nothing about it, and passes all the
+same. The fault-coverage part of `taskcustody verify` (`run._fault_coverage_part`) runs the
+machine with a rule that aims at fault kinds (`aiming.with_aimed_faults`), and this module
+judges its counts: every fault kind, and a lost reply of every command that can lose one, must
+fire at least `MINIMUM` times, and each lost reply at least a third as often as the take's
+(`RATIO`, the most frequent by far in the plain run), or the part fails with the counts.
+
+The kinds are read from the code, not listed by hand: the fault actions of the model
+(`taskcustody_model.FAULTS`) and the commands of its `dropped_reply` actions (read from
+`enabled_actions`'s source), plus the lost replies the harness injects that the model folds into
+nothing (`HARNESS_ONLY`). `tests/test_fault_coverage.py` checks that the commands the worker and
+the server send are exactly these, or steps whose lost reply the model has no action for.
+"""
+
+from __future__ import annotations
+
+import ast
+import html
+import inspect
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import cache
+
+from taskcustody_model import FAULTS, Bounds
+from taskcustody_model import protocol as model_protocol
+
+from .aiming import DROPPED
+
+#: Every kind must fire at least this many times in the part's run.
+MINIMUM = 5
+#: ... and every lost reply at least 1/RATIO as often as the take's.
+RATIO = 3
+REFERENCE = f"{DROPPED}take"
+#: Lost replies the harness injects although the model has no action for them: a heartbeat's
+#: (the script ran; the process learns of a supersession one beat later, `Stepping._heartbeat`).
+HARNESS_ONLY = ("heartbeat",)
+#: Faults of the model that are not this part's: `dropped_reply` is counted per command, and a
+#: handler's failure (`retry`) is the retrying machine's (`verify --variant promote-copies`).
+NOT_COUNTED_HERE = ("dropped_reply", "retry")
+
+
+@cache
+def model_losable_commands() -> tuple[str, ...]:
+    """The commands whose reply the model can lose: the `command` of every
+    `Action("dropped_reply", ..., command)` its `enabled_actions` builds, read from its source."""
+    tree = ast.parse(inspect.getsource(model_protocol.enabled_actions))
+    found = set()
+    for node in ast.walk(tree):
+        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+                and node.func.id == "Action" and len(node.args) == 5
+                and isinstance(node.args[0], ast.Constant) and node.args[0].value == "dropped_reply"
+                and isinstance(node.args[4], ast.Constant)):
+            found.add(str(node.args[4].value))
+    return tuple(sorted(found))
+
+
+def losable_commands() -> tuple[str, ...]:
+    """Every command whose lost reply the stateful run injects."""
+    return tuple(sorted({*model_losable_commands(), *HARNESS_ONLY}))
+
+
+def fault_kinds(bounds: Bounds) -> tuple[str, ...]:
+    """The fault actions the run's bounds enable (a wipe only with `redis_faults`)."""
+    kinds = set(FAULTS) - set(NOT_COUNTED_HERE)
+    if not bounds.redis_faults:
+        kinds.discard("redis_wipe")
+    return tuple(sorted(kinds))
+
+
+def required_kinds(bounds: Bounds) -> tuple[str, ...]:
+    """The count keys (`RunStats.faults`) the gate requires: fault kinds, then lost replies."""
+    return fault_kinds(bounds) + tuple(f"{DROPPED}{c}" for c in losable_commands())
+
+
+@dataclass
+class Coverage:
+    """The counts of the kinds a run requires, and what falls short."""
+
+    counts: dict[str, int]
+    minimum: int = MINIMUM
+    ratio: int = RATIO
+    #: one line per shortfall: the kind, its count, and what it needed
+    short: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.short
+
+    def summary(self) -> str:
+        """One line: the verdict and, if it fails, every shortfall."""
+        if self.ok:
+            least = min(self.counts.items(), key=lambda kv: kv[1], default=("-", 0))
+            return (f"{len(self.counts)} kinds, each at least {self.minimum} times "
+                    f"(fewest: {least[0]} {least[1]})")
+        return "fault coverage short: " + "; ".join(self.short)
+
+
+def judge(counts: Mapping[str, int], kinds: Sequence[str], minimum: int = MINIMUM,
+          ratio: int = RATIO) -> Coverage:
+    """The gate: each of `kinds` at least `minimum` times in `counts`, and each lost reply at
+    least a `ratio`-th of the take's."""
+    own = {k: int(counts.get(k, 0)) for k in kinds}
+    cov = Coverage(own, minimum, ratio)
+    reference = own.get(REFERENCE, 0)
+    for k, n in own.items():
+        if n < minimum:
+            cov.short.append(f"{k} fired {n} times, fewer than the minimum {minimum}")
+        elif k.startswith(DROPPED) and k != REFERENCE and n * ratio < reference:
+            cov.short.append(f"{k} fired {n} times, less than 1/{ratio} of {REFERENCE}'s "
+                             f"{reference}")
+    return cov
+
+
+def coverage_lines(cov: Coverage) -> list[str]:
+    """The terminal report's section: every kind's count, marked where it falls short."""
+    lines = [f"fault coverage (each kind >= {cov.minimum}, each lost reply >= 1/{cov.ratio} "
+             f"of {REFERENCE}): {'met' if cov.ok else 'NOT MET'}"]
+    short = {line.split(" ", 1)[0] for line in cov.short}
+    for k, n in cov.counts.items():
+        lines.append(f"    {k:32} {n:8,}" + ("   <- short" if k in short else ""))
+    return lines
+
+
+def coverage_html(cov: Coverage) -> str:
+    e = html.escape
+    short = {line.split(" ", 1)[0] for line in cov.short}
+    rows = "".join(f"<tr><td>{e(k)}</td><td class=\"num\">{n:,}</td>"
+                   f"<td>{'short' if k in short else ''}</td></tr>"
+                   for k, n in cov.counts.items())
+    verdict = "met" if cov.ok else "NOT MET: " + "; ".join(cov.short)
+    return (f"<h2>Fault coverage</h2><p>each kind at least {cov.minimum} times, each lost "
+            f"reply at least 1/{cov.ratio} of {e(REFERENCE)}: {e(verdict)}</p>"
+            f"<table>{rows}</table>")
