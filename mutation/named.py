@@ -25,6 +25,7 @@ SCRIPTS = "src/taskcustody/scripts.py"
 SERVER = "src/taskcustody/server.py"
 PREFETCH = "src/taskcustody/prefetch.py"
 SETTINGS = "src/taskcustody/settings.py"
+SUSPECTS = "src/taskcustody/suspects.py"
 
 
 @dataclass(frozen=True)
@@ -383,6 +384,20 @@ MUTANTS += (
         "the sweep looked moves tasks a live worker holds back to the queue",
         (Edit(SCRIPTS, "if ARGV[4] ~= 'force' and is_live(KEYS[4], KEYS[5], ARGV[2], ARGV[3]) "
                        "then", "if false then"),),
+    ),
+)
+
+
+# Found by verify's fault-coverage part and its production-loops part (2026-12-02): the slot
+# compared list keys by identity (tests/regressions/test_suspect_slot_freed_by_a_restarted_worker).
+MUTANTS += (
+    NamedMutant(
+        "suspect-slot-by-identity",
+        "suspects keep running: the suspect slot is freed only by the very string object that "
+        "took it, so a worker restarted after a crash (its list key equal but built anew) "
+        "never frees its predecessor's slot and its process runs no suspect again",
+        (Edit(SUSPECTS, "            if self._holder == who:\n                self._holder = None",
+              "            if self._holder is who:\n                self._holder = None"),),
     ),
 )
 
