@@ -39,6 +39,7 @@ reachable state has its canonical form (a renaming of it) explored.  The verdict
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import pickle
 import time
@@ -249,10 +250,8 @@ def search(
         raise RuntimeError("a worker of the parallel search died") from None
     finally:
         for conn in pipes:
-            try:
+            with contextlib.suppress(OSError):
                 conn.send("stop")
-            except OSError:
-                pass
         for p in procs:
             p.join(timeout=5)
             if p.is_alive():
