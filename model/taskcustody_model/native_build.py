@@ -34,7 +34,7 @@ def build(out: Path) -> Path:
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 1:
-        print("usage: python -m taskcustody_model.native DIR", file=sys.stderr)
+        print("usage: python -m taskcustody_model.native_build DIR", file=sys.stderr)
         return 2
     try:
         target = build(Path(args[0]).resolve())
