@@ -174,19 +174,28 @@ def time_to_find_markdown(data: dict[str, Any], command: str, when: str) -> str:
 _ONE_CHECK = """
 import json, sys, time
 from taskcustody_model import Bounds, check
+import resource
 bounds = Bounds(**json.loads(sys.argv[1]))
+jobs = int(sys.argv[2])
 cpu, wall = time.process_time(), time.monotonic()
-r = check(bounds)
-cpu, wall = time.process_time() - cpu, time.monotonic() - wall
+r = check(bounds, jobs=jobs) if jobs > 1 else check(bounds)
+cpu = time.process_time() - cpu
+cpu += resource.getrusage(resource.RUSAGE_CHILDREN).ru_utime  # the parallel search's workers
+cpu += resource.getrusage(resource.RUSAGE_CHILDREN).ru_stime
+wall = time.monotonic() - wall
 print(json.dumps({"ok": r.ok, "states": r.distinct_states, "generated": r.states_generated,
                   "depth": r.depth, "cpu": cpu, "wall": wall}))
 """
 
 
-def compare(rev: str, bounds: dict[str, Any], rounds: int) -> dict[str, Any]:
+def compare(rev: str, bounds: dict[str, Any], rounds: int, after: str | None = None,
+            jobs: int = 1) -> dict[str, Any]:
     """The checker of git revision ``rev`` against this tree's, alternating, ``rounds`` times
     each, one fresh process per run: median CPU and wall seconds, and distinct states per CPU
-    second. CPU time is the fairer figure on a shared machine (wall time counts the others)."""
+    second. CPU time is the fairer figure on a shared machine (wall time counts the others; CPU
+    time counts a parallel search's workers too). ``after``: a directory to run instead of this
+    tree's model (a compiled copy, ``python -m taskcustody_model.native_build DIR``); ``jobs``:
+    the processes of the after search."""
     import json
     import os
     import subprocess
@@ -199,16 +208,19 @@ def compare(rev: str, bounds: dict[str, Any], rounds: int) -> dict[str, Any]:
         archive = subprocess.run(["git", "-C", str(root), "archive", rev, "model"],
                                  check=True, capture_output=True).stdout
         subprocess.run(["tar", "-x", "-C", tmp], input=archive, check=True)
-        trees = {"before": Path(tmp) / "model", "after": root / "model"}
+        trees = {"before": Path(tmp) / "model",
+                 "after": Path(after) if after else root / "model"}
         runs: dict[str, list[dict[str, Any]]] = {"before": [], "after": []}
         for _ in range(rounds):
             for label, tree in trees.items():
                 env = {**os.environ, "PYTHONPATH": str(tree)}
-                out = subprocess.run([sys.executable, "-c", _ONE_CHECK, json.dumps(bounds)],
+                n = str(jobs) if label == "after" else "1"
+                out = subprocess.run([sys.executable, "-c", _ONE_CHECK, json.dumps(bounds), n],
                                      check=True, capture_output=True, text=True, env=env)
                 runs[label].append(json.loads(out.stdout))
                 print(label, runs[label][-1], file=sys.stderr, flush=True)
-    summary: dict[str, Any] = {"rev": rev, "bounds": bounds, "rounds": rounds}
+    summary: dict[str, Any] = {"rev": rev, "bounds": bounds, "rounds": rounds,
+                               "after": after or "this tree", "jobs": jobs}
     for label, rs in runs.items():
         cpu = _median([r["cpu"] for r in rs])
         summary[label] = {"states": rs[0]["states"], "generated": rs[0]["generated"],
@@ -221,6 +233,13 @@ def compare(rev: str, bounds: dict[str, Any], rounds: int) -> dict[str, Any]:
                             / summary["after"]["median_cpu_seconds"])
     summary["wall_ratio"] = (summary["before"]["median_wall_seconds"]
                              / summary["after"]["median_wall_seconds"])
+    # distinct states per second, after over before (the parallel search may store a few more
+    # representatives than the sequential one: see taskcustody_model.parallel)
+    summary["states_per_cpu_second_ratio"] = (summary["after"]["states_per_cpu_second"]
+                                              / summary["before"]["states_per_cpu_second"])
+    summary["states_per_wall_second_ratio"] = (
+        summary["after"]["states"] / summary["after"]["median_wall_seconds"]
+        / (summary["before"]["states"] / summary["before"]["median_wall_seconds"]))
     return summary
 
 
@@ -241,12 +260,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--budget", type=float, default=TIME_TO_FIND_BUDGET)
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results")
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--after", metavar="DIR", default=None,
+                        help="with --compare: run the model in DIR as 'after' (a compiled copy)")
+    parser.add_argument("--jobs", type=int, default=1,
+                        help="with --compare: the processes of the 'after' search")
     parser.add_argument("--bounds", default='{"tasks": 3, "servers": 2, "workers": 2, '
                         '"faults": 2, "processes_per_server": 1}',
                         help="JSON of taskcustody_model.Bounds fields (default: the CI bound)")
     args = parser.parse_args(argv)
     if args.compare:
-        print(json.dumps(compare(args.compare, json.loads(args.bounds), args.rounds), indent=1))
+        print(json.dumps(compare(args.compare, json.loads(args.bounds), args.rounds, args.after,
+                                 args.jobs), indent=1))
         return 0
     data = time_to_find(args.seeds, args.budget)
     when = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")

@@ -13,8 +13,11 @@ one (``with_process``) or to attempt what the model refuses (``refused_attempts`
 here.
 """
 
+from pathlib import Path as _Path
+
 from .checker import CheckResult, Progress, Step, Trace, check
 from .invariants import INVARIANTS, check_invariants, check_transition, is_done
+from .native import check_fresh as _check_fresh
 from .protocol import (
     FAULTS,
     Action,
@@ -60,3 +63,5 @@ __all__ = [
     "variant",
     "with_process",
 ]
+
+_check_fresh(_Path(__file__).resolve().parent)  # a compiled copy (``native.py``) must be fresh

@@ -15,12 +15,14 @@
 from __future__ import annotations
 
 import builtins
+import gc
 import time
 from array import array
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from .invariants import check_invariants, check_transition, is_done
+from .parallel import search as parallel_search
 from .protocol import Action, Config, apply, enabled_actions
 from .state import Bounds, State
 from .symmetry import canonical, exact_canonical
@@ -78,11 +80,53 @@ def check(
     progress: Callable[[Progress], None] | None = None,
     progress_every: float = 2.0,
     eventual: bool = True,
+    jobs: int = 1,
 ) -> CheckResult:
-    """Explore every state reachable within ``bounds`` under ``variant``; check all properties."""
+    """Explore every state reachable within ``bounds`` under ``variant``; check all properties.
+
+    ``jobs`` > 1: the search runs in that many processes (``parallel.py``); a violation is then
+    searched again here, sequentially, for its shortest trace and the pinned figures.
+
+    The cyclic garbage collector is off during the search: the search makes no reference cycles
+    (its states are tuples of ints, its bookkeeping dicts, lists and arrays), so each of the
+    collector's passes only walked the ever-growing set of stored states again (1.1x to 1.3x CPU
+    at 3 tasks, 2 x 2, 1 fault, interpreted; the compiled model gained 1.64x at the CI bound with
+    it on and 2.22x with it off, README).  It is switched back on afterwards."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        return _search(bounds, variant, progress, progress_every, eventual, jobs)
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
+def _search(
+    bounds: Bounds,
+    variant: str = "correct",
+    progress: Callable[[Progress], None] | None = None,
+    progress_every: float = 2.0,
+    eventual: bool = True,
+    jobs: int = 1,
+) -> CheckResult:
     config = Config(bounds, variant_named(variant))
     n_workers = bounds.workers
     start = time.monotonic()
+    if jobs > 1:
+        def level_progress(distinct: int, generated: int, depth: int, queued: int,
+                           seconds: float) -> None:
+            if progress is not None:
+                progress(Progress(distinct, generated, depth, queued, seconds, "safety"))
+
+        outcome = parallel_search(config, jobs, eventual, level_progress, progress_every)
+        if outcome is not None and not outcome.stuck:
+            return CheckResult(
+                ok=True, variant=variant, bounds=bounds,
+                distinct_states=outcome.distinct_states,
+                states_generated=outcome.states_generated, depth=outcome.depth,
+                seconds=time.monotonic() - start, violation=None, property=None,
+            )
+        # a violation: the sequential search finds its shortest trace (and the same figures)
     next_report = start + progress_every
 
     init = canonical(config.initial(), n_workers)

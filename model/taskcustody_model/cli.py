@@ -66,11 +66,15 @@ def _sim_progress(p: SimulationProgress) -> None:
 @click.option("--steps", "max_steps", type=click.IntRange(min=1), default=None,
               help="with --simulate: stop after this many steps")
 @click.option("--seed", type=int, default=0, show_default=True, help="with --simulate")
+@click.option("--jobs", type=click.IntRange(1, 64), default=1, show_default=True,
+              help="search in this many processes (a violation is searched again in one, for "
+                   "its shortest trace)")
 def model_check(
     tasks: int, servers: int, workers: int, faults: int, processes_per_server: int,
     drain_steps: bool | None, late_tasks: int, redis_faults: bool, takes_outwait_grace: bool,
     max_recoveries: int | None, handler_failures: bool, variant: str, full_trace: bool,
     no_eventual: bool, simulate: bool, seconds: float | None, max_steps: int | None, seed: int,
+    jobs: int,
 ) -> None:
     """Exhaustively check the custody protocol model, or with --simulate walk it at random
     (exit 0: all properties hold within the bounds, or on every walk; 1: a counterexample is
@@ -93,12 +97,14 @@ def model_check(
     if not simulate:
         if seconds is not None or max_steps is not None:
             raise click.BadParameter("only with --simulate", param_hint="--seconds/--steps")
-        result = check(bounds, variant, progress=_progress, eventual=not no_eventual)
+        result = check(bounds, variant, progress=_progress, eventual=not no_eventual, jobs=jobs)
         click.echo(render_stats(result))
         violation = result.violation
     else:
         if no_eventual:
             raise click.BadParameter("not with --simulate", param_hint="--no-eventual")
+        if jobs != 1:
+            raise click.BadParameter("not with --simulate", param_hint="--jobs")
         sim = simulate_walks(bounds, variant, seed=seed, max_steps=max_steps,
                              seconds=60.0 if seconds is None and max_steps is None else seconds,
                              progress=_sim_progress)
