@@ -59,7 +59,8 @@ def test_the_extras_split_runtime_tests_and_development_tools() -> None:
                  "mutmut"):
         assert tool not in core
     assert {d.split(">")[0] for d in extras["verify"]} == {"fakeredis", "lupa", "hypothesis"}
-    assert extras["test"] == ["taskcustody[verify,metrics,fast]", "pytest>=8"]
+    # pytest-xdist: the README's test command runs on every core (`-n auto`)
+    assert extras["test"] == ["taskcustody[verify,metrics,fast]", "pytest>=8", "pytest-xdist>=3.5"]
     assert extras["metrics"] == ["prometheus-client>=0.17"]
     # hiredis: redis-py's C reply parser, optional (the pure-Python one is the fallback)
     assert extras["fast"] == ["hiredis>=2"]
