@@ -50,7 +50,8 @@ PIPELINE_BOUNDS = Bounds(tasks=3, servers=2, workers=2, faults=3)
 #: The loop-driven machine's (`drive_loops`): the default's, without Redis's own faults (a wipe
 #: flushes the script cache; the driver does not yet map a release's EVAL fallback to its lost
 #: reply).
-LOOP_BOUNDS = Bounds(tasks=3, servers=2, workers=2, faults=3, late_tasks=1, max_recoveries=1)
+LOOP_BOUNDS = Bounds(tasks=3, servers=2, workers=2, faults=3, late_tasks=1, max_recoveries=1,
+                     take_wait_bounded=False)
 RETRY_BOUNDS = Bounds(tasks=3, servers=2, workers=2, faults=3, max_recoveries=1,
                       handler_failures=True)
 
