@@ -50,8 +50,7 @@ PIPELINE_BOUNDS = Bounds(tasks=3, servers=2, workers=2, faults=3)
 #: The loop-driven machine's (`drive_loops`): the default's, without Redis's own faults (a wipe
 #: flushes the script cache; the driver does not yet map a release's EVAL fallback to its lost
 #: reply).
-LOOP_BOUNDS = Bounds(tasks=3, servers=2, workers=2, faults=3, late_tasks=1, max_recoveries=1,
-                     take_wait_bounded=False)
+LOOP_BOUNDS = Bounds(tasks=3, servers=2, workers=2, faults=3, late_tasks=1, max_recoveries=1)
 RETRY_BOUNDS = Bounds(tasks=3, servers=2, workers=2, faults=3, max_recoveries=1,
                       handler_failures=True)
 
@@ -134,6 +133,11 @@ def build_machine(
     class Harness(_Harness):  # (a class, not a partial: the machines' annotations name it)
         def __init__(self, *args: Any, **kwargs: Any) -> None:
             super().__init__(*args, **{**user_settings, **kwargs})
+
+        def enabled(self) -> list[Action]:
+            actions = super().enabled()
+            # (with production loops: no sweep that would forget an armed worker's list)
+            return loops.sparing_armed(self, actions) if drive_loops else actions
 
     class CustodyMachine(RuleBasedStateMachine):
         """The model drives the real implementation."""
