@@ -40,11 +40,11 @@ class SuspectSlot:
             if self._holder is None:
                 self._holder = who
                 return True
-            return self._holder is who
+            return self._holder == who
 
     def release(self, who: str) -> None:
         with self._lock:
-            if self._holder is who:
+            if self._holder == who:
                 self._holder = None
 
     @property
@@ -55,7 +55,7 @@ class SuspectSlot:
 
     def held_by(self, who: str) -> bool:
         with self._lock:
-            return self._holder is who
+            return self._holder == who
 
     @property
     def free(self) -> bool:
