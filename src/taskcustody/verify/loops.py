@@ -274,8 +274,7 @@ class LoopDriver:
             joined, self.joined = self.joined, False
             self._track()
             self._path(name, mode)  # a step the model does not allow here: said first, as such
-            if not joined:
-                self._check(name, mode)
+            acquired = False if joined else self._check(name, mode)
             path = self._path(name, mode)  # (other actors may have stepped meanwhile)
         finally:
             self.inside = False
@@ -287,8 +286,15 @@ class LoopDriver:
         h.injector.disarm_all()
         self.commands += 1
         h.counts["loop-commands"] += 1
+        # A composite that took our process's suspect slot keeps it, its reply lost, until the
+        # worker's reconcile (the loop's next step; the slot is the process's own, not Redis's).
+        # When the model's step does not leave the slot with the worker (no suspect waited: it
+        # took from the queue, or nothing), the model cannot say that: that reply is not lost.
         if len(path) == 1:
             lost = self._mine("dropped_reply", path[0].name)
+            if lost is not None and acquired and apply(h.state, lost, h.config).processes[
+                    self.s][self.i].suspect != self.w:
+                lost = None
             if lost is not None and self.choices.lose(lost):
                 arm()
                 path = [lost]
@@ -341,12 +347,13 @@ class LoopDriver:
             ws.task = ws.outcome = None
             ws.stage = IDLE
 
-    def _check(self, name: str, mode: bytes) -> None:
+    def _check(self, name: str, mode: bytes) -> bool:
         """`Harness.check`, just before the loop's command of model action `name` is sent, then
         other actors' steps. A take of a suspect (alone or in a release's script) takes the
         process's suspect slot before it sends (`Worker.take_suspect`): that belongs to the
         command not yet sent, so the check does not see it, and nobody else steps then (another
-        worker of the process could not take the slot the model still calls free)."""
+        worker of the process could not take the slot the model still calls free). Returns
+        whether the command took the slot so."""
         suspects = self.slot.server.suspect_slot
         holder = suspects._holder
         model = self.h.state.processes[self.s][self.i].suspect
@@ -364,6 +371,7 @@ class LoopDriver:
             suspects._holder = holder
         if not acquired:
             self._interleave()
+        return acquired
 
     def _path(self, name: str, mode: bytes) -> list[Action]:
         """The model actions the loop's command performs, in order, each checked to be enabled
