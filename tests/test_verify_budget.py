@@ -170,10 +170,11 @@ def test_a_run_cut_short_exits_0_and_says_partial_everywhere(monkeypatch: pytest
     html = page.read_text(encoding="utf-8")
     assert "Parts (PARTIAL" in html and "2 examples run (40 asked for)" in html
     assert html.rstrip().endswith("</body></html>")
-    [case] = ET.parse(junit).getroot().iter("testcase")
+    case, loops = ET.parse(junit).getroot().iter("testcase")
     assert case.find("failure") is None and case.find("skipped") is None
     assert "2 examples run (40 asked for)" in (case.findtext("system-out") or "")
     assert "partial" in (case.findtext("system-out") or "")
+    assert loops.get("name", "").startswith(LOOPS_PART) and loops.find("skipped") is not None
 
 
 def test_the_help_says_what_the_budget_does() -> None:

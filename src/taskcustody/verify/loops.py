@@ -40,8 +40,8 @@ from taskcustody_model.state import ARMED, IDLE, RECORDED, RUNNING, TAKEN
 
 from .. import envelope, scripts
 from ..worker import Worker
-from .harness import Harness, actor_of
 from .faults import command_args
+from .harness import Harness, actor_of
 from .observation import Mismatch, StepRecord, WorkerSlot
 
 #: The commands a worker's loop sends, as model actions: on its own connection by (name, script
@@ -326,7 +326,7 @@ class LoopDriver:
         self.last = self.sent = None
         self.took = False
         if sent == "take":
-            ws.armed = last is not None and last.name == "arm" or (
+            ws.armed = (last is not None and last.name == "arm") or (
                 last is None and ws.armed)
         elif sent in ("take_suspect", "release_and_take") and last is not None:
             ws.armed = False
