@@ -53,8 +53,8 @@ def test_a_passing_run_has_one_passing_case_per_part() -> None:
     root = xml_of(verify(Options(examples=3, steps=10, model_bounds=SMALL_MODEL)))
     [suite] = root.iter("testsuite")
     names = [c.get("name") for c in suite.iter("testcase")]
-    assert names == ["model check", "stateful conformance on fakeredis"]
-    assert (root.get("tests"), root.get("failures"), root.get("skipped")) == ("2", "0", "0")
+    assert names == ["model check", "stateful conformance on fakeredis", "production loops"]
+    assert (root.get("tests"), root.get("failures"), root.get("skipped")) == ("3", "0", "0")
     props = {p.get("name"): p.get("value") for p in suite.iter("property")}
     assert props["design"] == "correct" and props["partial"] == "false"
     out = [c.findtext("system-out") for c in suite.iter("testcase")]
@@ -80,7 +80,7 @@ def test_parts_the_budget_did_not_reach_are_skipped_with_the_reason() -> None:
     now[0] = 6.0
     result = verify(Options(examples=3, steps=10, model_bounds=SMALL_MODEL), budget=budget)
     root = parse(junit_xml([result], text_report, max_seconds=5))
-    assert (root.get("tests"), root.get("skipped"), root.get("failures")) == ("2", "2", "0")
+    assert (root.get("tests"), root.get("skipped"), root.get("failures")) == ("3", "3", "0")
     for case in root.iter("testcase"):
         skipped = case.find("skipped")
         assert skipped is not None and "--max-seconds 5" in skipped.get("message", "")
@@ -101,4 +101,5 @@ def test_the_cli_writes_one_suite_per_design(tmp_path: Path) -> None:
                            "taskcustody verify --variant blpop-take"}
     assert suites["taskcustody verify --variant correct"].get("failures") == "0"
     assert suites["taskcustody verify --variant blpop-take"].get("failures") == "1"
-    assert (root.get("tests"), root.get("failures")) == ("2", "1")
+    # correct: model check off, the stateful part and the production loops; blpop-take: stateful
+    assert (root.get("tests"), root.get("failures")) == ("3", "1")
