@@ -9,24 +9,28 @@ bytes before Redis does). At each hook the `LoopDriver`:
 1. checks the state the loop's previous command left (the real state equals the model's);
 2. may let other actors step first (other workers, a sweep, an enqueue, the clock): an
    interleaving of the loop with the rest of the deployment;
-3. maps the command to the model action it performs (`ACTIONS`), and checks that the model
-   enables that action for this worker now -- else `Mismatch("loop", ...)`: the loop did
-   something the protocol does not allow here;
+3. maps the command to the model actions it performs (`LoopDriver._path`: one, none, or for a
+   composite that passes a waiting suspect by, three), and checks that the model enables each for
+   this worker when it runs -- else `Mismatch("loop", ...)`: the loop did something the protocol
+   does not allow here;
 4. may lose the command's reply (a dropped reply: Redis runs it, the loop gets a connection error,
    which `run_until_stopped` handles as in production);
-5. applies the action to the model (the command then reaches Redis).
+5. applies the actions to the model (the command then reaches Redis).
 
 So the sequence of commands the loop sends is checked to be a path the model allows, with the
 state checked after every step of it. Time is the harness's `ManualClock`; the stop event's wait
 returns at once. The loop is stopped when the machine draws it, after `MAX_COMMANDS` commands, or
-when it would idle (its worker holds nothing and the model lets it take nothing): a take on an empty
-queue then never blocks, except when another actor's step emptied the queue just before it (one
-block timeout, 50 ms; the model calls it an idle take, which changes nothing).
+when it would idle (its worker holds nothing and the model lets it take nothing). A take that finds
+the queue empty (after a reconcile, or another actor's step just before it) registers the list
+and blocks one block timeout (50 ms): the model's `arm`, which leaves the worker armed
+(`WorkerSlot.armed`) until its next take; sent again while armed, it changes nothing the model
+sees. A take of a suspect that finds none registers the list too, which no model action does
+alone: it is one step with the take from the queue that follows it. Sweeps that would forget an
+armed worker's list are not driven (`sparing_armed`).
 
 What is driven: the plain worker's loop (`Worker.run`: register, `run_until_stopped`, `run_once`
 with its reconcile, take, record, execute, release or `release_and_take`, `finish` once stopped).
-Not yet: the prefetching worker's cycle and the server's background thread (docs: issue 14,
-point 8).
+Not yet: the prefetching worker's cycle and the server's background thread (issue 14, point 8).
 """
 
 from __future__ import annotations
