@@ -41,7 +41,7 @@ def _run(url: str | None, variant: str = "correct", examples: int = EXAMPLES,
          refusals: bool = True) -> Result:
     return verify(Options(examples=examples, steps=40, variant=variant, redis_url=url,
                           model_check=False, shrink=False, embedded=url is not None,
-                          refusals=refusals, fault_coverage=False))
+                          refusals=refusals, fault_coverage=False, loops=False))
 
 
 @pytest.fixture
@@ -99,7 +99,7 @@ def test_transport_retries_are_caught_on_a_real_server_only(
     """A client that sends a command again after a broken connection (what redis-py does by
     default): in the stateful part, fakeredis ignores the retry, a real server runs the command
     twice. (Without the refusal attempts: the draws compared are the stateful part's. The
-    production-loops part, off by default, is left out: its drops, injected as the loop sends,
+    production-loops part is left out (`loops=False`): its drops, injected as the loop sends,
     can make fakeredis run a retried take too; backends.py says so.)"""
     monkeypatch.setattr(taskcustody.connection, "no_retry", lambda: Retry(NoBackoff(), 3))
     # The same first examples on both: the real server's run fails within them.

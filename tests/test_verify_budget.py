@@ -19,7 +19,15 @@ from taskcustody.cli import main
 from taskcustody.verify import cli as verify_cli
 from taskcustody.verify.budget import Budget, BudgetSpent
 from taskcustody.verify.machine import RunStats
-from taskcustody.verify.run import FAILED, PARTIAL, PASSED, SKIPPED, Options, verify
+from taskcustody.verify.run import (
+    FAILED,
+    LOOPS_PART,
+    PARTIAL,
+    PASSED,
+    SKIPPED,
+    Options,
+    verify,
+)
 
 #: 5,149 states: more than one model-check report (one every 512 states with a budget).
 SMALL_MODEL = Bounds(2, 2, 1, 2, processes_per_server=1)
@@ -64,9 +72,10 @@ def test_the_stateful_part_stops_between_examples_and_says_how_many_ran() -> Non
                     on_example=after_example, budget=Budget(10, clock))
     assert result.ok and result.partial
     assert result.stats.examples == 3 and result.stats.steps > 0
-    [part] = result.parts
+    part, loops = result.parts
     assert part.outcome == PARTIAL
     assert part.covered == f"3 examples run (50 asked for), {result.stats.steps:,} steps"
+    assert loops.name == LOOPS_PART and loops.outcome == SKIPPED
 
 
 def test_a_run_cut_short_explores_the_first_examples_of_the_run_without_a_budget() -> None:
@@ -99,10 +108,11 @@ def test_the_model_check_stops_at_a_progress_report_and_the_stateful_part_is_ski
                             fault_coverage=False),
                     on_model=at_report, budget=Budget(10, clock))
     assert result.ok and result.partial and result.model is None
-    model, stateful = result.parts
+    model, stateful, loops = result.parts
     assert model.name == "model check" and model.outcome == SKIPPED
     assert "stopped by the time budget" in model.message and "states" in model.covered
     assert stateful.outcome == SKIPPED and "--max-seconds 10" in stateful.message
+    assert loops.outcome == SKIPPED and "--max-seconds 10" in loops.message
     assert result.stats.examples == 0
 
 
@@ -110,7 +120,7 @@ def test_without_a_budget_every_part_runs_to_the_end() -> None:
     result = verify(Options(examples=4, steps=10, model_bounds=SMALL_MODEL,
                             fault_coverage=False))
     assert result.ok and not result.partial
-    assert [p.outcome for p in result.parts] == [PASSED, PASSED]
+    assert [p.outcome for p in result.parts] == [PASSED, PASSED, PASSED]
     assert result.stats.examples == 4
 
 
@@ -160,14 +170,15 @@ def test_a_run_cut_short_exits_0_and_says_partial_everywhere(monkeypatch: pytest
     assert code == 0, out
     assert "PARTIAL" in out and "VERIFIED" not in out
     assert "2 examples run (40 asked for)" in out
-    assert "coverage: PARTIAL (0 of 1 parts run to the end)" in out
+    assert "coverage: PARTIAL (0 of 2 parts run to the end)" in out
     html = page.read_text(encoding="utf-8")
     assert "Parts (PARTIAL" in html and "2 examples run (40 asked for)" in html
     assert html.rstrip().endswith("</body></html>")
-    [case] = ET.parse(junit).getroot().iter("testcase")
+    case, loops = ET.parse(junit).getroot().iter("testcase")
     assert case.find("failure") is None and case.find("skipped") is None
     assert "2 examples run (40 asked for)" in (case.findtext("system-out") or "")
     assert "partial" in (case.findtext("system-out") or "")
+    assert loops.get("name", "").startswith(LOOPS_PART) and loops.find("skipped") is not None
 
 
 def test_the_help_says_what_the_budget_does() -> None:

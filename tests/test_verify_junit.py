@@ -53,8 +53,9 @@ def test_a_passing_run_has_one_passing_case_per_part() -> None:
     root = xml_of(verify(Options(examples=3, steps=10, model_bounds=SMALL_MODEL)))
     [suite] = root.iter("testsuite")
     names = [c.get("name") for c in suite.iter("testcase")]
-    assert names == ["model check", "stateful conformance on fakeredis", "fault coverage"]
-    assert (root.get("tests"), root.get("failures"), root.get("skipped")) == ("3", "0", "0")
+    assert names == ["model check", "stateful conformance on fakeredis", "production loops",
+                     "fault coverage"]
+    assert (root.get("tests"), root.get("failures"), root.get("skipped")) == ("4", "0", "0")
     props = {p.get("name"): p.get("value") for p in suite.iter("property")}
     assert props["design"] == "correct" and props["partial"] == "false"
     out = [c.findtext("system-out") for c in suite.iter("testcase")]
@@ -103,4 +104,5 @@ def test_the_cli_writes_one_suite_per_design(tmp_path: Path) -> None:
                            "taskcustody verify --variant blpop-take"}
     assert suites["taskcustody verify --variant correct"].get("failures") == "0"
     assert suites["taskcustody verify --variant blpop-take"].get("failures") == "1"
-    assert (root.get("tests"), root.get("failures")) == ("2", "1")
+    # correct: model check off, the stateful part and the production loops; blpop-take: stateful
+    assert (root.get("tests"), root.get("failures")) == ("3", "1")

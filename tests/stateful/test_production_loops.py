@@ -5,13 +5,24 @@ a step the model requires is caught."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
+from click.testing import CliRunner
 from hypothesis import Phase, settings
 from hypothesis.stateful import run_state_machine_as_test
 
+from taskcustody.cli import main
 from taskcustody.verify.machine import RunStats, build_machine
 from taskcustody.verify.observation import Mismatch
-from taskcustody.verify.run import PASSED, Options, no_local_constants, verify
+from taskcustody.verify.run import (
+    LOOP_EXAMPLES,
+    LOOPS_PART,
+    PASSED,
+    Options,
+    no_local_constants,
+    verify,
+)
 from tests.conftest import Backend
 
 EXAMPLES = 15
@@ -37,6 +48,8 @@ def test_the_real_worker_loop_follows_the_model(backend: Backend) -> None:
     # the loop really ran, lost replies included, and tasks committed with none lost
     assert stats.faults["loop-commands"] > 0
     assert stats.faults["dropped-reply:loop"] > 0
+    # an idle take (the queue empty) is the model's `arm`: the loop registered and waited
+    assert stats.faults["loop-arms"] > 0
     assert stats.tallies["committed"] > 0
     assert stats.tallies["lost"] == 0 and stats.tallies["duplicated"] == 0
 
@@ -46,10 +59,26 @@ def test_a_loop_that_skips_its_reconcile_is_caught(backend: Backend) -> None:
         _run(backend, loop="loop-skips-reconcile")
 
 
-def test_verify_runs_the_production_loops_as_a_part_of_its_own() -> None:
-    result = verify(Options(examples=5, steps=15, model_check=False, loops=True,
+def test_the_default_verify_run_drives_the_production_loops() -> None:
+    """The main job, not only this file, catches a loop that breaks the protocol: the part runs
+    unless `--no-loops` says otherwise, with the examples of the default run (`LOOP_EXAMPLES`,
+    derandomized: the same draws as `taskcustody verify`). The named mutant
+    run-once-skips-reconcile is caught here (a `loop` mismatch: take where only reconcile)."""
+    assert Options().loops and Options().examples >= LOOP_EXAMPLES
+    result = verify(Options(examples=LOOP_EXAMPLES, model_check=False, shrink=False,
                             fault_coverage=False))
-    assert result.ok
     _, loops = result.parts
-    assert loops.name == "production loops" and loops.outcome == PASSED
+    assert loops.name == LOOPS_PART
+    assert loops.outcome == PASSED, loops.message
+    assert result.ok
     assert "commands of the worker's loop checked" in loops.covered
+
+
+def test_the_default_command_line_runs_the_production_loops_and_no_loops_leaves_them_out() -> None:
+    args = ["verify", "--no-model-check", "--examples", "3", "--steps", "10", "--quiet"]
+    default = CliRunner().invoke(main, args)
+    assert default.exit_code == 0, default.output
+    assert re.search(rf"^  {LOOPS_PART} +PASSED", default.output, re.M), default.output
+    without = CliRunner().invoke(main, [*args, "--no-loops"])
+    assert without.exit_code == 0, without.output
+    assert LOOPS_PART not in without.output

@@ -197,10 +197,10 @@ def _no_server(message: str) -> NoReturn:
               help="Run the model-driven stateful run on the implementation.")
 @click.option("--shrink-seconds", type=click.FloatRange(1, 3600), default=60.0,
               show_default=True, help="Time budget for shrinking a counterexample.")
-@click.option("--loops", is_flag=True,
-              help="Also run the worker's production loop (Worker.run) driven by the model, "
-                   "every command it sends checked against what the model allows (new, and "
-                   "not yet in the default run: its driver has known gaps, see the README).")
+@click.option("--loops/--no-loops", default=True, show_default=True,
+              help="With the real implementation: also run the worker's production loop "
+                   "(Worker.run) driven by the model, every command it sends checked to be a "
+                   "step the model allows then.")
 @click.option("--fault-coverage/--no-fault-coverage", default=True, show_default=True,
               help="Also the fault-coverage part: the stateful machine aims at every fault "
                    "kind, and the run fails (with the counts) if a kind, or the lost reply of "

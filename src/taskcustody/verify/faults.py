@@ -61,9 +61,10 @@ class FaultInjector:
     log: list[tuple[str | None, str]] = field(default_factory=list)
     enabled: bool = True
     #: Called just before a write reaches Redis, with the (name, first argument) of each command
-    #: in it, the connection's label and the connection: the hook through which the loop driver
-    #: (verify/loops.py) sees every command a production loop sends, before Redis runs it.
-    on_send: Callable[[list[tuple[str, bytes]], str | None, object], None] | None = None
+    #: in it, the connection's label, the connection and the write's bytes (`command_args` reads
+    #: every argument back): the hook through which the loop driver (verify/loops.py) sees every
+    #: command a production loop sends, before Redis runs it.
+    on_send: Callable[[list[tuple[str, bytes]], str | None, object, bytes], None] | None = None
 
     def arm(self, command: str, *, label: str | None = None,
             connection: object | None = None, skip: int = 0) -> Arm:
@@ -102,33 +103,41 @@ def _name(args: tuple[Any, ...]) -> str:
     return text.split(" ", 1)[0].upper()
 
 
-def command_heads(packed: bytes | list[bytes] | tuple[bytes, ...]) -> list[tuple[str, bytes]]:
-    """(name, first argument or b"") of each command in RESP request bytes (`*<n>`, then n bulk
-    strings each), in the order they are sent; [] for what is not such a request. The first
-    argument tells scripts apart (EVALSHA's hash)."""
-    data = packed if isinstance(packed, bytes | bytearray) else b"".join(bytes(p) for p in packed)
-    heads: list[tuple[str, bytes]] = []
+def as_bytes(packed: bytes | list[bytes] | tuple[bytes, ...]) -> bytes:
+    """A write's bytes, joined (redis-py sends a list of chunks)."""
+    return bytes(packed) if isinstance(packed, bytes | bytearray) else b"".join(
+        bytes(p) for p in packed)
+
+
+def command_args(packed: bytes | list[bytes] | tuple[bytes, ...]) -> list[list[bytes]]:
+    """The arguments (the name first) of each command in RESP request bytes (`*<n>`, then n bulk
+    strings each), in the order they are sent; [] for what is not such a request."""
+    data = as_bytes(packed)
+    commands: list[list[bytes]] = []
     at = 0
     try:
         while at < len(data):
             if data[at:at + 1] != b"*":
-                return heads
+                return commands
             end = data.index(b"\r\n", at)
             count, at = int(data[at + 1:end]), end + 2
-            name, first = "", b""
-            for k in range(count):
+            args: list[bytes] = []
+            for _ in range(count):
                 end = data.index(b"\r\n", at)
                 length = int(data[at + 1:end])
-                value = bytes(data[end + 2:end + 2 + length])
-                if k == 0:
-                    name = _name((value,))
-                elif k == 1:
-                    first = value
+                args.append(bytes(data[end + 2:end + 2 + length]))
                 at = end + 2 + length + 2
-            heads.append((name, first))
+            commands.append(args)
     except ValueError:
         pass
-    return heads
+    return commands
+
+
+def command_heads(packed: bytes | list[bytes] | tuple[bytes, ...]) -> list[tuple[str, bytes]]:
+    """(name, first argument or b"") of each command in RESP request bytes, in the order they
+    are sent (`command_args`). The first argument tells scripts apart (EVALSHA's hash)."""
+    return [(_name((args[0],)) if args else "", args[1] if len(args) > 1 else b"")
+            for args in command_args(packed)]
 
 
 class DroppingConnectionMixin:
@@ -151,7 +160,7 @@ class DroppingConnectionMixin:
         heads = command_heads(command)
         injector = type(self).injector
         if injector is not None and injector.on_send is not None:
-            injector.on_send(heads, type(self).label, self)
+            injector.on_send(heads, type(self).label, self, as_bytes(command))
         names = [name for name, _ in heads]
         super().send_packed_command(command, check_health=check_health)  # type: ignore[misc]
         self._tc_pending.extend(names)

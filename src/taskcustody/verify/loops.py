@@ -9,24 +9,28 @@ bytes before Redis does). At each hook the `LoopDriver`:
 1. checks the state the loop's previous command left (the real state equals the model's);
 2. may let other actors step first (other workers, a sweep, an enqueue, the clock): an
    interleaving of the loop with the rest of the deployment;
-3. maps the command to the model action it performs (`ACTIONS`), and checks that the model
-   enables that action for this worker now -- else `Mismatch("loop", ...)`: the loop did
-   something the protocol does not allow here;
+3. maps the command to the model actions it performs (`LoopDriver._path`: one, none, or for a
+   composite that passes a waiting suspect by, three), and checks that the model enables each for
+   this worker when it runs -- else `Mismatch("loop", ...)`: the loop did something the protocol
+   does not allow here;
 4. may lose the command's reply (a dropped reply: Redis runs it, the loop gets a connection error,
    which `run_until_stopped` handles as in production);
-5. applies the action to the model (the command then reaches Redis).
+5. applies the actions to the model (the command then reaches Redis).
 
 So the sequence of commands the loop sends is checked to be a path the model allows, with the
 state checked after every step of it. Time is the harness's `ManualClock`; the stop event's wait
 returns at once. The loop is stopped when the machine draws it, after `MAX_COMMANDS` commands, or
-when it would idle (its worker holds nothing and the model lets it take nothing): a take on an empty
-queue then never blocks, except when another actor's step emptied the queue just before it (one
-block timeout, 50 ms; the model calls it an idle take, which changes nothing).
+when it would idle (its worker holds nothing and the model lets it take nothing). A take that finds
+the queue empty (after a reconcile, or another actor's step just before it) registers the list
+and blocks one block timeout (50 ms): the model's `arm`, which leaves the worker armed
+(`WorkerSlot.armed`) until its next take; sent again while armed, it changes nothing the model
+sees. A take of a suspect that finds none registers the list too, which no model action does
+alone: it is one step with the take from the queue that follows it. Sweeps that would forget an
+armed worker's list are not driven (`sparing_armed`).
 
 What is driven: the plain worker's loop (`Worker.run`: register, `run_until_stopped`, `run_once`
 with its reconcile, take, record, execute, release or `release_and_take`, `finish` once stopped).
-Not yet: the prefetching worker's cycle and the server's background thread (docs: issue 14,
-point 8).
+Not yet: the prefetching worker's cycle and the server's background thread (issue 14, point 8).
 """
 
 from __future__ import annotations
@@ -35,11 +39,12 @@ import threading
 from collections.abc import Callable
 from typing import Protocol
 
-from taskcustody_model import Action, enabled_actions, list_of
-from taskcustody_model.state import IDLE, RECORDED, RUNNING, TAKEN
+from taskcustody_model import Action, apply, enabled_actions, is_live, list_of, prune
+from taskcustody_model.state import ARMED, IDLE, RECORDED, RUNNING, TAKEN
 
 from .. import envelope, scripts
 from ..worker import Worker
+from .faults import command_args
 from .harness import Harness, actor_of
 from .observation import Mismatch, StepRecord, WorkerSlot
 
@@ -114,6 +119,37 @@ def drivable(h: Harness) -> list[tuple[int, int, int]]:
     return found
 
 
+def sparing_armed(h: Harness, actions: list[Action]) -> list[Action]:
+    """`actions` without the sweeps (and their lost replies) that would forget the list of a
+    worker its production loop left armed (`arm`: its take found the queue empty), its process no
+    longer live. The model spares that list: its take is pending, and a pending take is served or
+    times out within the registry's grace (`Bounds.take_wait_bounded`; the model check covers
+    it). The harness cannot: its takes never wait (a take on an empty queue times out at once,
+    where production's loop sends it again), and its grace is 0 (`VERIFY_SETTINGS`: its clock is
+    the model's ticks), so Redis would forget the list the model keeps. That sweep is not driven
+    here."""
+    armed = [(s, slot.model_inc, w) for s, procs in enumerate(h.procs) for slot in procs
+             for w, ws in enumerate(slot.workers) if ws.armed and not ws.crashed
+             and not ws.stopped]
+    if not armed:
+        return actions
+    state = h.state
+    registry = prune(state.registry)
+    held = {k for k, _ in state.lists}
+    forgettable = [k for k in armed if k in state.registered and k not in held
+                   and not is_live(registry, k)]
+    if not forgettable:
+        return actions
+
+    def forgets(a: Action) -> bool:
+        if "sweep" not in (a.name, a.command):
+            return False
+        inc = state.processes[a.server][a.proc].inc
+        return any(k[:2] != (a.server, inc) for k in forgettable)
+
+    return [a for a in actions if not forgets(a)]
+
+
 #: Demonstration loops that break the protocol (the test proves the driven run catches them):
 #: each patches one worker before its loop runs.
 def _skips_reconcile(worker: Worker) -> None:
@@ -152,6 +188,10 @@ class LoopDriver:
         self.inside = False  # another actor's step, or a check: its commands are not the loop's
         self.checked = True  # the state after the loop's last command was checked
         self.last: Action | None = None  # the model action of the loop's last command
+        self.sent: str | None = None  # the name of the loop's last command
+        self.took = False  # the loop's last command was more than one model action
+        self.failure: Mismatch | None = None  # the first the driver found
+        self.joined = False  # the loop's last command and its next are one model step
 
     # -- the run -------------------------------------------------------------------------------
 
@@ -162,9 +202,17 @@ class LoopDriver:
         injector = self.h.injector
         injector.on_send = self._on_send
         try:
-            self.worker.run(_Stop(self._stopped))
+            try:
+                self.worker.run(_Stop(self._stopped))
+            except Exception:
+                if self.failure is not None:
+                    raise self.failure from None
+                raise
+            if self.failure is not None:
+                raise self.failure  # (swallowed by the loop as if Redis had failed it)
             if injector.armed:
                 raise Mismatch("fault", "a reply the driver dropped did not surface")
+            self._track()  # (its last command: armed, if an idle take)
         finally:
             injector.on_send = None
             injector.disarm_all()
@@ -180,13 +228,24 @@ class LoopDriver:
             return True
         me = self.h.state.processes[self.s][self.i].workers[self.w]
         would_idle = not self._mine("take") and not self._mine("take_suspect")
-        return me.phase == IDLE and would_idle
+        return me.phase in (IDLE, ARMED) and would_idle
 
     # -- the hook ------------------------------------------------------------------------------
 
-    def _on_send(self, heads: list[tuple[str, bytes]], label: str | None, conn: object) -> None:
+    def _on_send(self, heads: list[tuple[str, bytes]], label: str | None, conn: object,
+                 packed: bytes) -> None:
         if self.inside or not heads:
             return
+        if self.failure is not None:
+            raise self.failure  # (the loop's `finally` sends on: the first finding stands)
+        try:
+            self._hook(heads, label, conn, packed)
+        except Mismatch as exc:
+            self.failure = exc
+            raise
+
+    def _hook(self, heads: list[tuple[str, bytes]], label: str | None, conn: object,
+              packed: bytes) -> None:
         names = [name for name, _ in heads]
         if conn is self.worker._conn:
             take = next((n for n in names if n in TAKES), None)
@@ -195,8 +254,9 @@ class LoopDriver:
             elif names[0] == "EVALSHA" and heads[0][1] in OWN_SCRIPTS:
                 name = OWN_SCRIPTS[heads[0][1]]
                 pending = list(getattr(conn, "_tc_pending", ()))
+                mode = command_args(packed)[0][-3] if name == "release_and_take" else b""
                 self._before(name, lambda: self.h.injector.arm(
-                    "EVALSHA", connection=conn, skip=pending.count("EVALSHA")))
+                    "EVALSHA", connection=conn, skip=pending.count("EVALSHA")), mode)
         elif label == self.label and names[0] == "LLEN":
             n = len(list_of(self.h.state, self._key()))
             self._before("reconcile", lambda: self.h.injector.arm(
@@ -209,33 +269,53 @@ class LoopDriver:
         action = Action(name, self.s, self.i, self.w, command)
         return action if action in enabled_actions(self.h.state, self.h.config) else None
 
-    def _before(self, name: str, arm: Callable[[], object]) -> None:
-        """The loop is about to send the command of model action `name` (module doc, 1-5)."""
+    def _before(self, name: str, arm: Callable[[], object], mode: bytes = b"") -> None:
+        """The loop is about to send the command of model action `name` (module doc, 1-5);
+        `mode`: what a composite's command asks to take (RELEASE_AND_TAKE's argument)."""
         h = self.h
         self.inside = True
         try:
+            joined, self.joined = self.joined, False
             self._track()
-            self._action(name)  # a step the model does not allow here: said first, as such
-            self._check(name)
+            self._path(name, mode)  # a step the model does not allow here: said first, as such
+            acquired = False if joined else self._check(name, mode)
+            path = self._path(name, mode)  # (other actors may have stepped meanwhile)
         finally:
             self.inside = False
+        # A take of a suspect that finds none registered our list all the same (TAKE_AND_RECORD)
+        # and changes nothing else: no model action does only that. The take from the queue that
+        # `Worker.take` sends next registers it too (`take`, `arm`): the two are one step here,
+        # nobody steps and nothing is checked between them.
+        self.joined = name == "take_suspect" and not path
         h.injector.disarm_all()
-        action = self._action(name)
         self.commands += 1
         h.counts["loop-commands"] += 1
-        if action is None:  # a take that finds the queue empty: it changes nothing
-            return
-        lost = self._mine("dropped_reply", action.name)
-        if lost is not None and self.choices.lose(lost):
-            arm()
-            action = lost
-            h.counts[f"dropped-reply:{lost.command}"] += 1
-            h.counts["dropped-reply:loop"] += 1
-        h.steps.append(StepRecord(len(h.steps) + 1, action,
-                                  f"{h.describe(action)} (by its production loop)",
-                                  action.is_fault, actor_of(action, h.state)))
-        h.model_step(action)
-        self.last = action
+        # A composite that took our process's suspect slot keeps it, its reply lost, until the
+        # worker's reconcile (the loop's next step; the slot is the process's own, not Redis's).
+        # When the model's step does not leave the slot with the worker (no suspect waited: it
+        # took from the queue, or nothing), the model cannot say that: that reply is not lost.
+        if len(path) == 1:
+            lost = self._mine("dropped_reply", path[0].name)
+            if lost is not None and acquired and apply(h.state, lost, h.config).processes[
+                    self.s][self.i].suspect != self.w:
+                lost = None
+            if lost is not None and self.choices.lose(lost):
+                arm()
+                path = [lost]
+                h.counts[f"dropped-reply:{lost.command}"] += 1
+                h.counts["dropped-reply:loop"] += 1
+        if len(path) > 1:
+            h.counts["loop-composites-passing-a-suspect"] += 1
+        for action in path:
+            if action.name == "arm":
+                h.counts["loop-arms"] += 1
+            h.steps.append(StepRecord(len(h.steps) + 1, action,
+                                      f"{h.describe(action)} (by its production loop)",
+                                      action.is_fault, actor_of(action, h.state)))
+            h.model_step(action)
+        self.last = path[-1] if path else None
+        self.took = len(path) > 1
+        self.sent = name
         self.checked = False
         if self.commands >= MAX_COMMANDS or self.choices.stop():
             self.stopping = True
@@ -243,36 +323,45 @@ class LoopDriver:
     def _track(self) -> None:
         """The harness's view of the worker (`WorkerSlot`: what it holds, at which stage), after
         the loop's last command, from what that command did in Redis: the task a take moved is
-        the head of our list (read back, not taken from the model)."""
-        last, ws = self.last, self.ws
-        self.last = None
+        the head of our list (read back, not taken from the model). A take that found the queue
+        empty left the worker armed (`arm`); any other take ends that."""
+        last, ws, sent = self.last, self.ws, self.sent
+        took = self.took  # a composite's command that was a release, a take and a record
+        self.last = self.sent = None
+        self.took = False
+        if sent == "take":
+            ws.armed = (last is not None and last.name == "arm") or (
+                last is None and ws.armed)
+        elif sent in ("take_suspect", "release_and_take") and last is not None:
+            ws.armed = False
         if last is None or last.is_fault:
             if last is not None:
                 ws.task = ws.outcome = None
                 ws.stage = IDLE
             return
-        if last.name == "record":
+        if last.name == "record" and not took:
             ws.stage = RECORDED
-        elif last.name in ("take", "take_suspect", "release_and_take"):
+        elif took or last.name in ("take", "take_suspect", "release_and_take"):
             raw = self.h.admin.lindex(self.worker.list_key, 0)
             ws.task = None if raw is None else envelope.decode(
                 raw if isinstance(raw, bytes) else str(raw).encode())
-            ws.stage = IDLE if raw is None else RECORDED if last.name == "release_and_take" \
-                else TAKEN
-        else:  # a release, a reconcile
+            ws.stage = IDLE if raw is None else TAKEN if last.name in ("take", "take_suspect") \
+                else RECORDED
+        elif last.name != "arm":  # a release, a reconcile
             ws.task = ws.outcome = None
             ws.stage = IDLE
 
-    def _check(self, name: str) -> None:
+    def _check(self, name: str, mode: bytes) -> bool:
         """`Harness.check`, just before the loop's command of model action `name` is sent, then
         other actors' steps. A take of a suspect (alone or in a release's script) takes the
         process's suspect slot before it sends (`Worker.take_suspect`): that belongs to the
         command not yet sent, so the check does not see it, and nobody else steps then (another
-        worker of the process could not take the slot the model still calls free)."""
+        worker of the process could not take the slot the model still calls free). Returns
+        whether the command took the slot so."""
         suspects = self.slot.server.suspect_slot
         holder = suspects._holder
         model = self.h.state.processes[self.s][self.i].suspect
-        acquired = name in ("take_suspect", "release_and_take") \
+        acquired = (name == "take_suspect" or mode == b"suspect") \
             and holder == self.worker.list_key and model != self.w
         if acquired:
             suspects._holder = None
@@ -284,28 +373,52 @@ class LoopDriver:
                 self.checked = True
         finally:
             suspects._holder = holder
-        # Nobody steps between the composite's decision and its send either: its command carries
-        # whether the worker asks for a suspect (from the worker's hint, read when it was built),
-        # while the model's composite decides when it runs. A sweep of this process stepping in
-        # between leaves a suspect waiting that the command did not ask for, and the model would
-        # take it: the model has no composite that passes a waiting suspect by (the worker
-        # learns of it later, at no cost to custody). Until it has, that interleaving is not
-        # driven here (found by `taskcustody verify` on 2026-12-02).
-        if not acquired and name != "release_and_take":
+        if not acquired:
             self._interleave()
+        return acquired
 
-    def _action(self, name: str) -> Action | None:
-        """The model action the loop's command performs, checked to be enabled now."""
+    def _path(self, name: str, mode: bytes) -> list[Action]:
+        """The model actions the loop's command performs, in order, each checked to be enabled
+        when it runs (the first now; `Mismatch("loop", ...)` if not).
+
+        - A take that finds the queue empty registers the list and waits: `arm`; the take it
+          sends again while it waits changes nothing the model sees ([]).
+        - A composite (RELEASE_AND_TAKE) takes what its command asks for, decided when the
+          worker built it (`mode`): "" (the worker is dirty) nothing, the plain `release`;
+          "suspect" a waiting suspect, else the queue's next task, as the model's
+          `release_and_take`; "queue" only the queue's next task, even when a suspect waits
+          (one came while other actors stepped): then the model's composite would take the
+          suspect, and the command is `release`, `take`, `record` in a row, which the model
+          says the composite is (protocol.py). A composite with nothing to take is the plain
+          `release`."""
+        state, me = self.h.state, self.h.state.processes[self.s][self.i]
+        phase = me.workers[self.w].phase
+        if name == "take" and not state.queue:
+            if phase == ARMED:
+                return []  # still waiting: the registration is the model's already
+            if phase == IDLE and self._mine("arm") is not None:
+                return [self._one("arm")]
+        if name == "take_suspect" and not state.suspects:
+            return []  # the worker's hint said a suspect may wait; none does
+        if name != "release_and_take":
+            return [self._one(name)]
+        suspect_first = bool(state.suspects) and me.suspect in (-1, self.w)
+        composite = self._mine("release_and_take")
+        if mode == b"suspect" or (mode == b"queue" and not suspect_first):
+            return [composite] if composite is not None else [self._one("release")]
+        release = self._one("release")
+        if mode != b"queue" or not state.queue:
+            return [release]
+        after = apply(state, release, self.h.config).processes[self.s][self.i]
+        if after.workers[self.w].phase != IDLE:
+            return [release]  # debris left in our list: the script takes nothing
+        return [release, Action("take", self.s, self.i, self.w),
+                Action("record", self.s, self.i, self.w)]
+
+    def _one(self, name: str) -> Action:
         action = self._mine(name)
         if action is not None:
             return action
-        me = self.h.state.processes[self.s][self.i].workers[self.w]
-        if name == "take" and me.phase == IDLE and not self.h.state.queue:
-            return None  # an idle take: another actor took the last task just before it
-        if name == "take_suspect" and not self.h.state.suspects:
-            return None  # the worker's hint said a suspect may wait; none does
-        if name == "release_and_take" and self._mine("release") is not None:
-            return self._mine("release")  # nothing to take: the step is the plain release
         allowed = sorted({a.name for a in enabled_actions(self.h.state, self.h.config)
                           if (a.server, a.proc, a.worker) == (self.s, self.i, self.w)
                           and not a.is_fault})

@@ -134,6 +134,11 @@ def build_machine(
         def __init__(self, *args: Any, **kwargs: Any) -> None:
             super().__init__(*args, **{**user_settings, **kwargs})
 
+        def enabled(self) -> list[Action]:
+            actions = super().enabled()
+            # (with production loops: no sweep that would forget an armed worker's list)
+            return loops.sparing_armed(self, actions) if drive_loops else actions
+
     class CustodyMachine(RuleBasedStateMachine):
         """The model drives the real implementation."""
 

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 import redis
 from taskcustody_model import Action, Config, State, check_invariants
 from taskcustody_model.state import (
+    ARMED,
     CLAIMED,
     CRASHED,
     DIRTY,
@@ -75,6 +76,9 @@ class WorkerSlot:
     outcome: Outcome | None = None
     crashed: bool = False
     stopped: bool = False
+    #: its production loop's last take found the queue empty (the model's `arm`: the take
+    #: registered the list and waits); its next take, or a crash, ends that
+    armed: bool = False
 
     def phase(self) -> int:
         if self.crashed:
@@ -84,7 +88,7 @@ class WorkerSlot:
         if self.task is not None:
             return self.stage
         assert self.worker is not None
-        return DIRTY if self.worker.dirty else IDLE
+        return DIRTY if self.worker.dirty else ARMED if self.armed else IDLE
 
 
 @dataclass

@@ -92,9 +92,8 @@ class Options:
     #: embedded.py): the server is the run's own, so the Redis wipe flushes its script cache
     embedded: bool = False
     #: with the real implementation: also the part that runs the worker's production loop
-    #: itself from the model (`LOOPS_PART`, verify/loops.py). Off unless asked (`--loops`):
-    #: its driver still has gaps that read as violations of the correct design (README)
-    loops: bool = False
+    #: itself from the model (`LOOPS_PART`, verify/loops.py); off with `--no-loops`
+    loops: bool = True
     #: with the real implementation: the stateful part also attempts what the model refuses
     #: (`machine.with_refusals`)
     refusals: bool = True
@@ -127,8 +126,8 @@ class Options:
             args += ["--variant", self.variant]
         if self.prefetch:
             args.append("--prefetch")
-        if self.loops:
-            args.append("--loops")
+        if not self.loops:
+            args.append("--no-loops")
         if self.embedded:
             args.append("--embedded-redis")
         elif self.redis_url:

@@ -512,6 +512,7 @@ class Stepping(Observation):
         whose reply the injector drops on the worker's connection) when `lost`."""
         worker = ws.worker
         assert worker is not None
+        ws.armed = False  # (a take left waiting by a production loop: this one is served)
         if lost:
             self.injector.arm(armed, connection=worker._conn)
         try:
