@@ -70,7 +70,7 @@ def _what_each_step_sends() -> dict[str, set[str]]:
         h = Harness(make_client, DEFAULT_BOUNDS)
         step = ["setup"]
 
-        def on_send(heads: list[tuple[str, bytes]], label: Any, conn: Any,
+        def on_send(heads: list[tuple[str, bytes]], label: Any, conn: Any, data: bytes,
                     step: list[str] = step) -> None:
             for name, first in heads:
                 sent[step[0]].add(names.get(first, first.decode(errors="replace"))

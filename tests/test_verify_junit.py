@@ -60,7 +60,7 @@ def test_a_passing_run_has_one_passing_case_per_part() -> None:
     assert props["design"] == "correct" and props["partial"] == "false"
     out = [c.findtext("system-out") for c in suite.iter("testcase")]
     assert (out[1] or "").startswith("covered: 3 examples run (3 asked for), ")
-    assert "faults of 13 kinds" in (out[2] or "")
+    assert "faults of 13 kinds" in (out[3] or "")
 
 
 def test_a_violation_is_a_failure_carrying_the_counterexample() -> None:
@@ -82,7 +82,7 @@ def test_parts_the_budget_did_not_reach_are_skipped_with_the_reason() -> None:
     now[0] = 6.0
     result = verify(Options(examples=3, steps=10, model_bounds=SMALL_MODEL), budget=budget)
     root = parse(junit_xml([result], text_report, max_seconds=5))
-    assert (root.get("tests"), root.get("skipped"), root.get("failures")) == ("3", "3", "0")
+    assert (root.get("tests"), root.get("skipped"), root.get("failures")) == ("4", "4", "0")
     for case in root.iter("testcase"):
         skipped = case.find("skipped")
         assert skipped is not None and "--max-seconds 5" in skipped.get("message", "")
