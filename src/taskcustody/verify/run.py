@@ -95,6 +95,9 @@ class Options:
     #: with the real implementation: the stateful part also attempts what the model refuses
     #: (`machine.with_refusals`)
     refusals: bool = True
+    #: the stateful part drives the asyncio worker (`aio.AsyncWorker`, verify/aio.py) instead of
+    #: the threaded one, with cancellations among its faults
+    asyncio: bool = False
 
     @property
     def stateful_bounds(self) -> Bounds:
@@ -107,7 +110,8 @@ class Options:
         where = ("fakeredis" if self.redis_url is None else
                  "embedded redis-server" if self.embedded else "redis")
         return (f"stateful conformance on {where}"
-                + (" with the prefetching worker" if self.prefetch else ""))
+                + (" with the prefetching worker" if self.prefetch else "")
+                + (" with the asyncio worker" if self.asyncio else ""))
 
     def command(self) -> str:
         """The command line that repeats this run."""
@@ -119,6 +123,8 @@ class Options:
             args += ["--variant", self.variant]
         if self.prefetch:
             args.append("--prefetch")
+        if self.asyncio:
+            args.append("--async")
         if self.loops:
             args.append("--loops")
         if self.embedded:
@@ -405,7 +411,8 @@ def verify(
                 if not fake:
                     _cleanup(make_client, keys)
             result.parts.append(_stateful_part(options, result, stopped))
-        if options.loops and options.variant == "correct" and not options.prefetch:
+        if options.loops and options.variant == "correct" and not options.prefetch \
+                and not options.asyncio:
             result.parts.append(_loops_part(options, result, make_client, keys, fake, budget))
     result.seconds = time.perf_counter() - started
     return result
@@ -560,7 +567,7 @@ def _stateful(options: Options, make_client: Callable[[], redis.Redis], keys: Qu
     bounds = None if drive_loops else options.bounds or _design_stateful_bounds(options.variant)
     machine = build_machine(make_client, bounds=bounds, implementation=options.variant,
                             real_redis=real, stats=stats, keys=keys,
-                            prefetching=options.prefetch,
+                            prefetching=options.prefetch, asyncio=options.asyncio,
                             flush_scripts=options.redis_url is None or options.embedded,
                             settings=run_settings(options.settings), drive_loops=drive_loops,
                             # The real implementation is also attempted what the model refuses
