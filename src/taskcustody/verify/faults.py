@@ -13,10 +13,10 @@ The mixin works on top of `redis.Connection` and of fakeredis's connection class
 `install(client, injector)` swaps the client's pool to a subclass of its own connection class.
 `AsyncDroppingConnectionMixin` (`install_async`) is its twin for `redis.asyncio` connections (and
 fakeredis's asyncio ones): both read through one coroutine, `read_dropping`, which the sync mixin
-runs without an event loop (`run_without_loop`: it never suspends there). An arm may also *cancel*
-(`Arm.cancel`, asyncio only): the reply is read -- Redis ran the command -- and the task awaiting it
-is cancelled there, a `CancelledError` at that await, as when a cancellation lands while the reply is
-in flight.
+runs without an event loop (`run_without_loop`: it never suspends there). An arm may also
+*cancel* (`Arm.cancel`, asyncio only): the reply is read -- Redis ran the command -- and the task
+awaiting it is cancelled there, a `CancelledError` at that await, as when a cancellation lands
+while the reply is in flight.
 
 A fault is *armed* for a command name, optionally for one connection (a worker's dedicated
 connection) or one labelled client (a server's pool), and fires once, on the next reply of that
