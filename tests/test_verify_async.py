@@ -6,6 +6,7 @@ both backends; the named mutants (mutation/named.py) show that the run catches a
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 
 import pytest
 import redis
@@ -76,3 +77,14 @@ def test_a_cancel_arm_cancels_the_awaiting_task_after_redis_ran_the_command() ->
 def test_run_without_loop_refuses_a_coroutine_that_suspends() -> None:
     with pytest.raises(RuntimeError, match="suspended"):
         faults.run_without_loop(asyncio.sleep(0))
+
+
+def test_verify_async_reports_its_part_in_the_text_and_the_junit_xml(tmp_path: Path) -> None:
+    junit = tmp_path / "verify.xml"
+    out = CliRunner().invoke(main, ["verify", "--async", "--no-model-check", "--quiet",
+                                    "--examples", "3", "--junit-xml", str(junit)])
+    assert out.exit_code == 0, out.output
+    assert "(with the asyncio worker)" in out.output
+    assert "stateful conformance on fakeredis with the asyncio worker PASSED" in out.output
+    assert 'name="stateful conformance on fakeredis with the asyncio worker"' in \
+        junit.read_text()
