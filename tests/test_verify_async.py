@@ -88,3 +88,9 @@ def test_verify_async_reports_its_part_in_the_text_and_the_junit_xml(tmp_path: P
     assert "stateful conformance on fakeredis with the asyncio worker PASSED" in out.output
     assert 'name="stateful conformance on fakeredis with the asyncio worker"' in \
         junit.read_text()
+
+
+def test_verify_async_with_a_broken_design_is_refused_in_one_line() -> None:
+    out = CliRunner().invoke(main, ["verify", "--async", "--variant", "blpop-take"])
+    assert out.exit_code == 2
+    assert "--variant" in out.output and "Traceback" not in out.output

@@ -275,6 +275,9 @@ def verify_command(examples: int | None, steps: int, seed: int | None, variants:
     if asyncio_worker and (prefetch or loops):
         raise click.UsageError("--async drives the asyncio worker, which has no prefetching "
                                "and no --loops driver yet: drop --prefetch/--loops")
+    if asyncio_worker and any(v != "correct" for v in variants):
+        raise click.UsageError("--async drives the asyncio worker of the correct design; the "
+                               "broken designs' demonstrations are threaded: drop --variant")
     results: list[Result] = []
     with _embedded_server(embedded_redis and stateful) as embedded_url:
         redis_url = embedded_url or redis_url
