@@ -20,7 +20,7 @@ cancellation to the stepping code as the connection error a lost reply is (`Canc
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Coroutine
+from collections.abc import Coroutine
 from typing import Any
 
 import redis
@@ -36,7 +36,7 @@ from ..settings import Settings
 from ..worker import Outcome, Release
 from . import faults
 from .harness import Harness
-from .stepping import ServerFactory
+from .stepping import ServerFactory, default_server
 
 
 class CancelledInFlight(redis.ConnectionError):
@@ -185,7 +185,7 @@ class AsyncHarness(Harness):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         self.loop = asyncio.new_event_loop()
-        base: ServerFactory = kwargs.pop("server_factory", None) or _default()
+        base: ServerFactory = kwargs.pop("server_factory", None) or default_server
         super().__init__(*args, server_factory=async_server_factory(base, self.loop), **kwargs)
         self._cancel_next = False
         arm = self.injector.arm
@@ -212,13 +212,3 @@ class AsyncHarness(Harness):
         finally:
             self.loop.run_until_complete(self.loop.shutdown_default_executor())
             self.loop.close()
-
-
-def _default() -> ServerFactory:
-    from .stepping import default_server
-
-    return default_server
-
-
-#: Builds the harness class of a run (`machine.build_machine(harness=...)`).
-HarnessClass = Callable[..., Harness]
