@@ -67,7 +67,7 @@ def test_a_cancel_arm_cancels_the_awaiting_task_after_redis_ran_the_command() ->
         except asyncio.CancelledError:
             cancelled = True
         value = await client.get("k")
-        await client.aclose()
+        await client.connection_pool.disconnect()
         return cancelled, value
 
     cancelled, value = asyncio.run(scenario())

@@ -148,7 +148,7 @@ class SteppedAsyncWorker:
 
     def close(self) -> None:
         self._run(self.aw.close())
-        self._run(self.aw.client.aclose())
+        self._run(self.aw.client.connection_pool.disconnect())
 
 
 def async_server_factory(base: ServerFactory,
