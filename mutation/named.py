@@ -26,6 +26,7 @@ SERVER = "src/taskcustody/server.py"
 PREFETCH = "src/taskcustody/prefetch.py"
 SETTINGS = "src/taskcustody/settings.py"
 SUSPECTS = "src/taskcustody/suspects.py"
+AIO_WORKER = "src/taskcustody/aio/worker.py"
 
 
 @dataclass(frozen=True)
@@ -398,6 +399,65 @@ MUTANTS += (
         "never frees its predecessor's slot and its process runs no suspect again",
         (Edit(SUSPECTS, "            if self._holder == who:\n                self._holder = None",
               "            if self._holder is who:\n                self._holder = None"),),
+    ),
+)
+
+
+# The asyncio worker (issue 17, "the model drives it"): its take, its release and its shielded
+# release, each rewritten in the asyncio path only (the take's arguments and the release script
+# are shared with the threaded worker, so these anchor at the asyncio call sites). The stateful
+# machine driving the asyncio worker (tests/test_verify_async.py, verify/aio.py) and the
+# cancellation tests (tests/test_async_cancellation.py) must catch them.
+MUTANTS += (
+    NamedMutant(
+        "async-blpop-take",
+        "no loss: the asyncio take pops the task (BRPOP) with nothing in the in-flight list, so a "
+        "take whose reply is lost, or cancelled in flight, loses the task",
+        (
+            Edit(
+                AIO_WORKER,
+                "            raw = await self._call(*self._take_args(block), "
+                "first=self.registration())\n",
+                "            popped = await self._call(\"BRPOP\", self.keys.queue, block, "
+                "first=self.registration())\n"
+                "            raw = None if popped is None else popped[1]\n",
+            ),
+        ),
+    ),
+    NamedMutant(
+        "async-release-keeps-custody",
+        "no duplication / bounded custody: the asyncio release commits without its LREM, so the "
+        "task stays in the in-flight list for a drain to requeue and run again",
+        (
+            Edit(
+                AIO_WORKER,
+                "        return self.released(await self._send_release(args, "
+                "scripts.RELEASE_SCRIPT), action)\n",
+                "        script = scripts.Script(scripts.RELEASE.replace(\n"
+                "            \"local held = redis.call('LREM', KEYS[1], 1, ARGV[1])\", "
+                "\"local held = 1\"))\n"
+                "        return self.released(await self._send_release(args, script), action)\n",
+            ),
+        ),
+    ),
+    NamedMutant(
+        "async-release-not-shielded",
+        "eventually empty: the asyncio cycle's release is not shielded (`complete`), so a "
+        "cancellation that lands while it is in flight abandons it, and a shutdown goes on "
+        "while the task is still in the worker's list",
+        (
+            Edit(
+                AIO_WORKER,
+                "                    self._next = (await complete(self.release_and_take(task, "
+                "outcome)))[1]\n"
+                "                else:\n"
+                "                    await complete(self.release(task, outcome))\n",
+                "                    self._next = (await self.release_and_take(task, "
+                "outcome))[1]\n"
+                "                else:\n"
+                "                    await self.release(task, outcome)\n",
+            ),
+        ),
     ),
 )
 

@@ -208,6 +208,10 @@ def _no_server(message: str) -> NoReturn:
 @click.option("--prefetch", is_flag=True,
               help="Also drive the prefetching worker (Settings.prefetch > 1): a process's "
                    "workers take, and release, in one pipeline, with a reply lost at any slot.")
+@click.option("--async", "asyncio_worker", is_flag=True,
+              help="Drive the asyncio worker (taskcustody.aio.AsyncWorker) instead of the "
+                   "threaded one: the same steps and checks, with cancellations (a step "
+                   "cancelled with its reply in flight) among the faults.")
 @click.option("--queue", "-q", default=None, metavar="NAME",
               help="With --redis-url: the queue name (hash tag) of the run's keys, instead of "
                    "verify-<pid>. On a Redis Cluster it picks the slot, so the master, the run "
@@ -233,7 +237,7 @@ def verify_command(examples: int | None, steps: int, seed: int | None, variants:
                    redis_url: str | None, embedded_redis: bool, report_file: Path | None,
                    model_check: bool,
                    stateful: bool, shrink_seconds: float, loops: bool, fault_coverage: bool,
-                   prefetch: bool, queue: str | None,
+                   prefetch: bool, asyncio_worker: bool, queue: str | None,
                    settings_spec: str | None, junit_file: Path | None,
                    max_seconds: float | None, quiet: bool) -> None:
     """Verify the custody protocol: the bounded model check, then the model drives the real
@@ -272,6 +276,16 @@ def verify_command(examples: int | None, steps: int, seed: int | None, variants:
             raise click.BadParameter(str(exc), param_hint="--settings") from exc
     if embedded_redis and redis_url is not None:
         raise click.UsageError("--embedded-redis and --redis-url: pick one server")
+    if asyncio_worker and prefetch:
+        raise click.UsageError("--async drives the asyncio worker, which has no prefetching: "
+                               "drop --prefetch")
+    said_loops = click.get_current_context().get_parameter_source("loops")
+    if asyncio_worker and loops and said_loops is click.core.ParameterSource.COMMANDLINE:
+        raise click.UsageError("--async: the production-loops part drives the threaded "
+                               "worker's loop only (left out with --async): drop --loops")
+    if asyncio_worker and any(v != "correct" for v in variants):
+        raise click.UsageError("--async drives the asyncio worker of the correct design; the "
+                               "broken designs' demonstrations are threaded: drop --variant")
     results: list[Result] = []
     with _embedded_server(embedded_redis and stateful) as embedded_url:
         redis_url = embedded_url or redis_url
@@ -284,6 +298,7 @@ def verify_command(examples: int | None, steps: int, seed: int | None, variants:
                               redis_url=redis_url, model_check=model_check, stateful=stateful,
                               shrink_seconds=shrink_seconds, prefetch=prefetch, queue=queue,
                               loops=loops, fault_coverage=fault_coverage and stateful,
+                              asyncio=asyncio_worker,
                               settings=user_settings, settings_spec=settings_spec,
                               embedded=embedded_url is not None)
             results.append(_run(options, budget, quiet))

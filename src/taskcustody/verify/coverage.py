@@ -13,9 +13,10 @@ from .run import Result
 
 def coverage_text(result: Result) -> str:
     lines = ["parts:"]
+    width = max([52] + [len(p.name) for p in result.parts])  # names stay in one column
     for p in result.parts:
         note = f" -- {p.message}" if p.message else ""
-        lines.append(f"  {p.name:52} {p.outcome.upper():8} {p.covered or '-'}"
+        lines.append(f"  {p.name:{width}} {p.outcome.upper():8} {p.covered or '-'}"
                      f" ({p.seconds:.1f} s){note}")
     if result.partial:
         done = sum(1 for p in result.parts if p.outcome in ("passed", "failed"))

@@ -11,6 +11,12 @@ library configures it.
 
 The mixin works on top of `redis.Connection` and of fakeredis's connection class alike:
 `install(client, injector)` swaps the client's pool to a subclass of its own connection class.
+`AsyncDroppingConnectionMixin` (`install_async`) is its twin for `redis.asyncio` connections (and
+fakeredis's asyncio ones): both read through one coroutine, `read_dropping`, which the sync mixin
+runs without an event loop (`run_without_loop`: it never suspends there). An arm may also
+*cancel* (`Arm.cancel`, asyncio only): the reply is read -- Redis ran the command -- and the task
+awaiting it is cancelled there, a `CancelledError` at that await, as when a cancellation lands
+while the reply is in flight.
 
 A fault is *armed* for a command name, optionally for one connection (a worker's dedicated
 connection) or one labelled client (a server's pool), and fires once, on the next reply of that
@@ -19,15 +25,17 @@ command. The injector counts the faults that fired, by kind.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections import Counter, deque
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any
 
 import redis
 
 DROPPED_REPLY = "dropped-reply"
+CANCELLED = "cancelled-in-flight"
 
 
 class InjectedDrop(redis.ConnectionError):
@@ -41,6 +49,9 @@ class Arm:
     label: str | None = None  # only on connections of this labelled client (None: any)
     connection: object | None = None  # only on this connection object (None: any)
     skip: int = 0  # let this many matching replies through first (the k-th move of a drain)
+    #: cancel the awaiting task after reading the reply instead of raising InjectedDrop (asyncio
+    #: connections only)
+    cancel: bool = False
 
     def matches(self, command: str, label: str | None, conn: object) -> bool:
         if self.command != command:
@@ -67,8 +78,8 @@ class FaultInjector:
     on_send: Callable[[list[tuple[str, bytes]], str | None, object, bytes], None] | None = None
 
     def arm(self, command: str, *, label: str | None = None,
-            connection: object | None = None, skip: int = 0) -> Arm:
-        a = Arm(command.upper(), label, connection, skip)
+            connection: object | None = None, skip: int = 0, cancel: bool = False) -> Arm:
+        a = Arm(command.upper(), label, connection, skip, cancel)
         self.armed.append(a)
         return a
 
@@ -79,19 +90,24 @@ class FaultInjector:
         self.counts[kind] += n
 
     def should_drop(self, command: str, label: str | None, conn: object) -> bool:
+        return self.firing(command, label, conn) is not None
+
+    def firing(self, command: str, label: str | None, conn: object) -> Arm | None:
+        """The arm that fires on this reply (it is spent and counted), or None."""
         if not self.enabled:
-            return False
+            return None
         for i, a in enumerate(self.armed):
             if a.matches(command, label, conn):
                 if a.skip > 0:
                     a.skip -= 1
-                    return False
+                    return None
                 del self.armed[i]
-                self.counts[DROPPED_REPLY] += 1
-                self.counts[f"{DROPPED_REPLY}:{command}"] += 1
+                kind = CANCELLED if a.cancel else DROPPED_REPLY
+                self.counts[kind] += 1
+                self.counts[f"{kind}:{command}"] += 1
                 self.log.append((label, command))
-                return True
-        return False
+                return a
+        return None
 
 
 def _name(args: tuple[Any, ...]) -> str:
@@ -140,28 +156,90 @@ def command_heads(packed: bytes | list[bytes] | tuple[bytes, ...]) -> list[tuple
             for args in command_args(packed)]
 
 
-class DroppingConnectionMixin:
-    """Tracks the names of the commands whose replies are pending on this connection (in order:
-    Redis answers in order), and drops the reply of an armed one after reading it."""
+_T = Any
+
+
+def run_without_loop(coro: Coroutine[Any, Any, _T]) -> _T:
+    """Run a coroutine that never suspends (it awaits only coroutines that return at once) to its
+    end, without an event loop: how the sync mixin runs `read_dropping`."""
+    try:
+        coro.send(None)
+    except StopIteration as done:
+        return done.value
+    coro.close()
+    raise RuntimeError("the coroutine suspended: it cannot run without an event loop")
+
+
+async def cancel_current_task() -> None:
+    """Cancel the task running this coroutine, at this await: a real `CancelledError`, as when a
+    cancellation lands while a reply is in flight."""
+    task = asyncio.current_task()
+    assert task is not None
+    task.cancel()
+    await asyncio.sleep(0)
+
+
+class _Pending:
+    """The names of the commands whose replies are pending on a connection (in order: Redis
+    answers in order), and the injector and label of its class."""
 
     injector: FaultInjector | None = None
     label: str | None = None
+    _tc_pending: deque[str]
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self._tc_pending: deque[str] = deque()
-
-    # -- which replies are pending ------------------------------------------------------------
-
-    def send_packed_command(self, command: Any, check_health: bool = True) -> None:
-        # Take the names first: connecting (inside the send) runs a handshake of its own, whose
-        # commands are sent and answered before ours. They are read from the bytes themselves, so
-        # that a command packed without redis-py (the worker's wire.Template) is named too.
+    def _sending(self, command: Any) -> list[str]:
+        # The names are taken before the send: connecting (inside the send) runs a handshake of
+        # its own, whose commands are sent and answered before ours. They are read from the bytes
+        # themselves, so that a command packed without redis-py (the worker's wire.Template) is
+        # named too.
         heads = command_heads(command)
         injector = type(self).injector
         if injector is not None and injector.on_send is not None:
             injector.on_send(heads, type(self).label, self, as_bytes(command))
-        names = [name for name, _ in heads]
+        return [name for name, _ in heads]
+
+
+async def read_dropping(conn: _Pending, read: Callable[[], Awaitable[Any]],
+                        disconnect: Callable[[], Awaitable[None]],
+                        interrupt: Callable[[], Awaitable[None]] | None = None) -> Any:
+    """Read the next reply on `conn` with `read`, and drop it if an arm fires for its command;
+    the one read path of both mixins. `interrupt` (asyncio only): how an arm with `cancel`
+    cancels the awaiting task."""
+    command = conn._tc_pending.popleft() if conn._tc_pending else ""
+    injector = type(conn).injector
+    arm = injector.firing(command, type(conn).label, conn) if injector is not None else None
+    try:
+        reply = await read()
+    except redis.ResponseError:
+        if arm is None:
+            raise
+        reply = None  # an error reply is a reply too: dropped all the same
+    if arm is None:
+        return reply
+    # Redis executed the command and answered; the answer is lost on the way. Commands sent after
+    # it on this connection are read (and lost) too before the connection closes, so that they
+    # surely ran: which of them Redis executes must not depend on socket timing, or runs would
+    # not replay.
+    while conn._tc_pending:
+        conn._tc_pending.popleft()
+        with contextlib.suppress(redis.ResponseError):
+            await read()
+    await disconnect()
+    if arm.cancel and interrupt is not None:
+        await interrupt()
+    raise InjectedDrop(f"reply to {command} dropped (injected fault)")
+
+
+class DroppingConnectionMixin(_Pending):
+    """Tracks the names of the commands whose replies are pending on this connection, and drops
+    the reply of an armed one after reading it (`read_dropping`)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._tc_pending = deque()
+
+    def send_packed_command(self, command: Any, check_health: bool = True) -> None:
+        names = self._sending(command)
         super().send_packed_command(command, check_health=check_health)  # type: ignore[misc]
         self._tc_pending.extend(names)
 
@@ -169,30 +247,45 @@ class DroppingConnectionMixin:
         self._tc_pending.clear()
         super().disconnect(*args, **kwargs)  # type: ignore[misc]
 
-    # -- the fault ----------------------------------------------------------------------------
-
     def read_response(self, *args: Any, **kwargs: Any) -> Any:
-        command = self._tc_pending.popleft() if self._tc_pending else ""
-        injector = type(self).injector
-        drop = injector is not None and injector.should_drop(command, type(self).label, self)
-        try:
-            reply = super().read_response(*args, **kwargs)  # type: ignore[misc]
-        except redis.ResponseError:
-            if not drop:
-                raise
-            reply = None  # an error reply is a reply too: dropped all the same
-        if drop:
-            # Redis executed the command and answered; the answer is lost on the way. Commands
-            # sent after it on this connection are read (and lost) too before the connection
-            # closes, so that they surely ran: which of them Redis executes must not depend on
-            # socket timing, or runs would not replay.
-            while self._tc_pending:
-                self._tc_pending.popleft()
-                with contextlib.suppress(redis.ResponseError):
-                    super().read_response(*args, **kwargs)  # type: ignore[misc]
+        base: Any = super()
+
+        async def read() -> Any:
+            return base.read_response(*args, **kwargs)
+
+        async def disconnect() -> None:
             self.disconnect()
-            raise InjectedDrop(f"reply to {command} dropped (injected fault)")
-        return reply
+
+        return run_without_loop(read_dropping(self, read, disconnect))
+
+
+class AsyncDroppingConnectionMixin(_Pending):
+    """`DroppingConnectionMixin` for `redis.asyncio` connections (and fakeredis's asyncio ones),
+    through the same `read_dropping`; an arm with `cancel` cancels the awaiting task."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._tc_pending = deque()
+
+    async def send_packed_command(self, command: Any, check_health: bool = True) -> None:
+        names = self._sending(command)
+        await super().send_packed_command(command, check_health=check_health)  # type: ignore[misc]
+        self._tc_pending.extend(names)
+
+    async def disconnect(self, *args: Any, **kwargs: Any) -> None:
+        self._tc_pending.clear()
+        await super().disconnect(*args, **kwargs)  # type: ignore[misc]
+
+    async def read_response(self, *args: Any, **kwargs: Any) -> Any:
+        base: Any = super()
+
+        async def read() -> Any:
+            return await base.read_response(*args, **kwargs)
+
+        async def disconnect() -> None:
+            await self.disconnect()
+
+        return await read_dropping(self, read, disconnect, cancel_current_task)
 
 
 def dropping_class(base: type, injector: FaultInjector, label: str | None = None) -> type:
@@ -208,7 +301,20 @@ def install(client: redis.Redis, injector: FaultInjector, label: str | None = No
     pool = client.connection_pool
     base = pool.connection_class
     if issubclass(base, DroppingConnectionMixin):
-        base = base.__mro__[2]
+        base = base.__mro__[3]
     pool.disconnect()
     pool.connection_class = dropping_class(base, injector, label)
+    return client
+
+
+async def install_async(client: Any, injector: FaultInjector, label: str | None = None) -> Any:
+    """`install` for a `redis.asyncio` client."""
+    pool = client.connection_pool
+    base = pool.connection_class
+    if issubclass(base, AsyncDroppingConnectionMixin):
+        base = base.__mro__[3]
+    await pool.disconnect()
+    pool.connection_class = type(f"Dropping{base.__name__}",
+                                 (AsyncDroppingConnectionMixin, base),
+                                 {"injector": injector, "label": label})
     return client

@@ -106,6 +106,7 @@ def build_machine(
     refusals: bool = False,
     drive_loops: bool = False,
     loop: str = "correct",
+    asyncio: bool = False,
 ) -> type[RuleBasedStateMachine]:
     """The machine; with `prefetching`, a subclass that also drives the prefetching worker's
     pipelines (a separate class, so that the plain machine's derandomized runs, which the
@@ -114,7 +115,8 @@ def build_machine(
     makes an attempt the model refuses (`with_refusals`). `drive_loops`: a subclass with one more
     rule, which runs a worker's production loop (`Worker.run`) with the model checking every
     command it sends (verify/loops.py); `loop` names the loop it runs (`loops.BROKEN_LOOPS`, for
-    the demonstration that a broken loop is caught)."""
+    the demonstration that a broken loop is caught). `asyncio`: the workers are asyncio workers
+    (`aio.AsyncWorker`, stepped by verify/aio.py), with cancellations among their faults."""
     run_stats = stats if stats is not None else RunStats()
     factory = server_factory(implementation)
     the_bounds = bounds or (LOOP_BOUNDS if drive_loops else default_bounds(prefetching))
@@ -130,7 +132,14 @@ def build_machine(
     # composite-commits-unheld as pinned. Deleting it means re-pinning those.
     user_settings: dict[str, Any] = {} if settings is None else {"settings": settings}
 
-    class Harness(_Harness):  # (a class, not a partial: the machines' annotations name it)
+    harness_base: type[_Harness] = _Harness
+    if asyncio:
+        from .aio import AsyncHarness
+
+        harness_base = AsyncHarness
+
+    # (a class, not a partial: the machines' annotations name it)
+    class Harness(harness_base):  # type: ignore[valid-type,misc]
         def __init__(self, *args: Any, **kwargs: Any) -> None:
             super().__init__(*args, **{**user_settings, **kwargs})
 

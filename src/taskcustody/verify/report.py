@@ -242,8 +242,9 @@ def text_report(result: Result) -> str:
     lines = [f"taskcustody verify -- {verdict(result)}", ""]
     server = result.versions.get("server", result.backend)
     where = _where(result)
-    lines.append(f"design:        {o.variant}" + (" (with the prefetching worker)"
-                                                     if o.prefetch else ""))
+    lines.append(f"design:        {o.variant}"
+                 + (" (with the prefetching worker)" if o.prefetch else "")
+                 + (" (with the asyncio worker)" if o.asyncio else ""))
     lines.append(f"backend:       {server}{where}")
     m = result.model
     if m is not None:

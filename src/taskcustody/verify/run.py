@@ -102,6 +102,9 @@ class Options:
     fault_coverage: bool = True
     #: that part's examples (its own, whatever `examples` says: its minimums are set for these)
     coverage_examples: int = 0  # 0: `COVERAGE_EXAMPLES`
+    #: the stateful part drives the asyncio worker (`aio.AsyncWorker`, verify/aio.py) instead of
+    #: the threaded one, with cancellations among its faults
+    asyncio: bool = False
 
     @property
     def stateful_bounds(self) -> Bounds:
@@ -114,7 +117,8 @@ class Options:
         where = ("fakeredis" if self.redis_url is None else
                  "embedded redis-server" if self.embedded else "redis")
         return (f"stateful conformance on {where}"
-                + (" with the prefetching worker" if self.prefetch else ""))
+                + (" with the prefetching worker" if self.prefetch else "")
+                + (" with the asyncio worker" if self.asyncio else ""))
 
     def command(self) -> str:
         """The command line that repeats this run."""
@@ -126,6 +130,8 @@ class Options:
             args += ["--variant", self.variant]
         if self.prefetch:
             args.append("--prefetch")
+        if self.asyncio:
+            args.append("--async")
         if not self.loops:
             args.append("--no-loops")
         if self.embedded:
@@ -418,10 +424,13 @@ def verify(
                 if not fake:
                     _cleanup(make_client, keys)
             result.parts.append(_stateful_part(options, result, stopped))
-        if options.loops and options.variant == "correct" and not options.prefetch:
+        if options.loops and options.variant == "correct" and not options.prefetch \
+                and not options.asyncio:
             result.parts.append(_loops_part(options, result, make_client, keys, fake, budget))
         # (not once a part failed: the run fails anyway, and its counterexample is that one)
-        if options.fault_coverage and options.variant == "correct" and result.failure is None:
+        # (the threaded machine's parts: --async drives the asyncio worker's steps only)
+        if options.fault_coverage and options.variant == "correct" and result.failure is None \
+                and not options.asyncio:
             if on_phase:
                 on_phase("fault coverage")
             result.parts.append(_fault_coverage_part(options, result, make_client, keys, fake,
@@ -643,7 +652,7 @@ def _stateful(options: Options, make_client: Callable[[], redis.Redis], keys: Qu
     bounds = None if drive_loops else options.bounds or _design_stateful_bounds(options.variant)
     machine = build_machine(make_client, bounds=bounds, implementation=options.variant,
                             real_redis=real, stats=stats, keys=keys,
-                            prefetching=options.prefetch,
+                            prefetching=options.prefetch, asyncio=options.asyncio,
                             flush_scripts=options.redis_url is None or options.embedded,
                             settings=run_settings(options.settings), drive_loops=drive_loops,
                             # The real implementation is also attempted what the model refuses

@@ -1,0 +1,214 @@
+"""The model drives the asyncio worker (`taskcustody.aio.AsyncWorker`), step by step.
+
+The harness's stepping code (stepping.py) drives workers through the threaded `Worker`'s steps.
+`SteppedAsyncWorker` presents an `AsyncWorker` to it as if it were one: each step is the worker's
+coroutine run to its end on the harness's private event loop, in a new task (a cancelled task is
+never reused: redis-py's asyncio `wait_for` can swallow a cancellation). So the same rules, the same
+observation and the same refinement check run after every step as for the threaded worker. The
+processes around the workers (claim, heartbeat, sweeps) stay the threaded `Server`'s: what is
+under test here is the asyncio worker.
+
+Faults. Each asyncio client of the run has the fault injector's asyncio connection class
+(`faults.install_async`), so a dropped reply is injected inside `redis.asyncio`'s connection
+handling, by the same read path as the threaded run's. A fault of a worker step may instead be a
+*cancellation* with the reply in flight (`AsyncHarness`: one variant of two): Redis runs the
+command, its reply is read, and the step's task is cancelled at that await. The model has one
+action for both -- the reply is lost, the worker is dirty -- and the adapter reports the
+cancellation to the stepping code as the connection error a lost reply is (`CancelledInFlight`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Coroutine
+from typing import Any
+
+import redis
+import redis.asyncio
+from taskcustody_model import Action
+
+from ..aio.worker import AsyncWorker
+from ..clock import Clock
+from ..envelope import Task
+from ..keys import ListOwner, QueueKeys
+from ..server import Server
+from ..settings import Settings
+from ..worker import Outcome, Release
+from . import faults
+from .harness import Harness
+from .stepping import ServerFactory, default_server
+
+
+class CancelledInFlight(redis.ConnectionError):
+    """A step's task was cancelled with its command's reply in flight: to the stepping code, the
+    lost reply the model has for it."""
+
+
+async def identity(payload: Any) -> Any:
+    """The run's handler (`async def`: awaited on the loop, no thread)."""
+    return payload
+
+
+def async_client_like(client: redis.Redis) -> redis.asyncio.Redis:
+    """An asyncio client on the same Redis as `client` (the same fakeredis server, or the same
+    host, port and database), configured like `aio.connection.connect_async`'s."""
+    from ..aio.connection import no_retry
+
+    kwargs = client.connection_pool.connection_kwargs
+    if "server" in kwargs:  # fakeredis: the sync client's keyspace
+        import fakeredis.aioredis
+
+        fake: redis.asyncio.Redis = fakeredis.aioredis.FakeRedis(server=kwargs["server"],
+                                                                 retry=no_retry())
+        return fake
+    return redis.asyncio.Redis(
+        host=kwargs.get("host", "localhost"), port=kwargs.get("port", 6379),
+        db=kwargs.get("db", 0), username=kwargs.get("username"),
+        password=kwargs.get("password"), socket_timeout=kwargs.get("socket_timeout"),
+        socket_connect_timeout=kwargs.get("socket_connect_timeout"), retry=no_retry())
+
+
+class SteppedAsyncWorker:
+    """An `AsyncWorker` with the threaded `Worker`'s synchronous steps (the ones stepping.py
+    calls), each run on `loop` in a task of its own."""
+
+    def __init__(self, worker: AsyncWorker, loop: asyncio.AbstractEventLoop) -> None:
+        self.aw = worker
+        self.loop = loop
+        self.take_command = worker.take_command
+        self._unread_replies = 0  # the asyncio worker awaits every reply in its step
+
+    def _run(self, coro: Coroutine[Any, Any, Any]) -> Any:
+        task = self.loop.create_task(coro)
+        try:
+            return self.loop.run_until_complete(task)
+        except asyncio.CancelledError as exc:
+            raise CancelledInFlight("the step was cancelled with its reply in flight "
+                                    "(injected fault)") from exc
+
+    # -- what stepping.py reads and sets -------------------------------------------------------
+
+    @property
+    def _conn(self) -> Any:
+        return self.aw.conn
+
+    @property
+    def dirty(self) -> bool:
+        return self.aw.dirty
+
+    @dirty.setter
+    def dirty(self, value: bool) -> None:
+        self.aw.dirty = value
+
+    @property
+    def suspects(self) -> Any:
+        return self.aw.suspects
+
+    # -- the steps -----------------------------------------------------------------------------
+
+    def register(self) -> None:
+        self._run(self.aw.register())
+
+    def reconcile(self) -> int:
+        moved: int = self._run(self.aw.reconcile())
+        return moved
+
+    def take_from_queue(self, timeout: float | None = None) -> Task | None:
+        task: Task | None = self._run(self.aw.take_from_queue(timeout))
+        return task
+
+    def take_suspect(self) -> Task | None:
+        task: Task | None = self._run(self.aw.take_suspect())
+        return task
+
+    def record(self, task: Task) -> None:
+        self._run(self.aw.record(task))
+
+    def flush(self) -> None:
+        """Nothing: the asyncio worker's record reads its reply in its own step."""
+
+    def execute(self, task: Task) -> Outcome:
+        outcome: Outcome = self._run(self.aw.execute(task))
+        return outcome
+
+    def release(self, task: Task, outcome: Outcome) -> Release:
+        done: Release = self._run(self.aw.release(task, outcome))
+        return done
+
+    def release_and_take(self, task: Task, outcome: Outcome) -> tuple[Release, Task | None]:
+        result: tuple[Release, Task | None] = self._run(self.aw.release_and_take(task, outcome))
+        return result
+
+    def follow_slot(self, refresh: bool = True) -> None:
+        """After the run's Redis wipe closed every connection: the worker's next command meets a
+        broken connection, so it is dirty, and reconnects (single node only)."""
+        self.aw.dirty = True
+        self._run(self.aw.conn.disconnect())
+        self._run(self.aw.client.connection_pool.disconnect())
+
+    def close(self) -> None:
+        self._run(self.aw.close())
+        self._run(self.aw.client.connection_pool.disconnect())
+
+
+def async_server_factory(base: ServerFactory,
+                         loop: asyncio.AbstractEventLoop) -> ServerFactory:
+    """A harness server factory: the server `base` builds, whose workers are asyncio workers on
+    an asyncio client of their process (with the process's fault label), stepped on `loop`."""
+
+    def make(client: redis.Redis, keys: QueueKeys, server_id: str, *, settings: Settings,
+             clock: Clock, workers: int) -> Server:
+        server = base(client, keys, server_id, settings=settings, clock=clock, workers=workers)
+        conn_class = client.connection_pool.connection_class
+        injector = getattr(conn_class, "injector", None)
+        label = getattr(conn_class, "label", None)
+
+        def make_worker(index: int) -> Any:
+            aclient = async_client_like(client)
+            if injector is not None:
+                loop.run_until_complete(faults.install_async(aclient, injector, label))
+            owner = ListOwner(server_id, server.identity.incarnation, f"w{index}")
+            worker = AsyncWorker(aclient, keys, owner, identity, clock, settings)
+            worker.suspects = server.suspect_slot
+            return SteppedAsyncWorker(worker, loop)
+
+        server.make_worker = make_worker  # type: ignore[method-assign]
+        return server
+
+    return make
+
+
+class AsyncHarness(Harness):
+    """The harness with asyncio workers (`SteppedAsyncWorker`) on a private event loop, and
+    cancellations among a worker step's faults: a fault with an odd variant cancels the step with
+    its reply in flight instead of dropping the reply."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self.loop = asyncio.new_event_loop()
+        base: ServerFactory = kwargs.pop("server_factory", None) or default_server
+        super().__init__(*args, server_factory=async_server_factory(base, self.loop), **kwargs)
+        self._cancel_next = False
+        arm = self.injector.arm
+
+        def arming(command: str, **options: Any) -> faults.Arm:
+            if self._cancel_next and options.get("connection") is not None:
+                options["cancel"] = True
+            return arm(command, **options)
+
+        self.injector.arm = arming  # type: ignore[method-assign]
+
+    def _real_worker_step(self, action: Action, command: str, lost: bool, variant: int) -> None:
+        self._cancel_next = lost and variant % 2 == 1
+        if self._cancel_next:
+            self.counts[f"{faults.CANCELLED}:{command}"] += 1
+        try:
+            super()._real_worker_step(action, command, lost, variant)
+        finally:
+            self._cancel_next = False
+
+    def close(self) -> None:
+        try:
+            super().close()
+        finally:
+            self.loop.run_until_complete(self.loop.shutdown_default_executor())
+            self.loop.close()
