@@ -21,6 +21,7 @@ from array import array
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from .graph import reaching
 from .invariants import check_invariants, check_transition, is_done
 from .parallel import search as parallel_search
 from .protocol import Action, Config, apply, enabled_actions
@@ -215,28 +216,7 @@ def _search(
 def _unrecoverable(states: list[State], src: array[int], dst: array[int]) -> int | None:
     """The first (so: shallowest) state that cannot reach a done state by non-fault steps."""
     n = len(states)
-    # reverse adjacency in compressed form: preds of v are pred[offset[v]:offset[v+1]]
-    offset = array("l", [0]) * (n + 1)
-    for v in dst:
-        offset[v + 1] += 1
-    for v in range(n):
-        offset[v + 1] += offset[v]
-    fill = array("l", offset)
-    pred = array("l", [0]) * len(dst)
-    for u, v in zip(src, dst, strict=True):
-        pred[fill[v]] = u
-        fill[v] += 1
-    good = bytearray(n)
-    todo = [j for j in range(n) if is_done(states[j])]
-    for j in todo:
-        good[j] = 1
-    while todo:
-        v = todo.pop()
-        for k in range(offset[v], offset[v + 1]):
-            u = pred[k]
-            if not good[u]:
-                good[u] = 1
-                todo.append(u)
+    good = reaching(n, src, dst, [j for j in range(n) if is_done(states[j])])
     for j in range(n):
         if not good[j]:
             return j

@@ -48,6 +48,7 @@ from collections.abc import Callable
 from multiprocessing.connection import Connection
 from typing import Any
 
+from .graph import reaching
 from .invariants import check_invariants, check_transition, is_done
 from .protocol import Config, apply, enabled_actions
 from .state import State
@@ -274,24 +275,5 @@ def _unrecoverable(jobs: int, finals: list[tuple[int, bytes, bytes, bytes]]) -> 
         done.frombytes(g)
         for j in range(count):
             good[j * jobs + k] = 0
-    offset = array("q", [0]) * (size + 1)
-    for v in dst:
-        offset[v + 1] += 1
-    for v in range(size):
-        offset[v + 1] += offset[v]
-    fill = array("q", offset)
-    pred = array("q", [0]) * len(dst)
-    for u, v in zip(src, dst, strict=True):
-        pred[fill[v]] = u
-        fill[v] += 1
-    todo = list(done)
-    for j in todo:
-        good[j] = 1
-    while todo:
-        v = todo.pop()
-        for i in range(offset[v], offset[v + 1]):
-            u = pred[i]
-            if not good[u]:
-                good[u] = 1
-                todo.append(u)
+    good = reaching(size, src, dst, done, good)
     return 0 in good
