@@ -102,14 +102,8 @@ def check(
             gc.enable()
 
 
-def _search(
-    bounds: Bounds,
-    variant: str = "correct",
-    progress: Callable[[Progress], None] | None = None,
-    progress_every: float = 2.0,
-    eventual: bool = True,
-    jobs: int = 1,
-) -> CheckResult:
+def _search(bounds: Bounds, variant: str, progress: Callable[[Progress], None] | None,
+            progress_every: float, eventual: bool, jobs: int) -> CheckResult:
     config = Config(bounds, variant_named(variant))
     n_workers = bounds.workers
     start = time.monotonic()

@@ -305,8 +305,12 @@ class Custody:
                 f"one of {', '.join(keys)} holds the wrong Redis type ({exc})"
             ) from exc
 
-    def suspect_take_args(self) -> tuple[Any, ...]:
-        """TAKE_AND_RECORD's arguments (numkeys, keys, argv) for the take of a suspect."""
+    def suspect_take_args(self) -> tuple[Any, ...] | None:
+        """TAKE_AND_RECORD's arguments (numkeys, keys, argv) for the take of a suspect, once the
+        process's suspect slot is ours; None when no suspect may wait or another worker of the
+        process holds the slot (then no take is sent)."""
+        if not self.suspects.maybe_waiting or not self.suspects.acquire(self.list_key):
+            return None
         return (4, self.keys.suspects, self.list_key, self.keys.processing,
                 self.keys.inflight_registry, self.record_value(), repr(self.clock.now()))
 
@@ -484,10 +488,9 @@ class Worker(Custody):
         list's oldest task into it and write its processing record, in one atomic step (the
         prefetch take's script, from the suspects list). Non-blocking; None if there was none
         (or our process already holds one). The slot stays ours until we are clean again."""
-        slot = self.suspects
-        if not slot.maybe_waiting or not slot.acquire(self.list_key):
-            return None
         args = self.suspect_take_args()
+        if args is None:
+            return None
         try:
             try:
                 self._then_wait(replication.TAKE)

@@ -171,10 +171,9 @@ class AsyncWorker(Custody):
 
     async def take_suspect(self) -> Task | None:
         """`Worker.take_suspect`: non-blocking, one script (register, move, record)."""
-        slot = self.suspects
-        if not slot.maybe_waiting or not slot.acquire(self.list_key):
-            return None
         args = self.suspect_take_args()
+        if args is None:
+            return None
         try:
             try:
                 reply = await self._call("EVALSHA", scripts.TAKE_AND_RECORD_SCRIPT.sha, *args)
