@@ -299,6 +299,12 @@ class Custody:
             return None
         return reply[0]
 
+    def _handled(self, started: float) -> None:
+        """The `handled` event (the handler's time since `started`), when anyone listens."""
+        if events.listeners:
+            events.emit("handled", list_key=self.list_key,
+                        seconds=time.perf_counter() - started)
+
     def _raise_wrong_type(self, exc: redis.ResponseError, *keys: str) -> None:
         if "WRONGTYPE" in str(exc):
             raise WrongKeyType(
@@ -534,9 +540,7 @@ class Worker(Custody):
         except Exception as exc:  # the handler's failure is data, not our crash
             return failed(exc)
         finally:
-            if events.listeners:
-                events.emit("handled", list_key=self.list_key,
-                            seconds=time.perf_counter() - started)
+            self._handled(started)
 
     def release(self, task: Task, outcome: Outcome) -> Release:
         """Give up custody, and commit, retry or dead-letter -- only if we still held it."""

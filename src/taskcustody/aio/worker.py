@@ -27,7 +27,7 @@ from typing import Any, TypeVar
 import redis
 import redis.asyncio
 
-from .. import envelope, events, scripts
+from .. import envelope, scripts
 from ..clock import Clock
 from ..envelope import Task
 from ..errors import MalformedTask
@@ -223,9 +223,7 @@ class AsyncWorker(Custody):
         except Exception as exc:  # the handler's failure is data, not our crash
             return failed(exc)
         finally:
-            if events.listeners:
-                events.emit("handled", list_key=self.list_key,
-                            seconds=time.perf_counter() - started)
+            self._handled(started)
 
     async def release(self, task: Task, outcome: Outcome) -> Release:
         """Give up custody, and commit, retry or dead-letter, only if we still held it."""
