@@ -166,7 +166,10 @@ class SuiteRun:
 
 
 def run_suite(copy: Path, test_timeout: float, suite_timeout: float,
-              pytest_args: Sequence[str] = (), first_failure: bool = False) -> SuiteRun:
+              pytest_args: Sequence[str] = (), first_failure: bool = False,
+              workers: int = 0) -> SuiteRun:
+    """One pytest run in `copy`; `workers` > 1: on that many pytest-xdist workers (the failures
+    and durations are the controller's, which sees every worker's reports)."""
     report = copy / ".mutation-report.json"
     log = copy / ".mutation-pytest.log"
     cmd = [sys.executable, "-m", "pytest", "-p", "mutation.pytest_plugin", "-p", "no:cacheprovider",
@@ -177,7 +180,8 @@ def run_suite(copy: Path, test_timeout: float, suite_timeout: float,
            # The anchor check reads the source text: under a mutant it fails by construction, a
            # fake kill that would hide whether the real tests catch the mutant.
            "--ignore=tests/test_named_mutant_anchors.py",
-           *(["-x"] if first_failure else []), *pytest_args]
+           *(["-x"] if first_failure else []),
+           *(["-n", str(workers)] if workers > 1 else []), *pytest_args]
     started = time.monotonic()
     hung = False
     with open(log, "w", encoding="utf-8") as out:
@@ -325,7 +329,9 @@ def named_gate(snapshot: Path, workdir: Path, jobs: int, test_timeout: float,
     print("== named mutants: the suite on the unmutated copy", flush=True)
     # The unmutated run has no per-test limit but the suite's; each test's limit under a mutant
     # is then the larger of --test-timeout and five times its own duration here.
-    baseline = run_suite(base, suite_timeout, suite_timeout, pytest_args)
+    # On `jobs` cores, as the mutants after it run `jobs` at a time: the run is long (the whole
+    # suite but what is left out above) and nothing else runs beside it.
+    baseline = run_suite(base, suite_timeout, suite_timeout, pytest_args, workers=jobs)
     if baseline.returncode != 0 or baseline.hung:
         print(f"named mutants: FAIL: the suite is red on the unmutated copy (exit "
               f"{baseline.returncode}); failures: "
