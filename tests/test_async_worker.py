@@ -170,8 +170,8 @@ def test_both_workers_build_the_same_release_and_take_commands(backend: Backend,
         assert aio._take_args(1.0) == sync._take_args(1.0)
         assert aio.registration() == sync.registration()
         aio.suspects.maybe_waiting = sync.suspects.maybe_waiting = True  # each its own slot
-        args = aio.suspect_take_args()
-        assert args is not None and args == sync.suspect_take_args()
+        args = aio.acquire_suspect_take()
+        assert args is not None and args == sync.acquire_suspect_take()
         await aio.close()
 
     run_with_client(test, backend)

@@ -311,7 +311,7 @@ class Custody:
                 f"one of {', '.join(keys)} holds the wrong Redis type ({exc})"
             ) from exc
 
-    def suspect_take_args(self) -> tuple[Any, ...] | None:
+    def acquire_suspect_take(self) -> tuple[Any, ...] | None:
         """TAKE_AND_RECORD's arguments (numkeys, keys, argv) for the take of a suspect, once the
         process's suspect slot is ours; None when no suspect may wait or another worker of the
         process holds the slot (then no take is sent)."""
@@ -494,7 +494,7 @@ class Worker(Custody):
         list's oldest task into it and write its processing record, in one atomic step (the
         prefetch take's script, from the suspects list). Non-blocking; None if there was none
         (or our process already holds one). The slot stays ours until we are clean again."""
-        args = self.suspect_take_args()
+        args = self.acquire_suspect_take()
         if args is None:
             return None
         try:

@@ -171,7 +171,7 @@ class AsyncWorker(Custody):
 
     async def take_suspect(self) -> Task | None:
         """`Worker.take_suspect`: non-blocking, one script (register, move, record)."""
-        args = self.suspect_take_args()
+        args = self.acquire_suspect_take()
         if args is None:
             return None
         try:
