@@ -1,6 +1,7 @@
 """`taskcustody worker MODULE:FUNCTION` with an `async def` handler runs it on the asyncio server
 without being told (a real process, a real Redis): the handler is awaited (its return value is the
-result, not a coroutine's repr), N workers serve concurrently, and SIGTERM stops it cleanly."""
+result, not a coroutine's repr), N workers serve concurrently (prefetching with --prefetch N), and
+SIGTERM stops it cleanly."""
 
 from __future__ import annotations
 
@@ -39,8 +40,9 @@ def test_is_async_handler_tells_async_def_from_def() -> None:
 
 
 @pytest.mark.real_redis
+@pytest.mark.parametrize("prefetch", [1, 4])
 def test_the_worker_command_runs_an_async_def_handler_on_the_asyncio_server(
-        real_redis: RedisServerProcess, tmp_path: Path) -> None:
+        real_redis: RedisServerProcess, tmp_path: Path, prefetch: int) -> None:
     (tmp_path / "asynctasks.py").write_text(HANDLER)
     client = connect(real_redis.url)
     client.flushall()
@@ -49,7 +51,8 @@ def test_the_worker_command_runs_an_async_def_handler_on_the_asyncio_server(
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
     proc = subprocess.Popen(
         [sys.executable, "-m", "taskcustody.cli", "worker", "asynctasks:handle", "--queue",
-         "cli-async", "--redis-url", real_redis.url, "--workers", "4", "--block-timeout", "0.2"],
+         "cli-async", "--redis-url", real_redis.url, "--workers", "4", "--block-timeout", "0.2",
+         "--prefetch", str(prefetch)],
         cwd=tmp_path, env=env, stderr=subprocess.PIPE, text=True)
     try:
         results = [get_result(client, keys, task_id, timeout=30) for task_id in ids]
@@ -58,7 +61,7 @@ def test_the_worker_command_runs_an_async_def_handler_on_the_asyncio_server(
         _, stderr = proc.communicate(timeout=30)
     assert results == [{"awaited": n * 2} for n in range(20)]
     assert proc.returncode == 0, stderr
-    assert "4 worker(s)" in stderr
+    assert f"4 worker(s), prefetch {prefetch}" in stderr
     assert client.zcard(keys.servers) == 0  # deregistered on SIGTERM
 
 
@@ -69,9 +72,9 @@ def test_an_async_handler_with_what_the_asyncio_api_does_not_serve_is_one_line_e
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
     result = subprocess.run(
         [sys.executable, "-m", "taskcustody.cli", "worker", "asynctasks:handle", "--queue",
-         "cli-async", "--redis-url", real_redis.url, "--prefetch", "4"],
+         "cli-async", "--redis-url", real_redis.url, "--min-replicas", "1"],
         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
     assert result.returncode == 1
     assert result.stderr.strip().splitlines() == [
-        "Error: an async def handler: prefetch > 1 is not supported by the asyncio API yet: "
-        "run more concurrent workers instead (AsyncServer(workers=N))"]
+        "Error: an async def handler: min_replicas is not supported by the asyncio API yet: "
+        "use the threaded API (taskcustody.Server) for WAIT after writes"]

@@ -195,9 +195,6 @@ def test_the_async_api_refuses_what_it_does_not_serve_yet(keys: QueueKeys) -> No
     import dataclasses
 
     async def test(client: redis.asyncio.Redis) -> None:
-        with pytest.raises(ValueError, match="prefetch"):
-            AsyncWorker(client, keys, OWNER, lambda p: None, ManualClock(),
-                        dataclasses.replace(TEST_SETTINGS, prefetch=4))
         with pytest.raises(ValueError, match="min_replicas"):
             AsyncProducer(client, keys, settings=dataclasses.replace(TEST_SETTINGS,
                                                                      min_replicas=1))

@@ -21,37 +21,18 @@ from typing import Any
 
 import redis
 
-from . import cluster, envelope, replication, scripts
-from .errors import MalformedTask
-from .worker import (
-    NOT_REACHED,
-    REDIRECT_ATTEMPTS,
-    Outcome,
-    Release,
-    Worker,
-    log_release,
-    run_until_stopped,
-)
+from . import cluster, replication, scripts
+from .prefetch_custody import RELEASE, Batch, Plan, PrefetchCustody
+from .worker import REDIRECT_ATTEMPTS, Release, Worker, run_until_stopped
 
-_TAKE = ("EVALSHA", scripts.TAKE_AND_RECORD_SCRIPT.sha, 4)
-_RELEASE = ("EVALSHA", scripts.RELEASE_SCRIPT.sha)
+__all__ = ["Batch", "PrefetchingWorker"]
 
 log = logging.getLogger("taskcustody.prefetch")
 
 _EVAL = "EVAL"
-_NOT_RUN = Outcome(False, error="worker interrupted")
 
 
-class Batch:
-    """The tasks one pipelined take brought in, slot by slot, and what became of each."""
-
-    def __init__(self) -> None:
-        self.raws: list[tuple[Worker, bytes, str]] = []  # (slot, raw task, id recorded)
-        self.verdicts: list[tuple[str, str | bytes]] = []  # per handled task: (action, data)
-        self.errors: list[str] = []  # per handled task: the handler's error ("" if none)
-
-
-class PrefetchingWorker:
+class PrefetchingWorker(PrefetchCustody[Worker]):
     """`slots` workers driven by one thread: several takes in one round trip, then the batch's
     handlers, then its releases in another round trip. The first slot (the lead) also does
     the blocking take when the queue is empty.
@@ -62,7 +43,9 @@ class PrefetchingWorker:
     came after it, is marked dirty and reconciles before its next take); a task commits at most
     once, and only from the list that still holds it; the batch's releases are sent even when a
     handler is interrupted. The module docstring says why this is still the protocol the model
-    checks. A `Server` with `Settings.prefetch` > 1 runs one per worker thread::
+    checks; `PrefetchCustody` holds what it shares with the asyncio one
+    (`taskcustody.aio.AsyncPrefetchingWorker`). A `Server` with `Settings.prefetch` > 1 runs one
+    per worker thread::
 
         server = Server(client, keys, "s1", handler, settings=Settings(prefetch=8))
         (runner,) = server.start()            # a PrefetchingWorker of 8 slots
@@ -70,34 +53,12 @@ class PrefetchingWorker:
     """
 
     def __init__(self, slots: list[Worker]) -> None:
-        if not slots:
-            raise ValueError("a prefetching worker needs at least one slot")
-        self.slots = slots
-        self.lead = slots[0]
-        for slot in slots:
-            slot.take_next = lambda: False  # our batches take for the slots
-        self.owner = self.lead.owner
-        self.list_key = self.lead.list_key
-        self.settings = self.lead.settings
-        self.clock = self.lead.clock
+        super().__init__(slots)
         # Our pipelines' connection, to the node that owns the queue's slot (cluster.py).
         self._conn: redis.connection.ConnectionInterface = cluster.own_connection(
             self.lead.client, self.lead.keys.queue)
         # Settings.min_replicas: each pipeline ends with one WAIT (replication.py).
         self.replicas = replication.Shortfalls(self.settings, self.lead.clock, self.list_key)
-
-    @property
-    def list_keys(self) -> tuple[str, ...]:
-        return tuple(slot.list_key for slot in self.slots)
-
-    @property
-    def dirty(self) -> bool:
-        return any(slot.dirty for slot in self.slots)
-
-    @dirty.setter
-    def dirty(self, value: bool) -> None:
-        for slot in self.slots:
-            slot.dirty = value
 
     # -- the steps ---------------------------------------------------------------------------
 
@@ -109,26 +70,11 @@ class PrefetchingWorker:
     def take_suspect(self) -> tuple[Batch, Exception | None] | None:
         """A suspect, as a batch of one in the lead slot, if our process holds none (see
         `Worker.take_suspect`; suspects.py): None when there was none to take."""
-        lead, keys = self.lead, self.lead.keys
-        if not lead.suspects.maybe_waiting or not lead.suspects.acquire(lead.list_key):
+        command = self.suspect_take_command()
+        if command is None:
             return None
-        replies, error = self._pipeline(
-            [(*_TAKE, keys.suspects, lead.list_key, keys.processing, keys.inflight_registry,
-              lead.record_value(), repr(lead.clock.now()))],
-            scripts.TAKE_AND_RECORD, replication.TAKE)
-        if not replies:  # the reply was lost: the take may have run (reconcile frees the slot)
-            lead.dirty = True
-            return Batch(), error
-        (reply,) = replies
-        if isinstance(reply, redis.ResponseError) or not reply:
-            if not reply:
-                lead.suspects.maybe_waiting = False
-            lead.suspects.release(lead.list_key)
-            return (Batch(), reply) if isinstance(reply, redis.ResponseError) else None
-        batch = Batch()
-        raw, task_id = reply
-        batch.raws.append((lead, raw, task_id.decode()))
-        return batch, error
+        replies, error = self._pipeline([command], scripts.TAKE_AND_RECORD, replication.TAKE)
+        return self.suspect_taken(replies, error)
 
     def take_all(self) -> tuple[Batch, Exception | None]:
         """One take per slot, in one round trip. A slot whose reply was lost (and every slot
@@ -138,26 +84,9 @@ class PrefetchingWorker:
         suspect = self.take_suspect()
         if suspect is not None:
             return suspect
-        batch = Batch()
-        keys = self.lead.keys
-        now = repr(self.lead.clock.now())
-        commands = [
-            (*_TAKE, keys.queue, slot.list_key, keys.processing, keys.inflight_registry,
-             slot.record_value(), now)
-            for slot in self.slots
-        ]
-        replies, error = self._pipeline(commands, scripts.TAKE_AND_RECORD, replication.TAKE)
-        for k, reply in enumerate(replies):
-            slot = self.slots[k]
-            if isinstance(reply, redis.ResponseError):
-                # e.g. WRONGTYPE: the script stopped before it moved anything.
-                error = error or reply
-            elif reply:
-                raw, task_id = reply
-                batch.raws.append((slot, raw, task_id.decode()))
-        for slot in self.slots[len(replies):]:
-            slot.dirty = True
-        return batch, error
+        replies, error = self._pipeline(self.take_commands(), scripts.TAKE_AND_RECORD,
+                                        replication.TAKE)
+        return self.taken(replies, error)
 
     def handle(self, batch: Batch) -> list[Release]:
         """Execute the batch's tasks in order, then release them all; the releases are sent in
@@ -165,56 +94,28 @@ class PrefetchingWorker:
         was running (as a failed attempt) and those it had not reached (requeued unchanged)."""
         try:
             for slot, raw, _ in batch.raws:
-                try:
-                    task = envelope.decode(raw)
-                except MalformedTask as exc:
-                    batch.verdicts.append(("dead", slot._dead_letter(raw, exc.reason, None)))
-                    batch.errors.append(exc.reason)
+                task = self.decoded(batch, slot, raw)
+                if task is None:
                     continue
                 try:
                     outcome = slot.execute(task)
                 except BaseException:
-                    batch.verdicts.append(slot.verdict(task, _NOT_RUN))
-                    batch.errors.append(_NOT_RUN.error)
+                    self.interrupted(batch, slot, task)
                     raise
-                batch.verdicts.append(slot.verdict(task, outcome))
-                batch.errors.append(outcome.error)
+                self.ran(batch, slot, task, outcome)
         finally:
             releases = self.release_all(batch)
         return releases
 
     def release_all(self, batch: Batch) -> list[Release]:
         """One release per task of the batch, in one round trip."""
-        plans = []
-        logged: list[tuple[str, str | bytes, str]] = []  # per plan: (task id, data, error)
-        for i, (slot, raw, recorded_id) in enumerate(batch.raws):
-            action, data = batch.verdicts[i] if i < len(batch.verdicts) else ("retry", raw)
-            plans.append((slot, action, slot.release_args(raw, recorded_id, action, data)))
-            logged.append((recorded_id, data, batch.errors[i] if i < len(batch.errors)
-                           else NOT_REACHED))
+        plans, logged = self.release_plans(batch)
         replies, error = self._pipeline(
-            [(*_RELEASE, *args) for _, _, args in plans], scripts.RELEASE, replication.RELEASE
+            [(*RELEASE, *args) for _, _, args in plans], scripts.RELEASE, replication.RELEASE
         )
         if error is None:
             replies, error = self._release_redirected(plans, replies)
-        releases = []
-        for k, reply in enumerate(replies):
-            slot, action, _ = plans[k]
-            if isinstance(reply, redis.ResponseError):
-                slot.dirty = True
-                error = error or reply
-            else:
-                releases.append(slot.released(reply, action))
-                task_id, data, failure = logged[k]
-                log_release(slot.list_key, task_id, releases[-1], data, failure,
-                            slot.settings.max_attempts, delayed=action == "later")
-        for slot, _, _ in plans[len(replies):]:
-            # The release may have run: we cannot know whether we committed. It is idempotent,
-            # so the slot reconciles later.
-            slot.dirty = True
-        if error is not None:
-            raise error
-        return releases
+        return self.released_all(plans, logged, replies, error)
 
     # -- the production loop -----------------------------------------------------------------
 
@@ -256,7 +157,7 @@ class PrefetchingWorker:
     # -- plumbing ----------------------------------------------------------------------------
 
     def _release_redirected(
-        self, plans: list[tuple[Worker, str, tuple[Any, ...]]], replies: list[Any]
+        self, plans: list[Plan], replies: list[Any]
     ) -> tuple[list[Any], Exception | None]:
         """Send again the releases that a redirect refused (they did not run; cluster.py), as
         `Worker._release_raw` does: on the new owner after MOVED, after a back-off for ASK or
@@ -273,7 +174,7 @@ class PrefetchingWorker:
             self.lead.pause(backoff.next())
             if any(cluster.redirect_kind(replies[i]) == cluster.MOVED for i in refused):
                 self.follow_slot()
-            again, error = self._pipeline([(*_RELEASE, *plans[i][2]) for i in refused],
+            again, error = self._pipeline([(*RELEASE, *plans[i][2]) for i in refused],
                                           scripts.RELEASE, replication.RELEASE)
             for n, reply in enumerate(again):
                 replies[refused[n]] = reply
@@ -282,11 +183,6 @@ class PrefetchingWorker:
                 lost = refused[len(again)] if len(again) < len(refused) else len(replies)
                 return replies[:lost], error
         return replies, None
-
-    def _raise(self, error: Exception) -> None:
-        if isinstance(error, redis.ResponseError):
-            self.lead._raise_wrong_type(error, self.lead.keys.queue, *self.list_keys)
-        raise error
 
     def _pipeline(
         self, commands: list[tuple[Any, ...]], script: str, step: str

@@ -5,11 +5,13 @@ workers serves one queue)."""
 from .bridge import SyncBridge
 from .clock import AsyncRedisClock
 from .connection import connect_async, connect_fake_async
+from .prefetch import AsyncPrefetchingWorker
 from .producer import AsyncProducer, AsyncTaskHandle
 from .server import AsyncServer
 from .worker import AsyncWorker, complete, is_async_handler
 
 __all__ = [
+    "AsyncPrefetchingWorker",
     "AsyncProducer",
     "AsyncRedisClock",
     "AsyncServer",

@@ -58,8 +58,5 @@ def refuse_unsupported(client: redis.asyncio.Redis, settings: Settings) -> None:
     if settings.min_replicas:
         raise ValueError("min_replicas is not supported by the asyncio API yet: use the "
                          "threaded API (taskcustody.Server) for WAIT after writes")
-    if settings.prefetch != 1:
-        raise ValueError("prefetch > 1 is not supported by the asyncio API yet: run more "
-                         "concurrent workers instead (AsyncServer(workers=N))")
     if isinstance(client, redis.asyncio.RedisCluster):  # pragma: no cover - refused by type
         raise ValueError("Redis Cluster is not supported by the asyncio API yet")

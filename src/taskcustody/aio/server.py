@@ -26,7 +26,11 @@ from ..settings import Settings
 from .bridge import SyncBridge
 from .clock import AsyncRedisClock
 from .connection import refuse_unsupported
+from .prefetch import AsyncPrefetchingWorker
 from .worker import AsyncWorker, _wait
+
+#: What one of the server's concurrent workers runs.
+Runner = AsyncWorker | AsyncPrefetchingWorker
 
 log = logging.getLogger("taskcustody.server")
 
@@ -42,6 +46,12 @@ class AsyncServer:
     back to the queue before deregistering), lets the running handlers finish within
     `Settings.shutdown_grace`, then cancels those still running: each releases its task as a
     failed attempt before the server deregisters.
+
+    With `Settings.prefetch` > 1 each concurrent worker is an `AsyncPrefetchingWorker` of that
+    many slots (each its own in-flight list, `w<i>p<slot>`, as the threaded `Server`'s): a batch
+    being handled at shutdown runs on within the grace period, as the threaded one's does; once
+    cancelled, its running task is released as a failed attempt and those it had not reached are
+    requeued unchanged.
 
     Example::
 
@@ -72,7 +82,7 @@ class AsyncServer:
         self.control = Server(cast(redis.Redis, self.bridge), keys, server_id, handler,
                               workers=workers, settings=self.settings, clock=self.clock)
         self.stop_event = asyncio.Event()
-        self.workers: list[AsyncWorker] = []
+        self.workers: list[Runner] = []
 
     @property
     def server_id(self) -> str:
@@ -91,24 +101,39 @@ class AsyncServer:
         self.control.stop_event.set()
 
     def make_worker(self, index: int) -> AsyncWorker:
-        owner = ListOwner(self.server_id, self.control.identity.incarnation, f"w{index}")
+        return self._worker_named(f"w{index}")
+
+    def _worker_named(self, worker_id: str) -> AsyncWorker:
+        owner = ListOwner(self.server_id, self.control.identity.incarnation, worker_id)
         worker = AsyncWorker(self.client, self.keys, owner, self.handler, self.clock,
                              self.settings)
         worker.suspects = self.control.suspect_slot  # one suspect per process
         return worker
 
-    async def start(self, wait_for_id: float = 0.0) -> list[AsyncWorker]:
+    def make_runner(self, index: int) -> Runner:
+        """What one concurrent worker runs: a worker, or with `prefetch` > 1 a prefetching
+        worker of that many slots, named as the threaded `Server.make_runner`'s."""
+        if self.settings.prefetch == 1:
+            return self.make_worker(index)
+        prefix = f"w{index}p"
+        return AsyncPrefetchingWorker(
+            [self._worker_named(w) for w in self.control.worker_ids() if w.startswith(prefix)])
+
+    async def start(self, wait_for_id: float = 0.0) -> list[Runner]:
         """Check the server, claim the id, drain our debris, make and register the workers."""
         self.bridge.bind(asyncio.get_running_loop())
         if isinstance(self.clock, AsyncRedisClock):
             await self.clock.resync()
         version = await asyncio.to_thread(self.control.prepare, wait_for_id)
-        self.workers = [self.make_worker(i) for i in range(self.control.worker_count)]
+        self.workers = [self.make_runner(i) for i in range(self.control.worker_count)]
         await self.workers[0].register()  # the scripts: once per Redis, not per worker
         for worker in self.workers:
             # Connected now, not in the first take: a cancellation that lands in redis-py's
             # handshake can be swallowed there (AsyncWorker._call checks for that on 3.11+).
-            await worker.conn.connect()
+            if isinstance(worker, AsyncPrefetchingWorker):
+                await worker.connect()
+            else:
+                await worker.conn.connect()
         self.control._banner(version)
         return self.workers
 
@@ -146,7 +171,7 @@ class AsyncServer:
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(signum, handle, signum)
 
-    async def _supervise(self, worker: AsyncWorker, until_idle: bool) -> None:
+    async def _supervise(self, worker: Runner, until_idle: bool) -> None:
         """Run a worker; if it dies of an unexpected error, run it again (dirty: it reconciles
         its own list first)."""
         while not self.stop_event.is_set():
@@ -183,7 +208,7 @@ class AsyncServer:
             except redis.RedisError as exc:
                 log.warning("clock resync failed: %s", exc)
 
-    async def _shutdown(self, loops: dict[asyncio.Task[None], AsyncWorker]) -> None:
+    async def _shutdown(self, loops: dict[asyncio.Task[None], Runner]) -> None:
         """Cancel the idle workers at once; give the busy ones the grace period, then cancel
         them (each releases its task, as a failed attempt, before its loop ends); reconcile the
         lists a cancelled take may have filled; deregister; forget our empty lists."""
@@ -220,5 +245,5 @@ class AsyncServer:
             log.warning("could not deregister cleanly: %s", exc)
 
 
-async def _all(tasks: dict[asyncio.Task[None], AsyncWorker]) -> None:
+async def _all(tasks: dict[asyncio.Task[None], Runner]) -> None:
     await asyncio.wait(list(tasks))

@@ -22,7 +22,7 @@ import inspect
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import redis
 import redis.asyncio
@@ -313,33 +313,7 @@ class AsyncWorker(Custody):
         until `stop` is set (or, with `until_idle`, a cycle finds the queue empty); Redis lost or
         out of memory is waited out, not a crash. Then `finish`."""
         self.take_next = lambda: not stop.is_set()
-        oom = OomSpell(log, f"worker {self.list_key}", self.clock,
-                       self.settings.oom_log_interval,
-                       first_pause=min(1.0, self.settings.block_timeout))
-        await self.register()
-        while not stop.is_set():
-            try:
-                handled = await self.run_once()
-            except (redis.ConnectionError, redis.TimeoutError) as exc:
-                log.warning("worker %s: Redis unreachable (%s); will reconcile", self.list_key,
-                            exc)
-                self.dirty = True
-                await _wait(stop, min(1.0, self.settings.block_timeout))
-                continue
-            except redis.ResponseError as exc:
-                if not is_oom(exc):
-                    raise
-                self.dirty = True  # a refused release leaves its task in our list: reconcile
-                await _wait(stop, oom.refused(exc))
-                continue
-            oom.recovered()
-            if until_idle and not handled:
-                break
-        try:
-            await self.finish()
-        except redis.RedisError as exc:
-            log.warning("worker %s: could not finish the task it held (%s); recovery will "
-                        "requeue it", self.list_key, exc)
+        await run_until_stopped(self, stop, until_idle)
 
     async def close(self) -> None:
         await self.conn.disconnect()
@@ -382,6 +356,52 @@ class AsyncWorker(Custody):
         except BaseException:
             self._broken = True
             raise
+
+
+class AsyncRunnable(Protocol):
+    """What `run_until_stopped` runs: an `AsyncWorker`, or an `AsyncPrefetchingWorker`."""
+
+    list_key: str
+    clock: Clock
+    settings: Settings
+    dirty: bool
+
+    async def register(self) -> None: ...
+
+    async def run_once(self, timeout: float | None = None) -> bool: ...
+
+    async def finish(self) -> None: ...
+
+
+async def run_until_stopped(unit: AsyncRunnable, stop: asyncio.Event, until_idle: bool) -> None:
+    """The production loop (`taskcustody.worker.run_until_stopped`'s asyncio twin): `register`,
+    then cycles until `stop` is set (or, with `until_idle`, a cycle finds the queue empty); Redis
+    lost or out of memory is waited out, not a crash. Then `finish`."""
+    oom = OomSpell(log, f"worker {unit.list_key}", unit.clock, unit.settings.oom_log_interval,
+                   first_pause=min(1.0, unit.settings.block_timeout))
+    await unit.register()
+    while not stop.is_set():
+        try:
+            handled = await unit.run_once()
+        except (redis.ConnectionError, redis.TimeoutError) as exc:
+            log.warning("worker %s: Redis unreachable (%s); will reconcile", unit.list_key, exc)
+            unit.dirty = True
+            await _wait(stop, min(1.0, unit.settings.block_timeout))
+            continue
+        except redis.ResponseError as exc:
+            if not is_oom(exc):
+                raise
+            unit.dirty = True  # a refused release leaves its task in our list: reconcile
+            await _wait(stop, oom.refused(exc))
+            continue
+        oom.recovered()
+        if until_idle and not handled:
+            break
+    try:
+        await unit.finish()
+    except redis.RedisError as exc:
+        log.warning("worker %s: could not finish the task it held (%s); recovery will "
+                    "requeue it", unit.list_key, exc)
 
 
 def _cancel_pending() -> bool:
