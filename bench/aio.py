@@ -5,12 +5,13 @@
 
 Throughput: one worker process, concurrency 8 and 64, each handler first waiting --wait-ms (0
 and 5 by default) as an I/O call would: our `AsyncServer` (N asyncio workers, `async def`
-handler, `await asyncio.sleep`), our threaded `Server` (N threads, `time.sleep`: a thread blocked
-in I/O), saq (`Worker(concurrency=N)`) and arq (`max_jobs=N`, burst, poll_delay 10 ms), both
+handler, `await asyncio.sleep`), at prefetch 1 and 8 (`Settings(prefetch=8)`: each worker an
+`AsyncPrefetchingWorker` of 8 slots), our threaded `Server` (N threads, `time.sleep`: a thread
+blocked in I/O), at prefetch 1 and 8, saq (`Worker(concurrency=N)`) and arq (`max_jobs=N`, burst, poll_delay 10 ms), both
 `await asyncio.sleep` in an `async def` handler. Same handshake and drivers as `python -m bench`
 (bench/harness.py, bench/drivers.py, bench/peers/); rounds rotate the order; medians over rounds;
-the ratio is each row's median over the asyncio worker's at the same concurrency and wait.
-Prefetch 8 is not served by the asyncio API (it refuses `prefetch > 1`): its rows say so.
+the ratio is each row's median over the asyncio worker's (prefetch 1) at the same concurrency and
+wait.
 
 Latency: bench/latency.py's measure (enqueue to the handler's start at half capacity) for our
 threaded and asyncio workers at 1 and 8 workers.
@@ -38,7 +39,9 @@ from bench.peerenv import PEERS, driver_argv, peer_python
 
 RESULTS = BENCH_DIR / "results"
 SYSTEMS = [("ours-async", "taskcustody AsyncServer (asyncio workers)"),
+           ("ours-async-prefetch", "taskcustody AsyncServer (asyncio workers)"),
            ("ours", "taskcustody Server (worker threads)"),
+           ("ours-prefetch", "taskcustody Server (worker threads)"),
            ("saq", "saq Worker (concurrency N)"),
            ("arq", "arq (burst, poll_delay 10 ms, max_jobs N)")]
 LATENCY_CONFIGS = [
@@ -51,6 +54,10 @@ LATENCY_CONFIGS = [
     latency.Config("ours-async-8", "taskcustody AsyncServer, default Settings()", "ours-async", 8,
                    "1 process x 8 asyncio workers", "ours"),
 ]
+
+#: The systems run with `Settings(prefetch=8)` (bench/drivers.py PREFETCH); the others take one
+#: task per round trip.
+PREFETCHING = {"ours-async-prefetch": 8, "ours-prefetch": 8}
 
 
 #: bench/report.py's note on the concurrency of bench/latency.py's own configurations (not these).
@@ -125,11 +132,9 @@ def render(data: dict[str, Any]) -> str:
         med = f"{r['median']:,.0f}" if r["median"] else "failed"
         rng = f"{r['min']:,.0f}-{r['max']:,.0f}" if r["median"] else ""
         ratio = f"{r['x_async']:.2f}x" if r["x_async"] else ""
-        lines.append(f"| {labels[r['system']]} | {r['concurrency']} | 1 | {r['wait_ms']:g} ms | "
-                     f"{med} | {rng} | {ratio} |")
-    for n in sorted({r["concurrency"] for r in data["throughput"]}):
-        lines.append(f"| {labels['ours-async']} | {n} | 8 | any | not served (the asyncio API "
-                     "refuses prefetch > 1) | | |")
+        prefetch = PREFETCHING.get(r["system"], 1)
+        lines.append(f"| {labels[r['system']]} | {r['concurrency']} | {prefetch} | "
+                     f"{r['wait_ms']:g} ms | {med} | {rng} | {ratio} |")
     versions = {r["system"]: r["version"] for r in data["throughput"] if r.get("version")}
     if versions:
         lines += ["", "Peer versions: " + ", ".join(f"{k} {v}" for k, v in versions.items()) + "."]

@@ -14,7 +14,8 @@ drain, stamp the last completion, snapshot the server's counters, report.
 * ``ours``: taskcustody's ``Server`` (``workers`` threads) running the full cycle: take, record,
   execute, release with commit, with its production default clock (Redis ``TIME``).
 * ``ours-async``: taskcustody's ``AsyncServer`` (``--concurrency`` asyncio workers in one
-  process, ``--mode threads`` only), an ``async def`` handler.
+  process, ``--mode threads`` only), an ``async def`` handler; ``ours-async-prefetch`` the same
+  with ``Settings(prefetch=8)``.
 * ``ours-wallclock``: the same with ``clock=WallClock()`` (a diagnostic: what the cycle costs
   without the per-task ``TIME`` the record's timestamp takes).
 
@@ -155,15 +156,17 @@ def run_ours(url: str, threads: int, finish: Finish, tag: str, wallclock: bool =
     client.close()
 
 
-def run_ours_async(url: str, workers: int, finish: Finish, tag: str, wait: float) -> None:
-    """`AsyncServer`: `workers` concurrent asyncio workers in this process, an `async def`
-    handler that awaits `asyncio.sleep(wait)` (the handler's I/O wait, --wait-ms) first."""
+def run_ours_async(url: str, workers: int, finish: Finish, tag: str, wait: float,
+                   prefetch: int = 1) -> None:
+    """`AsyncServer`: `workers` concurrent asyncio workers in this process (each prefetching
+    `prefetch` tasks), an `async def` handler that awaits `asyncio.sleep(wait)` (the handler's
+    I/O wait, --wait-ms) first."""
     import asyncio
 
     from taskcustody import QueueKeys, Settings
     from taskcustody.aio import AsyncServer, connect_async
 
-    settings = Settings(block_timeout=0.5, socket_timeout_margin=2.0)
+    settings = Settings(block_timeout=0.5, socket_timeout_margin=2.0, prefetch=prefetch)
 
     async def handler(payload: Any) -> None:
         if wait:  # as the peers' drivers: a 0 ms handler does not yield
@@ -182,8 +185,9 @@ def run_ours_async(url: str, workers: int, finish: Finish, tag: str, wait: float
 
 def run_workload(kind: str, url: str, threads: int, finish: Finish, tag: str,
                  min_replicas: int = 0, wait: float = 0.0) -> None:
-    if kind == "ours-async":
-        run_ours_async(url, threads, finish, tag, wait)
+    if kind.startswith("ours-async"):
+        run_ours_async(url, threads, finish, tag, wait,
+                       prefetch=PREFETCH if kind == "ours-async-prefetch" else 1)
     elif kind.startswith("ours"):
         run_ours(url, threads, finish, tag, wallclock=kind == "ours-wallclock",
                  prefetch=PREFETCH if kind == "ours-prefetch" else 1, min_replicas=min_replicas,
@@ -234,7 +238,8 @@ def committed(kind: str, url: str) -> int | None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--kind", required=True,
-                    choices=["ours", "ours-prefetch", "ours-wallclock", "ours-async", "blpop",
+                    choices=["ours", "ours-prefetch", "ours-wallclock", "ours-async",
+                             "ours-async-prefetch", "blpop",
                              "blmove-lrem"])
     ap.add_argument("--mode", choices=["threads", "processes"], default="threads")
     ap.add_argument("--concurrency", type=int, default=1)
