@@ -1,0 +1,219 @@
+"""`AsyncServer` with `Settings.prefetch` > 1: N asyncio prefetching workers in one process, each
+slot its own in-flight list named as the threaded server's; the shutdown's cases with a
+cancellation injected there (idle takes cancelled at once; a batch being handled runs on within the
+grace period, its prefetched tasks included, as the threaded `PrefetchingWorker`'s does; then it is
+cancelled: the running task released as a failed attempt, the ones not reached requeued unchanged;
+a take pipeline cancelled with its replies in flight is reconciled before deregistering); and a
+mixed fleet of a threaded and an asyncio prefetching server on one queue, each task committed once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import threading
+from typing import Any
+
+import pytest
+import redis.asyncio
+
+from taskcustody import AsyncProducer, AsyncServer, ManualClock, QueueKeys, Server, Settings
+from taskcustody import scripts
+from taskcustody.aio import AsyncPrefetchingWorker
+from taskcustody.envelope import decode
+from tests.conftest import TEST_SETTINGS, Backend
+from tests.helpers import all_custody, commits
+from tests.support.aio import Gate, async_client, finishes
+
+PREFETCH = 4
+SETTINGS = dataclasses.replace(TEST_SETTINGS, prefetch=PREFETCH)
+
+
+def _run(backend: Backend, test: Any, settings: Settings = SETTINGS) -> None:
+    async def main() -> None:
+        client = async_client(backend, settings)
+        try:
+            await test(client)
+        finally:
+            await client.aclose()
+
+    asyncio.run(main())
+
+
+async def _queued(client: redis.asyncio.Redis, keys: QueueKeys) -> dict[str, int]:
+    return {decode(raw).id: decode(raw).attempts for raw in await client.lrange(keys.queue, 0, -1)}
+
+
+async def _in_custody(client: redis.asyncio.Redis, server: AsyncServer) -> int:
+    return sum([await client.llen(k) for w in server.workers for k in w.list_keys])
+
+
+def test_n_prefetching_workers_in_one_process_commit_every_task_once(
+        backend: Backend, keys: QueueKeys) -> None:
+    async def handler(payload: Any) -> Any:
+        await asyncio.sleep(0)
+        return payload
+
+    async def test(client: redis.asyncio.Redis) -> None:
+        await AsyncProducer(client, keys).enqueue_many(range(100))
+        server = AsyncServer(client, keys, "aio-1", handler, workers=3, settings=SETTINGS,
+                             clock=ManualClock())
+        await server.run(until_idle=True)
+        assert all(isinstance(w, AsyncPrefetchingWorker) for w in server.workers)
+        # each slot its own list, named as the threaded server's (w<i>p<slot>)
+        assert sorted(s.owner.worker_id for w in server.workers for s in w.slots) == \
+            sorted(server.control.worker_ids())
+        assert len({k for w in server.workers for k in w.list_keys}) == 3 * PREFETCH
+        assert await client.zcard(keys.servers) == 0
+        assert await client.zcard(keys.inflight_registry) == 0
+
+    _run(backend, test)
+    done = commits(backend.client(), keys)
+    assert len(done) == 100 and set(done.values()) == {1}
+
+
+def test_shutdown_cancels_idle_takes_and_lets_a_batch_finish_with_its_prefetched_tasks(
+        backend: Backend, keys: QueueKeys) -> None:
+    if not backend.real:
+        pytest.skip("fakeredis's async blocking commands ignore cancellation (pinned in "
+                    "tests/test_fakeredis_gaps.py)")
+    # Takes that would block for 20 s: the run returns long before, so they were cancelled.
+    settings = dataclasses.replace(SETTINGS, block_timeout=20.0, shutdown_grace=30.0)
+    started, finish = asyncio.Event(), asyncio.Event()
+    ran: list[int] = []
+
+    async def handler(payload: Any) -> Any:
+        if payload == 0:
+            started.set()
+            await finish.wait()
+        ran.append(payload)
+        return payload
+
+    async def test(client: redis.asyncio.Redis) -> None:
+        ids = await AsyncProducer(client, keys).enqueue_many(range(3))
+        server = AsyncServer(client, keys, "aio-1", handler, workers=3, settings=settings,
+                             clock=ManualClock())
+        run = asyncio.create_task(server.run())
+        await started.wait()
+        idle = {f"taskcustody-{w.owner.worker_id}" for w in server.workers if not w.busy}
+        assert idle  # (the first pipeline to run takes the whole batch: two idle workers)
+        server.stop()
+        # The idle workers' loops end at once (their blocking takes cancelled); the shutdown
+        # has then chosen what to cancel, and the batch being handled holds it open.
+        loops = [t for t in asyncio.all_tasks() if t.get_name() in idle]
+        done, _ = await asyncio.wait(loops, timeout=10)  # a guard, not a timing assumption
+        assert len(done) == len(idle)
+        assert not run.done()
+        finish.set()
+        await finishes(run)  # a guard: idle takes would hold it 20 s
+        # The batch ran whole, its prefetched tasks included, as the threaded worker's does.
+        assert sorted(ran) == [0, 1, 2]
+        for task_id in ids:
+            assert await client.get(keys.result(task_id)) is not None
+        assert await _in_custody(client, server) == 0
+        assert await client.zcard(keys.servers) == 0
+
+    _run(backend, test, settings)
+
+
+def test_shutdown_cancels_a_batch_still_running_after_the_grace_and_releases_every_task(
+        backend: Backend, keys: QueueKeys) -> None:
+    settings = dataclasses.replace(SETTINGS, shutdown_grace=0.05)
+    started = asyncio.Event()
+    cancelled: list[int] = []
+
+    async def handler(payload: Any) -> Any:
+        if payload == 1:
+            started.set()
+            try:
+                await asyncio.Event().wait()
+            except asyncio.CancelledError:
+                cancelled.append(payload)
+                raise
+        return payload
+
+    async def test(client: redis.asyncio.Redis) -> None:
+        ids = await AsyncProducer(client, keys).enqueue_many(range(PREFETCH))
+        server = AsyncServer(client, keys, "aio-1", handler, workers=1, settings=settings,
+                             clock=ManualClock())
+        run = asyncio.create_task(server.run())
+        await started.wait()
+        server.stop()
+        await finishes(run)
+        assert cancelled == [1]
+        # Task 0 committed; task 1 released as a failed attempt; tasks 2 and 3, prefetched but
+        # never reached, requeued as they were (the threaded worker's NOT_REACHED).
+        assert await client.get(keys.result(ids[0])) == b"0"
+        assert await _queued(client, keys) == {ids[1]: 1, ids[2]: 0, ids[3]: 0}
+        assert await _in_custody(client, server) == 0
+        assert await client.hlen(keys.processing) == 0
+        assert await client.zcard(keys.servers) == 0
+
+    _run(backend, test, settings)
+
+
+def test_shutdown_reconciles_the_lists_a_take_pipeline_cancelled_in_flight_filled(
+        backend: Backend, keys: QueueKeys) -> None:
+    async def test(client: redis.asyncio.Redis) -> None:
+        server = AsyncServer(client, keys, "aio-1", lambda p: p, workers=1, settings=SETTINGS,
+                             clock=ManualClock())
+        (worker,) = await server.start()
+        assert isinstance(worker, AsyncPrefetchingWorker)
+        gate = worker.conn = Gate(
+            worker.conn, lambda a: a[1] == scripts.TAKE_AND_RECORD_SCRIPT.sha
+            and a[3] == keys.queue, hold="reply")
+        ids = await AsyncProducer(client, keys).enqueue_many(range(2))
+        run = asyncio.create_task(server.run())
+        await gate.reached.wait()  # the takes ran: the first reply is held, the worker idle
+        assert not worker.busy
+        server.stop()  # cancels the take pipeline with its replies in flight
+        await finishes(run)
+        assert not worker.dirty
+        assert await _in_custody(client, server) == 0
+        # reconciled before deregistering: back where recovery puts a counted task
+        back = [decode(raw).id for raw in await client.lrange(keys.suspects, 0, -1)]
+        assert sorted(back) == sorted(ids)
+        assert await client.zcard(keys.servers) == 0
+
+    _run(backend, test)
+
+
+def test_a_threaded_and_an_asyncio_prefetching_server_serve_one_queue_each_task_once(
+        backend: Backend, keys: QueueKeys) -> None:
+    ran: dict[str, list[int]] = {"sync": [], "async": []}
+    # The threaded workers hold their first tasks until the asyncio side has run one, so that
+    # both serve whatever the start-up order (a guard of 10 s, not a timing assumption).
+    async_ran = threading.Event()
+
+    def sync_handler(payload: Any) -> Any:
+        async_ran.wait(10)
+        ran["sync"].append(payload)
+        return payload
+
+    async def async_handler(payload: Any) -> Any:
+        async_ran.set()
+        ran["async"].append(payload)
+        await asyncio.sleep(0)
+        return payload
+
+    n = 300
+    sync_client = backend.client()
+    threaded = Server(sync_client, keys, "threads-1", sync_handler, workers=2,
+                      settings=SETTINGS, clock=ManualClock())
+
+    async def test(client: redis.asyncio.Redis) -> None:
+        await AsyncProducer(client, keys).enqueue_many(range(n))
+        thread = threading.Thread(target=threaded.run, kwargs={"until_idle": True})
+        thread.start()
+        server = AsyncServer(client, keys, "aio-1", async_handler, workers=3,
+                             settings=SETTINGS, clock=ManualClock())
+        await server.run(until_idle=True)
+        await asyncio.to_thread(thread.join)
+
+    _run(backend, test)
+    done = commits(sync_client, keys)
+    assert len(done) == n and set(done.values()) == {1}
+    every = ran["sync"] + ran["async"]
+    assert sorted(every) == list(range(n))  # each ran once, on one side
+    assert ran["sync"] and ran["async"]  # both served
+    assert sum(all_custody(sync_client, keys).values()) == 0
