@@ -7,11 +7,11 @@ Throughput: one worker process, concurrency 8 and 64, each handler first waiting
 and 5 by default) as an I/O call would: our `AsyncServer` (N asyncio workers, `async def`
 handler, `await asyncio.sleep`), at prefetch 1 and 8 (`Settings(prefetch=8)`: each worker an
 `AsyncPrefetchingWorker` of 8 slots), our threaded `Server` (N threads, `time.sleep`: a thread
-blocked in I/O), at prefetch 1 and 8, saq (`Worker(concurrency=N)`) and arq (`max_jobs=N`, burst, poll_delay 10 ms), both
-`await asyncio.sleep` in an `async def` handler. Same handshake and drivers as `python -m bench`
-(bench/harness.py, bench/drivers.py, bench/peers/); rounds rotate the order; medians over rounds;
-the ratio is each row's median over the asyncio worker's (prefetch 1) at the same concurrency and
-wait.
+blocked in I/O), at prefetch 1 and 8, saq (`Worker(concurrency=N)`) and arq (`max_jobs=N`,
+burst, poll_delay 10 ms), both `await asyncio.sleep` in an `async def` handler. Same handshake
+and drivers as `python -m bench` (bench/harness.py, bench/drivers.py, bench/peers/); rounds rotate
+the order; medians over rounds; the ratio is each row's median over the asyncio worker's
+(prefetch 1) at the same concurrency and wait.
 
 Latency: bench/latency.py's measure (enqueue to the handler's start at half capacity) for our
 threaded and asyncio workers at 1 and 8 workers.

@@ -27,6 +27,7 @@ PREFETCH = "src/taskcustody/prefetch.py"
 SETTINGS = "src/taskcustody/settings.py"
 SUSPECTS = "src/taskcustody/suspects.py"
 AIO_WORKER = "src/taskcustody/aio/worker.py"
+AIO_PREFETCH = "src/taskcustody/aio/prefetch.py"
 
 
 @dataclass(frozen=True)
@@ -456,6 +457,20 @@ MUTANTS += (
                 "outcome))[1]\n"
                 "                else:\n"
                 "                    await self.release(task, outcome)\n",
+            ),
+        ),
+    ),
+    NamedMutant(
+        "async-prefetch-forgets-unread-slots",
+        "never ignorant: the asyncio prefetching worker reads the replies a lost connection cut "
+        "off as empty ones, so the slots after a lost take reply forget the tasks their takes "
+        "moved into their lists (not dirty, never reconciled), and a lost release reply is read "
+        "as a release that ran",
+        (
+            Edit(
+                AIO_PREFETCH,
+                "            return replies, exc\n",
+                "            return replies + [None] * (len(commands) - len(replies)), exc\n",
             ),
         ),
     ),

@@ -18,8 +18,16 @@ from typing import Any
 import pytest
 import redis.asyncio
 
-from taskcustody import AsyncProducer, AsyncWorker, ListOwner, ManualClock, Producer, QueueKeys
-from taskcustody import Settings, scripts
+from taskcustody import (
+    AsyncProducer,
+    AsyncWorker,
+    ListOwner,
+    ManualClock,
+    Producer,
+    QueueKeys,
+    Settings,
+    scripts,
+)
 from taskcustody.aio import AsyncPrefetchingWorker
 from taskcustody.envelope import decode
 from taskcustody.prefetch import PrefetchingWorker

@@ -17,8 +17,15 @@ from typing import Any
 import pytest
 import redis.asyncio
 
-from taskcustody import AsyncProducer, AsyncServer, ManualClock, QueueKeys, Server, Settings
-from taskcustody import scripts
+from taskcustody import (
+    AsyncProducer,
+    AsyncServer,
+    ManualClock,
+    QueueKeys,
+    Server,
+    Settings,
+    scripts,
+)
 from taskcustody.aio import AsyncPrefetchingWorker
 from taskcustody.envelope import decode
 from tests.conftest import TEST_SETTINGS, Backend

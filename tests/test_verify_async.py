@@ -48,10 +48,28 @@ def test_verify_async_verifies_the_correct_design_on_a_real_server(
     _assert_faulted(_asyncio_run(real_redis.url))
 
 
-def test_verify_async_with_prefetch_is_refused_in_one_line() -> None:
-    out = CliRunner().invoke(main, ["verify", "--async", "--prefetch"])
-    assert out.exit_code == 2
-    assert "--async" in out.output and "Traceback" not in out.output
+def _asyncio_prefetching_run(url: str | None = None) -> dict[str, int]:
+    result = verify(Options(examples=EXAMPLES, steps=40, model_check=False, asyncio=True,
+                            prefetch=True, redis_url=url, embedded=url is not None))
+    assert result.failure is None, result.failure
+    assert [p.outcome for p in result.parts] == [PASSED]
+    assert "with the prefetching worker with the asyncio worker" in result.parts[0].name
+    assert result.stats is not None
+    counts = dict(result.stats.faults)
+    # the asyncio prefetching worker's pipelines lost replies at some slot
+    for kind in ("dropped-reply:prefetching-take", "dropped-reply:prefetching-release"):
+        assert counts.get(kind, 0) > 0, (kind, counts)
+    return counts
+
+
+def test_verify_async_prefetch_drives_the_asyncio_prefetching_worker_on_fakeredis() -> None:
+    _asyncio_prefetching_run()
+
+
+def test_verify_async_prefetch_drives_the_asyncio_prefetching_worker_on_a_real_server(
+        real_redis: RedisServerProcess) -> None:
+    redis.Redis.from_url(real_redis.url).flushall()
+    _asyncio_prefetching_run(real_redis.url)
 
 
 def test_a_cancel_arm_cancels_the_awaiting_task_after_redis_ran_the_command() -> None:

@@ -27,10 +27,12 @@ import redis
 import redis.asyncio
 from taskcustody_model import Action
 
+from ..aio.prefetch import AsyncPrefetchingWorker
 from ..aio.worker import AsyncWorker
 from ..clock import Clock
 from ..envelope import Task
 from ..keys import ListOwner, QueueKeys
+from ..prefetch_custody import Batch
 from ..server import Server
 from ..settings import Settings
 from ..worker import Outcome, Release
@@ -104,6 +106,13 @@ class SteppedAsyncWorker:
     def suspects(self) -> Any:
         return self.aw.suspects
 
+    @property
+    def list_key(self) -> str:
+        return self.aw.list_key
+
+    def verdict(self, task: Task, outcome: Outcome) -> tuple[str, str]:
+        return self.aw.verdict(task, outcome)
+
     # -- the steps -----------------------------------------------------------------------------
 
     def register(self) -> None:
@@ -149,6 +158,39 @@ class SteppedAsyncWorker:
     def close(self) -> None:
         self._run(self.aw.close())
         self._run(self.aw.client.connection_pool.disconnect())
+
+
+class SteppedAsyncPrefetchingWorker:
+    """An `AsyncPrefetchingWorker` whose slots are stepped asyncio workers, with the threaded
+    `PrefetchingWorker`'s synchronous pipelines (the ones verify/prefetching.py calls), each run
+    on `loop` in a task of its own."""
+
+    def __init__(self, slots: list[SteppedAsyncWorker], loop: asyncio.AbstractEventLoop) -> None:
+        self.apw = AsyncPrefetchingWorker([slot.aw for slot in slots])
+        self.loop = loop
+
+    @property
+    def _conn(self) -> Any:
+        return self.apw.conn
+
+    def take_all(self) -> tuple[Batch, Exception | None]:
+        result: tuple[Batch, Exception | None] = self.loop.run_until_complete(
+            self.loop.create_task(self.apw.take_all()))
+        return result
+
+    def release_all(self, batch: Batch) -> list[Release]:
+        """The batch's releases; its slots may be the stepped workers (their asyncio ones
+        release)."""
+        theirs = Batch()
+        theirs.raws = [(getattr(slot, "aw", slot), raw, task_id)
+                       for slot, raw, task_id in batch.raws]
+        theirs.verdicts, theirs.errors = batch.verdicts, batch.errors
+        releases: list[Release] = self.loop.run_until_complete(
+            self.loop.create_task(self.apw.release_all(theirs)))
+        return releases
+
+    def disconnect(self) -> None:
+        self.loop.run_until_complete(self.apw.conn.disconnect())
 
 
 def async_server_factory(base: ServerFactory,

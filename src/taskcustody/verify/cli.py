@@ -211,7 +211,8 @@ def _no_server(message: str) -> NoReturn:
 @click.option("--async", "asyncio_worker", is_flag=True,
               help="Drive the asyncio worker (taskcustody.aio.AsyncWorker) instead of the "
                    "threaded one: the same steps and checks, with cancellations (a step "
-                   "cancelled with its reply in flight) among the faults.")
+                   "cancelled with its reply in flight) among the faults; with --prefetch, "
+                   "its pipelines are the asyncio prefetching worker's.")
 @click.option("--queue", "-q", default=None, metavar="NAME",
               help="With --redis-url: the queue name (hash tag) of the run's keys, instead of "
                    "verify-<pid>. On a Redis Cluster it picks the slot, so the master, the run "
@@ -276,9 +277,6 @@ def verify_command(examples: int | None, steps: int, seed: int | None, variants:
             raise click.BadParameter(str(exc), param_hint="--settings") from exc
     if embedded_redis and redis_url is not None:
         raise click.UsageError("--embedded-redis and --redis-url: pick one server")
-    if asyncio_worker and prefetch:
-        raise click.UsageError("--async drives the asyncio worker, which has no prefetching: "
-                               "drop --prefetch")
     said_loops = click.get_current_context().get_parameter_source("loops")
     if asyncio_worker and loops and said_loops is click.core.ParameterSource.COMMANDLINE:
         raise click.UsageError("--async: the production-loops part drives the threaded "

@@ -14,6 +14,8 @@ the after-step check compares.
 
 from __future__ import annotations
 
+from typing import Any
+
 import redis
 from taskcustody_model.protocol import Action
 from taskcustody_model.state import IDLE, RECORDED
@@ -58,14 +60,28 @@ def _model(h: Harness, action: Action, fault: str = "") -> None:
     h.model_step(action)
 
 
-def _pipelined(h: Harness, s: int, i: int, workers: list[int]) -> PrefetchingWorker:
+def _pipelined(h: Harness, s: int, i: int, workers: list[int]) -> Any:
+    """The process's workers `workers` as the slots of one prefetching worker: the threaded
+    `PrefetchingWorker`, or with asyncio workers (verify/aio.py) the asyncio one, stepped."""
     slot = h.procs[s][i]
-    slots = []
+    slots: list[Any] = []
     for w in workers:
         worker = slot.workers[w].worker
         assert worker is not None
         slots.append(worker)
+    loop = getattr(h, "loop", None)
+    if loop is not None:
+        from .aio import SteppedAsyncPrefetchingWorker
+
+        return SteppedAsyncPrefetchingWorker(slots, loop)
     return PrefetchingWorker(slots)
+
+
+def _disconnect(pw: Any) -> None:
+    if isinstance(pw, PrefetchingWorker):
+        pw._conn.disconnect()  # type: ignore[no-untyped-call]
+    else:
+        pw.disconnect()
 
 
 def prefetching_take(h: Harness, s: int, i: int, lost_at: int | None) -> None:
@@ -87,7 +103,7 @@ def prefetching_take(h: Harness, s: int, i: int, lost_at: int | None) -> None:
         batch, error = pw.take_all()
     finally:
         h.injector.disarm_all()
-        pw._conn.disconnect()  # type: ignore[no-untyped-call]
+        _disconnect(pw)
     if (error is not None) != (lost_at is not None) or \
             (error is not None and not isinstance(error, redis.ConnectionError)):
         raise Mismatch("prefetch", f"take pipeline: lost at {lost_at}, error {error!r}")
@@ -139,7 +155,7 @@ def prefetching_release(h: Harness, s: int, i: int, lost_at: int | None) -> None
             raise Mismatch("fault", "the lost release reply did not surface")
     finally:
         h.injector.disarm_all()
-        pw._conn.disconnect()  # type: ignore[no-untyped-call]
+        _disconnect(pw)
     for k, w in enumerate(workers):
         lost = lost_at is not None and k >= lost_at
         if lost:
