@@ -242,6 +242,21 @@ def test_a_lost_take_pipeline_reply_leaves_that_slot_and_the_later_ones_dirty(
     assert sum(all_custody(client, keys).values()) == 0
 
 
+def test_only_the_lead_slot_makes_a_connection_of_its_own(backend: Backend,
+                                                          keys: QueueKeys) -> None:
+    """The other slots never send a command themselves (the pipelines do): no connection is made
+    for them (redis-py's Connection() costs ~2 ms, 1 s for 64 workers x 8 slots)."""
+    async def test(client: redis.asyncio.Redis) -> None:
+        await AsyncProducer(client, keys).enqueue_many(range(2 * PREFETCH))
+        worker = await _worker(client, keys, lambda p: p)
+        while await worker.run_once(timeout=0.05):
+            pass
+        assert [s._own_conn is not None for s in worker.slots] == [True] + [False] * (PREFETCH - 1)
+        await worker.close()
+
+    run_with_client(test, backend)
+
+
 def test_an_empty_queue_falls_back_to_the_leads_blocking_take(backend: Backend,
                                                               keys: QueueKeys) -> None:
     async def test(client: redis.asyncio.Redis) -> None:

@@ -101,14 +101,27 @@ class AsyncWorker(Custody):
     ) -> None:
         super().__init__(client, keys, owner, handler, clock, settings, is_fake(client))
         refuse_unsupported(client, self.settings)
-        #: The worker's own connection (tests wrap it to hold a reply, or cut one, where they
-        #: choose).
-        self.conn: Any = own_connection(client)
+        # Made at first use (`conn`): a prefetching worker's slots other than its lead never
+        # send a command of their own, and redis-py's Connection() costs some 2 ms (it reads the
+        # package's metadata), 1 s for the 512 slots of 64 workers at prefetch 8.
+        self._own_conn: Any = None
         self._broken = False
         #: The task this worker holds between its take and its release (None while idle): what
         #: `AsyncServer`'s shutdown lets finish within the grace period.
         self.current: Task | None = None
         self._async_handler = is_async_handler(handler)
+
+    @property
+    def conn(self) -> Any:
+        """The worker's own connection, made at first use (tests wrap it to hold a reply, or cut
+        one, where they choose)."""
+        if self._own_conn is None:
+            self._own_conn = own_connection(self.client)
+        return self._own_conn
+
+    @conn.setter
+    def conn(self, value: Any) -> None:
+        self._own_conn = value
 
     @property
     def busy(self) -> bool:
@@ -316,7 +329,8 @@ class AsyncWorker(Custody):
         await run_until_stopped(self, stop, until_idle)
 
     async def close(self) -> None:
-        await self.conn.disconnect()
+        if self._own_conn is not None:
+            await self._own_conn.disconnect()
 
     # -- plumbing ----------------------------------------------------------------------------
 
