@@ -1,6 +1,7 @@
 """End to end with real processes on real Redis, asyncio side: an asyncio server of 8 concurrent
 workers (an `async def` handler) is SIGKILLed mid-run beside a threaded server on the same queue,
-and restarted with the same id; every task commits exactly once."""
+and restarted with the same id; every task commits exactly once. Also with both servers
+prefetching (`--prefetch 4`: the killed process holds whole batches)."""
 
 from __future__ import annotations
 
@@ -24,14 +25,16 @@ ROOT = Path(__file__).resolve().parent.parent
 N = 2_000
 
 
-def _start(url: str, handler: str, server_id: str, workers: int) -> subprocess.Popen[bytes]:
+def _start(url: str, handler: str, server_id: str, workers: int,
+           prefetch: int = 1) -> subprocess.Popen[bytes]:
     path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
     env = dict(os.environ, PYTHONPATH=path, TASKCUSTODY_E2E_URL=url)
     return subprocess.Popen(
         [sys.executable, "-m", "taskcustody.cli", "worker", handler, "--queue", "e2e",
          "--redis-url", url, "--workers", str(workers), "--server-id", server_id,
          "--heartbeat-interval", "0.2", "--server-ttl", "1", "--sweep-interval", "0.5",
-         "--block-timeout", "0.2", "--wait-for-id", "10", "--track-commits"],
+         "--block-timeout", "0.2", "--wait-for-id", "10", "--track-commits",
+         "--prefetch", str(prefetch)],
         env=env, cwd=ROOT,
     )
 
@@ -45,8 +48,9 @@ def _stop(proc: subprocess.Popen[bytes]) -> int:
             proc.kill()
 
 
+@pytest.mark.parametrize("prefetch", [1, 4])
 def test_sigkill_of_an_asyncio_server_beside_a_threaded_one_commits_every_task_once(
-    real_redis: RedisServerProcess,
+    real_redis: RedisServerProcess, prefetch: int,
 ) -> None:
     url = real_redis.url
     admin = redis.Redis.from_url(url)
@@ -57,8 +61,8 @@ def test_sigkill_of_an_asyncio_server_beside_a_threaded_one_commits_every_task_o
     def committed() -> int:
         return int(admin.get(keys.committed) or 0)
 
-    threaded = _start(url, "tests.e2e_handler:handle", "e2e-threads", 2)
-    first = _start(url, "tests.e2e_async_handler:handle", "e2e-aio", 8)
+    threaded = _start(url, "tests.e2e_handler:handle", "e2e-threads", 2, prefetch)
+    first = _start(url, "tests.e2e_async_handler:handle", "e2e-aio", 8, prefetch)
     try:
         wait_for(lambda: committed() >= N // 4, "a quarter of the tasks to commit")
         first.send_signal(signal.SIGKILL)
@@ -66,7 +70,7 @@ def test_sigkill_of_an_asyncio_server_beside_a_threaded_one_commits_every_task_o
         at_kill = committed()
         inflight_at_kill = sum(admin.llen(k)
                                for k in admin.zrange(keys.inflight_registry, 0, -1))
-        second = _start(url, "tests.e2e_async_handler:handle", "e2e-aio", 8)
+        second = _start(url, "tests.e2e_async_handler:handle", "e2e-aio", 8, prefetch)
         try:
             wait_for(lambda: committed() >= N, "every task to commit")
             assert _stop(second) == 0
