@@ -474,6 +474,19 @@ MUTANTS += (
             ),
         ),
     ),
+    NamedMutant(
+        "async-prefetch-release-not-shielded",
+        "eventually empty: the asyncio prefetching worker's batch release is not shielded "
+        "(`complete`), so a cancellation that lands while it is in flight abandons it, and the "
+        "batch's tasks stay in the slots' lists",
+        (
+            Edit(
+                AIO_PREFETCH,
+                "                releases = await complete(self.release_all(batch))\n",
+                "                releases = await self.release_all(batch)\n",
+            ),
+        ),
+    ),
 )
 
 

@@ -175,13 +175,14 @@ def test_a_cancellation_while_the_take_pipelines_replies_are_in_flight_leaves_ev
     assert len(done) == PREFETCH and set(done.values()) == {1}
 
 
-def test_a_release_pipeline_cancelled_before_it_is_sent_still_runs_to_its_end(
-        backend: Backend, keys: QueueKeys) -> None:
+@pytest.mark.parametrize("hold", ["send", "reply"])
+def test_a_release_pipeline_cancelled_before_it_is_sent_or_read_still_runs_to_its_end(
+        backend: Backend, keys: QueueKeys, hold: str) -> None:
     async def test(client: redis.asyncio.Redis) -> None:
         ids = await AsyncProducer(client, keys).enqueue_many(range(PREFETCH))
         worker = await _worker(client, keys, lambda p: p + 1)
         gate = worker.conn = Gate(worker.conn, lambda a: a[1] == scripts.RELEASE_SCRIPT.sha,
-                                  hold="send")
+                                  hold=hold)
         cycle = asyncio.create_task(worker.run_once(timeout=0.05))
         await gate.cancel_at(cycle)
         with pytest.raises(asyncio.CancelledError):
