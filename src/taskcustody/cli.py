@@ -164,8 +164,9 @@ def main() -> None:
 @click.option("--workers", "-w", default=1, show_default=True, type=click.IntRange(min=1),
               help="Worker threads.")
 @click.option("--prefetch", default=1, show_default=True, type=click.IntRange(min=1),
-              help="Tasks a worker thread takes in one round trip while the queue is busy "
-                   "(each held in an in-flight list of its own). Raise it for short tasks; keep "
+              help="Tasks a worker thread (an asyncio worker, for an async def handler) takes in "
+                   "one round trip while the queue is busy (each held in an in-flight list of its "
+                   "own). Raise it for short tasks; keep "
                    "1 for long ones, or the prefetched tasks wait behind a slow one.")
 @click.option("--server-id", default=None, envvar="TASKCUSTODY_SERVER_ID",
               help="Exclusive server id (or $TASKCUSTODY_SERVER_ID). Default: HOST-PID-XXXX, "
