@@ -236,11 +236,6 @@ def run_named(snapshot: Path, workdir: Path, mutant: NamedMutant, test_timeout: 
         (copy / path).write_text(text, encoding="utf-8")
     run = run_suite(copy, test_timeout, suite_timeout, pytest_args,
                     first_failure=not all_killers)
-    if run.returncode == 3 and not run.test_failures and not run.hung:
-        # pytest's INTERNALERROR (exit 3) with no test failed: the run itself broke (seen with
-        # unbounded-drain, a test ended by the per-test alarm), not a verdict: run it once more.
-        run = run_suite(copy, test_timeout, suite_timeout, pytest_args,
-                        first_failure=not all_killers)
     killers = run.test_failures
     if run.hung:
         verdict, ok = "killed", mutant.equivalence is None

@@ -2,10 +2,15 @@
 
 - `--mutation-report PATH`: write the node ids of every failed test (setup, call or teardown) and
   of every collection error, in the order they happened, as JSON.
-- `--mutation-test-timeout SECONDS`: fail a test that runs longer (SIGALRM in the main thread), so a
-  mutant that makes a test hang (a drain that never ends) is reported as caught by that test
-  instead of hanging the gate. `--mutation-limits PATH` raises the limit per test (the gate
+- `--mutation-test-timeout SECONDS`: fail a test whose setup, call or teardown runs longer
+  (SIGALRM in the main thread), so a mutant that makes a test hang (a drain that never ends, a
+  fixture that joins a thread the mutant never ends) is reported as caught by that test, in that
+  phase, instead of hanging the gate. `--mutation-limits PATH` raises the limit per test (the gate
   derives it from the test's duration on the unmutated copy: the model's deep searches are slow).
+
+The timeout is raised only inside a phase (see `_Alarm`), never in pytest's own code between
+phases: a raise there ends the whole run as pytest's INTERNALERROR (exit 3) with no test named,
+which the gate counts as an ERROR, not a kill. tests/test_mutation_pytest_plugin.py pins both.
 """
 
 from __future__ import annotations
@@ -15,7 +20,7 @@ import json
 import os
 import signal
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from types import FrameType
 from typing import Any
 
@@ -90,8 +95,12 @@ def pytest_collectreport(report: pytest.CollectReport) -> None:
                           "message": _first_line(report)})
 
 
-@pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+_LIMIT = pytest.StashKey[float]()
+
+
+def _limit_of(item: pytest.Item) -> float:
+    """The test's soft limit in seconds (0: none): --mutation-test-timeout, raised per test by
+    --mutation-limits."""
     limit = float(item.config.getoption("--mutation-test-timeout") or 0.0)
     limits_path = item.config.getoption("--mutation-limits")
     if limits_path:
@@ -100,60 +109,138 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
             with open(limits_path, encoding="utf-8") as f:
                 _limits = json.load(f)
         limit = max(limit, float(_limits.get(item.nodeid, 0.0)))
-    if limit <= 0:
-        yield
-        return
+    return limit
 
-    def expire(signum: int, frame: FrameType | None) -> None:
-        raise MutantTimeout(f"test ran longer than {limit:g} s under this mutant (a hang)")
 
-    # The soft limit raises in the main thread. A test stuck where that exception cannot end it
-    # (a lock nobody will release) meets the hard limit: a watchdog thread records the test as
-    # the one that caught the mutant, and ends the run.
+class _Alarm:
+    """The soft limit: SIGALRM in the main thread, whose handler raises MutantTimeout only while a
+    test phase's own code runs (`phase` is set). A phase is what pytest calls inside
+    `CallInfo.from_call`, where any exception, a BaseException included, becomes that phase's
+    failure report. Outside a phase (pytest's reports, its terminal output, other plugins'
+    hooks between the phases) the handler returns: an exception raised there escapes pytest's
+    runner and ends the whole run as an INTERNALERROR (exit 3), with no test named.
+
+    Past its limit the timer keeps firing every REPEAT seconds until the phase ends: a timeout
+    raised where the code under test catches BaseException is raised again. The hang of
+    `unbounded-drain` runs in fakeredis's Lua, whose `pcall(cjson.decode, raw)` in the drain
+    script catches whatever its Python callback raises: a one-shot alarm landing there was lost
+    (4 of 67 runs of the mutant's test alone with a limit of 0.5-2.5 s), and only the watchdog's
+    hard limit, 15 s later, ended the run."""
+
+    REPEAT = 1.0
+
+    def __init__(self) -> None:
+        self.phase: tuple[str, float] | None = None  # (when, limit) of the phase running
+        self.previous: Any = None
+        self.installed = False
+
+    def expire(self, signum: int, frame: FrameType | None) -> None:
+        phase = self.phase
+        if phase is None:
+            return  # pytest's own code between phases (a tick pending at the disarm): not here
+        when, limit = phase
+        what = "test" if when == "call" else f"test {when}"
+        raise MutantTimeout(f"{what} ran longer than {limit:g} s under this mutant (a hang)")
+
+    def arm(self, when: str, limit: float) -> None:
+        if not self.installed:
+            # Installed once for the session: putting the default disposition back after each
+            # phase would let a tick still pending at the disarm kill the process (SIGALRM).
+            self.previous = signal.signal(signal.SIGALRM, self.expire)
+            self.installed = True
+        self.phase = (when, limit)
+        signal.setitimer(signal.ITIMER_REAL, limit, self.REPEAT)
+
+    def disarm(self) -> None:
+        self.phase = None  # first: from here on a tick raises nothing
+        signal.setitimer(signal.ITIMER_REAL, 0)
+
+    def uninstall(self) -> None:
+        if self.installed:
+            self.disarm()
+            signal.signal(signal.SIGALRM, self.previous)
+            self.installed = False
+
+
+_alarm = _Alarm()
+
+
+def _watchdog(config: pytest.Config, test: str, when: str, seconds: float) -> threading.Event:
+    """The hard limit: code stuck where the soft limit's exception cannot end it (a lock nobody
+    will release, a C call that ignores signals), or where it must not be raised (the session's
+    teardown), is recorded as what caught the mutant, and the run ends. Set the returned event
+    when that code is done."""
     done = threading.Event()
 
-    def watchdog() -> None:
-        if done.wait(limit + HARD_GRACE):
+    def watch() -> None:
+        if done.wait(seconds):
             return
-        _failures.append({"test": item.nodeid, "when": "call",
-                          "message": f"hung past {limit + HARD_GRACE:g} s; run ended"})
-        _write(item.config, 1)
+        _failures.append({"test": test, "when": when,
+                          "message": f"hung past {seconds:g} s; run ended"})
+        _write(config, 1)
         faulthandler.dump_traceback(all_threads=True)
         os._exit(1)
 
-    threading.Thread(target=watchdog, name="mutation-watchdog", daemon=True).start()
-    # The soft limit is armed around the call phase only (pytest_runtest_call below): an alarm
-    # that fired in pytest's own reporting after the call, or in a teardown, ended the whole run
-    # as an INTERNALERROR (exit 3) with no test to name, and the gate counted the mutant as an
-    # error instead of a kill (seen once in three runs of unbounded-drain). Setup and teardown
-    # stay under the watchdog's hard limit.
-    item.stash[_LIMIT] = (limit, expire)
+    threading.Thread(target=watch, name="mutation-watchdog", daemon=True).start()
+    return done
+
+
+def _limited(item: pytest.Item, when: str) -> Iterator[None]:
+    """One phase (setup, call or teardown) under the soft and the hard limit, each phase with the
+    test's whole limit: a fixture whose teardown joins a thread the mutant never ends fails its
+    teardown like a test that hangs fails its call."""
+    limit = item.stash.get(_LIMIT, 0.0)
+    if limit <= 0:
+        yield
+        return
+    done = _watchdog(item.config, item.nodeid, when, limit + HARD_GRACE)
+    _alarm.arm(when, limit)
     try:
         yield
     finally:
+        _alarm.disarm()
         done.set()
 
 
-_LIMIT = pytest.StashKey[tuple[float, Callable[[int, FrameType | None], None]]]()
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> None:
+    item.stash[_LIMIT] = _limit_of(item)
 
 
-@pytest.hookimpl(hookwrapper=True)
+# Innermost among the phase's wrappers (trylast): the limit covers the fixtures and the test, not
+# pytest's own capture and logging wrappers around them, whose state a timeout must not cut.
+@pytest.hookimpl(hookwrapper=True, trylast=True)
+def pytest_runtest_setup(item: pytest.Item) -> Iterator[None]:
+    yield from _limited(item, "setup")
+
+
+@pytest.hookimpl(hookwrapper=True, trylast=True)
 def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
-    armed = item.stash.get(_LIMIT, None)
-    if armed is None:
-        yield
-        return
-    limit, expire = armed
-    previous = signal.signal(signal.SIGALRM, expire)
-    signal.setitimer(signal.ITIMER_REAL, limit)
+    yield from _limited(item, "call")
+
+
+@pytest.hookimpl(hookwrapper=True, trylast=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    yield from _limited(item, "teardown")
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    _alarm.uninstall()
+
+
+@pytest.hookimpl(hookwrapper=True, tryfirst=True)
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> Iterator[None]:
+    """Around pytest's teardown of the session's and modules' fixtures left after the last test
+    (after -x, all of them): no soft limit there (a raise would end the run in a traceback), the
+    hard one, as for a phase, with --mutation-test-timeout."""
+    limit = float(session.config.getoption("--mutation-test-timeout") or 0.0)
+    done = (_watchdog(session.config, "<session teardown>", "teardown", limit + HARD_GRACE)
+            if limit > 0 else None)
     try:
         yield
     finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
-
-
-def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+        if done is not None:
+            done.set()
     if hasattr(session.config, "workerinput"):
         return  # a pytest-xdist worker: the controller, which saw every report, writes it
     _write(session.config, exitstatus)
