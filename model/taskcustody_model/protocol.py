@@ -575,6 +575,10 @@ def apply(state: State, action: Action, config: Config) -> State:
                                  checks_custody=True)
         if proc.phase == SUPERSEDED:
             worker = Worker(STOPPED)
+            if not lost and not debris and proc.suspect == w:
+                # clean, as after any release whose end it saw: the suspect slot is free (the
+                # worker stops all the same)
+                state = with_process(state, s, i, state.processes[s][i]._replace(suspect=-1))
         elif lost or debris:
             worker = Worker(DIRTY)  # reply lost, or debris left in our list: reconcile first
         else:
