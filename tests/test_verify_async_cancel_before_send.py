@@ -140,3 +140,25 @@ def test_verify_async_model_checks_and_runs_with_cancellations_before_the_send()
     assert Options(asyncio=True).stateful_bounds == ASYNC_BOUNDS == DEFAULT_BOUNDS._replace(
         cancels_before_send=True)
     assert not Options().stateful_bounds.cancels_before_send
+
+
+def test_a_before_send_arm_cancels_the_sending_task_and_redis_runs_nothing() -> None:
+    import fakeredis.aioredis
+
+    from taskcustody.verify import faults
+
+    async def scenario() -> tuple[bool, bytes | None, int]:
+        injector = faults.FaultInjector()
+        client = await faults.install_async(fakeredis.aioredis.FakeRedis(), injector, "x")
+        injector.arm("SET", label="x", before_send=True)
+        cancelled = False
+        try:
+            await asyncio.ensure_future(client.set("k", b"v"))
+        except asyncio.CancelledError:
+            cancelled = True
+        value = await client.get("k")
+        await client.set("k2", b"v")  # spent: the next SET goes through
+        await client.connection_pool.disconnect()
+        return cancelled, value, injector.counts[faults.CANCELLED_BEFORE_SEND]
+
+    assert asyncio.run(scenario()) == (True, None, 1)

@@ -251,8 +251,9 @@ class AsyncHarness(Harness):
         self.settle()
 
     def _real_worker_step(self, action: Action, command: str, lost: bool, variant: int) -> None:
-        # (a lost reply that `step` did not turn into a cancellation before the send)
-        self._way = IN_FLIGHT if lost and variant % 3 == 1 else DROP
+        # (a lost reply that `step` did not turn into a cancellation before the send; a
+        # reconcile's lost reply is armed on its process's pool, never cancelled)
+        self._way = IN_FLIGHT if lost and variant % 3 == 1 and command != "reconcile" else DROP
         if self._way == IN_FLIGHT:
             self.counts[f"{faults.CANCELLED}:{command}"] += 1
         try:
