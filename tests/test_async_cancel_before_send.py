@@ -127,3 +127,49 @@ def test_a_composite_cancelled_before_its_send_moves_nothing_and_leaves_the_work
         await worker.close()
 
     run_with_client(test, backend)
+
+
+def test_a_cancellation_inside_the_reconnect_handshake_leaves_no_reply_for_the_next_command(
+        backend: Backend, keys: QueueKeys) -> None:
+    """Regression: the worker's connection (re)connects before a command is sent; a cancellation
+    that lands while the handshake's replies are unread left redis-py's connection "connected"
+    with them pending (it cleans up after a Redis error there, not after a cancellation), and the
+    next take read a handshake reply as its own: it failed on a stale reply while its task sat in
+    its list, with the worker clean -- ignorant. The worker now drops a connection whose handshake
+    did not finish."""
+    async def test(client: redis.asyncio.Redis) -> None:
+        task_id = await AsyncProducer(client, keys).enqueue("p")
+        worker = await _worker(client, keys)
+        conn = worker.conn
+        reached, never = asyncio.Event(), asyncio.Event()
+        handshake = conn.on_connect_check_health
+        read = conn.read_response
+
+        async def held_read(*args: Any, **kwargs: Any) -> Any:
+            reached.set()
+            await never.wait()  # the cancellation lands here, a handshake reply unread
+            return await read(*args, **kwargs)
+
+        async def holding_handshake(*args: Any, **kwargs: Any) -> Any:
+            conn.read_response = held_read
+            try:
+                return await handshake(*args, **kwargs)
+            finally:
+                del conn.read_response
+
+        conn.on_connect_check_health = holding_handshake
+        take = asyncio.ensure_future(worker.take())
+        await reached.wait()
+        take.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await take
+        del conn.on_connect_check_health
+        assert worker.dirty
+        assert await _lengths(client, keys.queue, worker.list_key) == [1, 0]  # nothing sent
+        assert await worker.reconcile() == 0
+        taken = await worker.take()
+        assert taken is not None and taken.id == task_id
+        assert await _lengths(client, keys.queue, worker.list_key) == [0, 1]
+        await worker.close()
+
+    run_with_client(test, backend)
