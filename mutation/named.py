@@ -461,6 +461,7 @@ MUTANTS += (
         ),
     ),
     NamedMutant(
+<<<<<<< ours
         "async-prefetch-forgets-unread-slots",
         "never ignorant: the asyncio prefetching worker reads the replies a lost connection cut "
         "off as empty ones, so the slots after a lost take reply forget the tasks their takes "
@@ -484,6 +485,24 @@ MUTANTS += (
                 AIO_PREFETCH,
                 "                releases = await complete(self.release_all(batch))\n",
                 "                releases = await self.release_all(batch)\n",
+=======
+        "cancelled-release-ran",
+        "eventual recovery (design 16): the asyncio release takes a cancellation for a release "
+        "that ran: the worker stays clean and frees its suspect slot, so a release cancelled "
+        "before it was sent leaves its task in the list of a worker that believes itself clean",
+        (
+            Edit(
+                AIO_WORKER,
+                "        return self.released(await self._send_release(args, "
+                "scripts.RELEASE_SCRIPT), action)\n",
+                "        try:\n"
+                "            return self.released(await self._send_release(\n"
+                "                args, scripts.RELEASE_SCRIPT), action)\n"
+                "        except asyncio.CancelledError:\n"
+                "            self.dirty = False\n"
+                "            self.suspects.release(self.list_key)\n"
+                "            raise\n",
+>>>>>>> theirs
             ),
         ),
     ),

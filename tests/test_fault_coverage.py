@@ -103,7 +103,10 @@ def test_the_losable_commands_are_the_models_and_the_harness_heartbeat() -> None
     assert required_kinds(DEFAULT_BOUNDS)[:4] == ("crash_server", "crash_worker", "redis_wipe",
                                                   "stall_server")
     assert set(required_kinds(DEFAULT_BOUNDS)) - {f"{DROPPED}{c}" for c in losable_commands()} \
-        == set(FAULTS) - {"dropped_reply", "retry"}
+        == set(FAULTS) - {"dropped_reply", "retry", "cancel_before_send"}
+    # asyncio's cancellation before the send only where the bounds have it (`verify --async`)
+    assert "cancel_before_send" in required_kinds(
+        DEFAULT_BOUNDS._replace(cancels_before_send=True))
 
 
 def test_the_list_agrees_with_what_the_worker_and_the_server_send() -> None:

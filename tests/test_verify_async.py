@@ -1,6 +1,7 @@
 """`taskcustody verify --async`: the model drives the asyncio worker step by step (verify/aio.py),
 with dropped replies injected inside redis.asyncio's connections and steps cancelled with their
-reply in flight, and the same refinement check after every step. The correct design verifies on
+reply in flight or before their command is sent (the model's `cancel_before_send`), and the same
+refinement check after every step. The correct design verifies on
 both backends; the named mutants (mutation/named.py) show that the run catches a broken one."""
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from taskcustody.verify.run import PASSED, Options, verify
 from tests.support.redis_server import RedisServerProcess
 
 #: Enough examples for the derandomized run to drop and cancel the replies of takes and
-#: releases, few enough for CI.
+#: releases, and to cancel both before their send, few enough for CI.
 EXAMPLES = 40
 
 
@@ -34,7 +35,8 @@ def _asyncio_run(url: str | None = None) -> dict[str, int]:
 
 def _assert_faulted(counts: dict[str, int]) -> None:
     for kind in ("dropped-reply:take", "dropped-reply:release", "cancelled-in-flight:take",
-                 "cancelled-in-flight:release"):
+                 "cancelled-in-flight:release", "cancelled-before-send:take",
+                 "cancelled-before-send:release"):
         assert counts.get(kind, 0) > 0, (kind, counts)
 
 

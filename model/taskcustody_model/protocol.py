@@ -96,9 +96,16 @@ RECOVERY_STEPS = ("restart_worker", "resume_server", "advance_clock", "enqueue")
 # ``retry``: the handler failed and the release's retry branch ran (only with
 # ``Bounds.handler_failures``); not a fault of the protocol's, but it counts against the same
 # budget, so that once faults stop every task can still commit.
+# ``cancel_before_send``: asyncio's cancellation of a worker step before its command is sent
+# (only with ``Bounds.cancels_before_send``; ``command`` names the step, as a dropped reply's).
 FAULTS = frozenset(
-    {"dropped_reply", "crash_worker", "crash_server", "stall_server", "redis_wipe", "retry"}
+    {"dropped_reply", "crash_worker", "crash_server", "stall_server", "redis_wipe", "retry",
+     "cancel_before_send"}
 )
+#: The worker steps a ``cancel_before_send`` may cut short: every worker command whose reply can
+#: be lost, but a reconcile (cut short, it leaves the worker as it was: dirty) and an armed take
+#: (its command was sent when it armed).
+CANCELLABLE = ("take", "take_suspect", "release", "release_and_take")
 
 
 class Config(NamedTuple):
@@ -315,6 +322,7 @@ def enabled_actions(state: State, config: Config) -> list[Action]:
     """
     v = config.variant
     faults_left = state.faults < config.bounds.faults
+    cancels = faults_left and config.bounds.cancels_before_send
     out: list[Action] = []
     add = out.append
     registry = state.registry
@@ -334,10 +342,14 @@ def enabled_actions(state: State, config: Config) -> list[Action]:
                             add(Action("take_suspect", s, i, w))
                             if faults_left:
                                 add(Action("dropped_reply", s, i, w, "take_suspect"))
+                            if cancels and ph == IDLE:
+                                add(Action("cancel_before_send", s, i, w, "take_suspect"))
                         if state.queue and proc.phase == RUNNING:
                             add(Action("take", s, i, w))
                             if faults_left:
                                 add(Action("dropped_reply", s, i, w, "take"))
+                            if cancels and ph == IDLE:
+                                add(Action("cancel_before_send", s, i, w, "take"))
                         elif ph == IDLE and proc.phase == RUNNING and v.take_into_list:
                             # The queue is empty: the take pipeline registers the list and its
                             # BLMOVE blocks until a task arrives.
@@ -352,6 +364,8 @@ def enabled_actions(state: State, config: Config) -> list[Action]:
                             add(Action("retry", s, i, w))
                         if faults_left:
                             add(Action("dropped_reply", s, i, w, "release"))
+                        if cancels:
+                            add(Action("cancel_before_send", s, i, w, "release"))
                         if proc.phase == RUNNING and (
                             state.queue or (state.suspects and proc.suspect in (-1, w))
                         ):
@@ -360,6 +374,8 @@ def enabled_actions(state: State, config: Config) -> list[Action]:
                             add(Action("release_and_take", s, i, w))
                             if faults_left:
                                 add(Action("dropped_reply", s, i, w, "release_and_take"))
+                            if cancels:
+                                add(Action("cancel_before_send", s, i, w, "release_and_take"))
                     elif ph == DIRTY:
                         add(Action("reconcile", s, i, w))
                         if faults_left and list_of(state, (s, proc.inc, w)):
@@ -539,6 +555,9 @@ def apply(state: State, action: Action, config: Config) -> State:
     else:
         lost = False
 
+    if name == "cancel_before_send":
+        return _cancelled_before_send(state, action, config)
+
     if name == "arm":
         # The take pipeline: ZADD registry <now> own-list, then BLMOVE, which blocks (the queue
         # is empty).  Redis serves it as soon as a task arrives: that is the ``take``.
@@ -575,6 +594,12 @@ def apply(state: State, action: Action, config: Config) -> State:
                                  checks_custody=True)
         if proc.phase == SUPERSEDED:
             worker = Worker(STOPPED)
+            if not lost and not debris and proc.suspect == w:
+                # clean, as after any release whose end it saw: the suspect slot is free (the
+                # worker stops all the same)
+                state = with_process(state, s, i, state.processes[s][i]._replace(suspect=-1))
+        elif lost and not v.cut_short_release_dirty:
+            worker = Worker(IDLE)  # design 16: a release it did not see end taken as one that ran
         elif lost or debris:
             worker = Worker(DIRTY)  # reply lost, or debris left in our list: reconcile first
         else:
@@ -842,6 +867,38 @@ def apply(state: State, action: Action, config: Config) -> State:
         )
 
     raise ValueError(f"unknown action {action!r}")
+
+
+def _cancelled_before_send(state: State, action: Action, config: Config) -> State:
+    """asyncio's fault: the step ``action.command`` is cancelled at an await before its command
+    is sent. Nothing moves in Redis: no take, no registration, no release, no commit. What the
+    worker did before the send stands: a take of a suspect (and a composite that asks for one)
+    took its process's suspect slot, which it keeps until it is clean again. The worker cannot
+    tell a cancellation before the send from one with the reply in flight (the model's lost
+    reply), so it reacts as to that: it is dirty, and reconciles before its next take (which
+    finds its list as it was: a task it held goes back to the queue, counted as a recovery, as
+    after a crash). A superseded process's worker stops, as after a lost release. Design 16 takes
+    a cancelled release for one that ran instead: idle, with its task still in its list."""
+    s, i, w = action.server, action.proc, action.worker
+    proc = state.processes[s][i]
+    command = action.command
+    suspect = proc.suspect
+    if command == "take_suspect":
+        suspect = w
+    elif command == "release_and_take":
+        held = proc.workers[w].task
+        debris = [t for t in list_of(state, (s, proc.inc, w)) if t != held]
+        if state.suspects and not debris and proc.suspect in (-1, w):
+            suspect = w  # it asks for a suspect: the slot is taken before the send
+    if suspect != proc.suspect:
+        state = with_process(state, s, i, proc._replace(suspect=suspect))
+    if command == "release" and proc.phase == SUPERSEDED:
+        worker = Worker(STOPPED)
+    elif command == "release" and not config.variant.cut_short_release_dirty:
+        worker = Worker(IDLE)
+    else:
+        worker = Worker(DIRTY)
+    return _settle(_free_slot(_with_worker(state, s, i, w, worker), s, i, w))
 
 
 # --- the worker's scripts (shared by the steps and the composite ``release_and_take``) ---------

@@ -173,6 +173,12 @@ class Bounds(NamedTuple):
     #: then schedules the task in the scheduled set (a delayed retry), and ``promote`` moves it to
     #: the queue once it is due.  False: handlers always succeed (the other bounds' state space).
     handler_failures: bool = False
+    #: asyncio's fault: a worker step is cancelled at an await before its command is sent
+    #: (``cancel_before_send``, each counts against ``faults``): nothing moves in Redis, and the
+    #: worker, which cannot tell a cancellation before the send from one after it, is dirty.
+    #: False: no such fault (the other bounds' state space); ``taskcustody verify --async`` turns
+    #: it on for its model check and its stateful run.
+    cancels_before_send: bool = False
 
 
 def list_of(state: State, key: ListKey) -> tuple[int, ...]:

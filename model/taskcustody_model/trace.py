@@ -24,8 +24,12 @@ def describe_action(action: Action, before: State) -> str:
         what = f"release_and_take (release task {t}, take the next, in one script)"
         if action.name == "dropped_reply":
             what += ", reply lost [fault]"
+        elif action.name == "cancel_before_send":
+            what += ", cancelled before it was sent [fault]"
     elif action.name == "dropped_reply":
         what = f"{action.command}, reply lost [fault]"
+    elif action.name == "cancel_before_send":
+        what = f"{action.command}, cancelled before it was sent [fault]"
     elif action.is_fault:
         what = f"{action.name} [fault]"
     elif action.name == "promote":

@@ -58,6 +58,13 @@ class Variant(NamedTuple):
     #: still held), as the release does.  False: it runs the ``LREM`` and commits whatever it
     #: found, so a worker judged dead commits a task that recovery has already handed back.
     composite_checks_custody: bool = True
+    #: a release the worker did not see end (its reply lost, or its step cancelled before or
+    #: after the send) leaves the worker dirty: it reconciles before its next take.  False: the
+    #: worker takes it for a release that ran and goes idle.  After a lost reply that is what a
+    #: reconcile would reach (the script ran, and a worker that holds a task has nothing else in
+    #: its list); after a cancellation before the send the task is still in the list of a worker
+    #: that believes itself clean, and nothing drains a live worker's list.
+    cut_short_release_dirty: bool = True
 
 
 VARIANTS: dict[str, Variant] = {
@@ -144,6 +151,12 @@ VARIANTS: dict[str, Variant] = {
             "15. the composite release-and-take commits without checking that the release still "
             "held the task",
             composite_checks_custody=False,
+        ),
+        Variant(
+            "cancelled-release-ran",
+            "16. a worker takes a release cut short (its step cancelled, or its reply lost) for "
+            "one that ran, and goes idle instead of reconciling",
+            cut_short_release_dirty=False,
         ),
     )
 }

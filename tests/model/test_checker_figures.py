@@ -12,6 +12,7 @@ from taskcustody_model.trace import render_trace
 
 from taskcustody.verify.designs import (
     BYSTANDER_BOUNDS,
+    CANCEL_BOUNDS,
     POISON_BOUNDS,
     RETRY_BOUNDS,
 )
@@ -38,6 +39,8 @@ BROKEN = {
     "promote-copies": (RETRY_BOUNDS, "no-duplication", 4, 387, 987, 4),
     "composite-pops-next": (VARIANT_BOUNDS, "no-loss", 3, 111, 211, 3),
     "composite-commits-unheld": (VARIANT_BOUNDS, "no-duplication", 6, 2_782, 8_675, 6),
+    # (since 2026-12-02, with asyncio's cancellation before the send)
+    "cancelled-release-ran": (CANCEL_BOUNDS, "eventual-recovery", 4, 5_602, 24_836, 18),
 }
 
 #: the correct design: bounds -> (distinct states, generated, depth)
@@ -49,6 +52,8 @@ CORRECT = {
     "everything-1x2": (Bounds(tasks=2, servers=1, workers=2, faults=2, processes_per_server=1,
                               late_tasks=1, redis_faults=True, max_recoveries=1,
                               handler_failures=True), 5_860, 20_569, 19),
+    # (since 2026-12-02: asyncio's cancellation before the send, at design 16's bounds)
+    "cancels-before-send": (CANCEL_BOUNDS, 5_149, 23_398, 18),
 }
 
 

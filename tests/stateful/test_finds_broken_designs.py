@@ -69,8 +69,8 @@ def test_gc_when_empty_is_found_by_the_model_check_part() -> None:
 def test_verify_runs_each_design_with_the_examples_this_test_needs() -> None:
     """`taskcustody verify --variant NAME` must catch each design in its stateful part too: its
     default example count for a design is the one pinned here (else Options' default), every
-    design pinned here has a demonstration to run, and the designs not pinned here are the two
-    only the model check part finds (below)."""
+    design pinned here has a demonstration to run, and the designs not pinned here are the three
+    only the model check part finds (below; design 16's named mutant is `verify --async`'s)."""
     from taskcustody_model.variants import VARIANTS
 
     from taskcustody.verify.broken import BROKEN
@@ -84,7 +84,19 @@ def test_verify_runs_each_design_with_the_examples_this_test_needs() -> None:
             assert default_examples(name) == max(e.examples, default), name
     assert default_examples("correct") == default
     assert set(EXPECT) <= set(BROKEN)
-    assert set(EXPECT) | {"count-after-recovery", "gc-when-empty"} == set(VARIANTS) - {"correct"}
+    assert set(EXPECT) | {"count-after-recovery", "gc-when-empty", "cancelled-release-ran"} == \
+        set(VARIANTS) - {"correct"}
+
+
+def test_cancelled_release_ran_is_found_by_the_model_check_part() -> None:
+    """Design 16 needs a release cancelled before its send, which only the asyncio worker has
+    (the threaded machine cancels nothing): `verify --variant` model-checks it with that fault
+    (its bounds, `designs.CANCEL_BOUNDS`), and `verify --async` catches its named mutant."""
+    result = verify(Options(variant="cancelled-release-ran", stateful=False))
+    assert result.model is not None and not result.model.ok
+    assert result.model.property == "eventual-recovery"
+    assert result.model.violation is not None and len(result.model.violation) == 4
+    assert not result.ok
 
 
 def test_count_after_recovery_is_found_by_the_model_check_part() -> None:

@@ -11,7 +11,7 @@ What asyncio adds is cancellation: a `CancelledError` may land at any await. So:
   is never ignorant of what may be in its list.
 - The worker's connection is its own; a command cut short by a cancellation or a lost reply leaves
   it `_broken`, and it is dropped before the next command (a half-read reply never meets the next
-  command).
+  command). So does a cancellation inside the reconnect's handshake, before the command is sent.
 """
 
 from __future__ import annotations
@@ -339,11 +339,14 @@ class AsyncWorker(Custody):
         whose error is kept in `_registration_error`) and read its reply. Anything but an error
         reply leaves the connection `_broken`: it is dropped before the next command."""
         conn = self.conn
-        if self._broken:
-            self._broken = False
+        if self._broken or not conn.is_connected:
+            # Broken until the handshake is done: redis-py cleans up after a Redis error in its
+            # handshake, not after a cancellation, which would leave the handshake's replies
+            # unread on a connection it calls connected, for our next command to read as its own.
+            self._broken = True
             await conn.disconnect()
-        if not conn.is_connected:
             await conn.connect()
+            self._broken = False
         # redis-py's handshake and its send wait with asyncio.wait_for, which on Python 3.11
         # swallows a cancellation that lands as the wait ends: honour it here, before anything
         # is sent, and after the send, not a block timeout later.

@@ -11,10 +11,18 @@ under test here is the asyncio worker.
 Faults. Each asyncio client of the run has the fault injector's asyncio connection class
 (`faults.install_async`), so a dropped reply is injected inside `redis.asyncio`'s connection
 handling, by the same read path as the threaded run's. A fault of a worker step may instead be a
-*cancellation* with the reply in flight (`AsyncHarness`: one variant of two): Redis runs the
-command, its reply is read, and the step's task is cancelled at that await. The model has one
-action for both -- the reply is lost, the worker is dirty -- and the adapter reports the
-cancellation to the stepping code as the connection error a lost reply is (`CancelledInFlight`).
+*cancellation*, drawn by the fault's variant (`AsyncHarness.way`):
+
+- with the reply in flight: Redis runs the command, its reply is read, and the step's task is
+  cancelled at that await. The model has one action for this and a lost reply -- the command ran,
+  the reply is lost, the worker is dirty;
+- before the send (with the run's bounds' `cancels_before_send`): the step's task is cancelled at
+  the await of the send that carries the command, before any of it is written, so Redis runs
+  none of it. The model's action is `cancel_before_send`: nothing moved, and the worker, which
+  cannot tell this from the cancellation in flight, is dirty all the same.
+
+The adapter reports a cancellation to the stepping code as the connection error a lost reply is
+(`CancelledStep`).
 """
 
 from __future__ import annotations
@@ -26,6 +34,7 @@ from typing import Any
 import redis
 import redis.asyncio
 from taskcustody_model import Action
+from taskcustody_model.protocol import CANCELLABLE
 
 from ..aio.prefetch import AsyncPrefetchingWorker
 from ..aio.worker import AsyncWorker
@@ -41,9 +50,13 @@ from .harness import Harness
 from .stepping import ServerFactory, default_server
 
 
-class CancelledInFlight(redis.ConnectionError):
-    """A step's task was cancelled with its command's reply in flight: to the stepping code, the
-    lost reply the model has for it."""
+class CancelledStep(redis.ConnectionError):
+    """A step's task was cancelled (its reply in flight, or before its command was sent): to the
+    stepping code, a step whose end the worker did not see, as after a lost reply."""
+
+
+#: How a fault of a worker step is injected, by its variant (`AsyncHarness.way`).
+DROP, IN_FLIGHT, BEFORE_SEND = "drop", "in-flight", "before-send"
 
 
 async def identity(payload: Any) -> Any:
@@ -85,8 +98,7 @@ class SteppedAsyncWorker:
         try:
             return self.loop.run_until_complete(task)
         except asyncio.CancelledError as exc:
-            raise CancelledInFlight("the step was cancelled with its reply in flight "
-                                    "(injected fault)") from exc
+            raise CancelledStep("the step was cancelled (injected fault)") from exc
 
     # -- what stepping.py reads and sets -------------------------------------------------------
 
@@ -222,31 +234,74 @@ def async_server_factory(base: ServerFactory,
 
 class AsyncHarness(Harness):
     """The harness with asyncio workers (`SteppedAsyncWorker`) on a private event loop, and
-    cancellations among a worker step's faults: a fault with an odd variant cancels the step with
-    its reply in flight instead of dropping the reply."""
+    cancellations among a worker step's faults (`way`): a lost reply's fault may instead cancel
+    the step with its reply in flight, or (with the bounds' `cancels_before_send`) before its
+    command is sent -- the model's `cancel_before_send`, which the harness performs in place of
+    the lost reply the machine drew."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         self.loop = asyncio.new_event_loop()
         base: ServerFactory = kwargs.pop("server_factory", None) or default_server
         super().__init__(*args, server_factory=async_server_factory(base, self.loop), **kwargs)
-        self._cancel_next = False
+        self._way = DROP
         arm = self.injector.arm
 
         def arming(command: str, **options: Any) -> faults.Arm:
-            if self._cancel_next and options.get("connection") is not None:
-                options["cancel"] = True
+            if options.get("connection") is not None:
+                options["cancel"] = self._way == IN_FLIGHT
+                options["before_send"] = self._way == BEFORE_SEND
             return arm(command, **options)
 
         self.injector.arm = arming  # type: ignore[method-assign]
 
+    def way(self, action: Action, variant: int) -> str:
+        """How the fault `action` (drawn with `variant`, 0 to 5) is injected: a lost reply of a
+        worker step is a dropped reply (variants 0 and 3), a cancellation with the reply in
+        flight (1 and 4), or a cancellation before the send (2 and 5: with the bounds'
+        `cancels_before_send` and where the model enables it, else a dropped reply)."""
+        if action.name != "dropped_reply":
+            return DROP
+        if (variant % 3 == 2 and self.bounds.cancels_before_send
+                and action.command in CANCELLABLE
+                and action._replace(name="cancel_before_send") in self.enabled()):
+            return BEFORE_SEND
+        return IN_FLIGHT if variant % 3 == 1 else DROP
+
+    def step(self, action: Action, *, drop_at: int = 0, variant: int = 0,
+             interleave: Any = None) -> None:
+        # (decided in the state before the step, where the machine drew it)
+        if self.way(action, variant) == BEFORE_SEND:
+            action = action._replace(name="cancel_before_send")
+        super().step(action, drop_at=drop_at, variant=variant, interleave=interleave)
+
+    def _step(self, action: Action, drop_at: int, variant: int, interleave: Any = None) -> None:
+        if action.name != "cancel_before_send":
+            super()._step(action, drop_at, variant, interleave)
+            return
+        command = action.command
+        self.counts[action.name] += 1
+        self.counts[f"{faults.CANCELLED_BEFORE_SEND}:{command}"] += 1
+        self._way = BEFORE_SEND
+        try:
+            # the stepping code's lost reply of the same step, armed to cancel before the send
+            Harness._real_worker_step(self, action._replace(name="dropped_reply"), command,
+                                      True, variant)
+        finally:
+            self._way = DROP
+            self.injector.disarm_all()
+        self.model_step(action)
+        self.settle()
+
     def _real_worker_step(self, action: Action, command: str, lost: bool, variant: int) -> None:
-        self._cancel_next = lost and variant % 2 == 1
-        if self._cancel_next:
+        # (a lost reply that `step` did not turn into a cancellation before the send; a
+        # reconcile's lost reply is armed on its process's pool, never cancelled)
+        self._way = IN_FLIGHT if lost and variant % 3 == 1 and command != "reconcile" else DROP
+        if self._way == IN_FLIGHT:
             self.counts[f"{faults.CANCELLED}:{command}"] += 1
         try:
             super()._real_worker_step(action, command, lost, variant)
         finally:
-            self._cancel_next = False
+            self._way = DROP
 
     def close(self) -> None:
         try:

@@ -39,6 +39,12 @@ RETRY_BOUNDS = CHECKER_BOUNDS._replace(processes_per_server=1, handler_failures=
 VERIFY_RETRY_BOUNDS = Bounds(tasks=2, servers=2, workers=1, faults=2, processes_per_server=1,
                              handler_failures=True)
 
+#: Design 16 shows with asyncio's fault, a worker step cancelled before its command is sent:
+#: 2 tasks, so that another worker can empty the queue (with a task left in the queue, the worker
+#: that believes itself clean takes it, and that release finds the first task as debris).
+CANCEL_BOUNDS = Bounds(tasks=2, servers=2, workers=1, faults=2, processes_per_server=1,
+                       cancels_before_send=True)
+
 #: Shrinking of a finds-the-bug run is capped by time (Hypothesis's own cap is 300 s); on a loaded
 #: machine a short cap leaves a few removable steps in. The pins below hold with this cap on a
 #: 2-core machine at load 5.
@@ -219,6 +225,20 @@ DESIGNS: tuple[Design, ...] = (
            # observed: 10 steps with 60 s of shrinking
            stateful=Stateful(300, None, 12, ("real:no-duplication", "conformance")),
            mutant=True),
+    # model: two workers take, one records; its release is cancelled before it is sent and it
+    # goes idle with the task still in its live list, which nothing drains (only with
+    # cancellations before the send: without them the checker accepts this variant, with the
+    # correct design's very state space)
+    Design("cancelled-release-ran", 16, Pinned("eventual-recovery", 4, CANCEL_BOUNDS),
+           demo=None,
+           no_demo="the bug is the asyncio worker's (only a cancellation can cut a release short "
+                   "before its send); the named mutant of the same name makes it in "
+                   "`AsyncWorker`, and `verify --async` catches it",
+           stateful=None,
+           no_stateful="the threaded machine has no cancellations; `verify --async` (the asyncio "
+                       "machine, which injects them) catches the named mutant instead",
+           mutant=True,
+           verify_bounds=CANCEL_BOUNDS),
 )
 
 BY_NAME: dict[str, Design] = {d.name: d for d in DESIGNS}

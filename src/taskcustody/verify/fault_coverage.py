@@ -66,6 +66,8 @@ def fault_kinds(bounds: Bounds) -> tuple[str, ...]:
     kinds = set(FAULTS) - set(NOT_COUNTED_HERE)
     if not bounds.redis_faults:
         kinds.discard("redis_wipe")
+    if not bounds.cancels_before_send:
+        kinds.discard("cancel_before_send")
     return tuple(sorted(kinds))
 
 

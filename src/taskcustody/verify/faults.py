@@ -16,7 +16,9 @@ fakeredis's asyncio ones): both read through one coroutine, `read_dropping`, whi
 runs without an event loop (`run_without_loop`: it never suspends there). An arm may also
 *cancel* (`Arm.cancel`, asyncio only): the reply is read -- Redis ran the command -- and the task
 awaiting it is cancelled there, a `CancelledError` at that await, as when a cancellation lands
-while the reply is in flight.
+while the reply is in flight. Or it may cancel *before the send* (`Arm.before_send`, asyncio only):
+the task is cancelled at the send's await, before a byte of the write that carries the command
+reaches the socket, so Redis runs none of it.
 
 A fault is *armed* for a command name, optionally for one connection (a worker's dedicated
 connection) or one labelled client (a server's pool), and fires once, on the next reply of that
@@ -36,6 +38,7 @@ import redis
 
 DROPPED_REPLY = "dropped-reply"
 CANCELLED = "cancelled-in-flight"
+CANCELLED_BEFORE_SEND = "cancelled-before-send"
 
 
 class InjectedDrop(redis.ConnectionError):
@@ -52,6 +55,9 @@ class Arm:
     #: cancel the awaiting task after reading the reply instead of raising InjectedDrop (asyncio
     #: connections only)
     cancel: bool = False
+    #: cancel the sending task at the send of the write that carries the command, before any of
+    #: it is written (asyncio connections only; fires on the send path, never on the read path)
+    before_send: bool = False
 
     def matches(self, command: str, label: str | None, conn: object) -> bool:
         if self.command != command:
@@ -78,8 +84,9 @@ class FaultInjector:
     on_send: Callable[[list[tuple[str, bytes]], str | None, object, bytes], None] | None = None
 
     def arm(self, command: str, *, label: str | None = None,
-            connection: object | None = None, skip: int = 0, cancel: bool = False) -> Arm:
-        a = Arm(command.upper(), label, connection, skip, cancel)
+            connection: object | None = None, skip: int = 0, cancel: bool = False,
+            before_send: bool = False) -> Arm:
+        a = Arm(command.upper(), label, connection, skip, cancel, before_send)
         self.armed.append(a)
         return a
 
@@ -92,17 +99,20 @@ class FaultInjector:
     def should_drop(self, command: str, label: str | None, conn: object) -> bool:
         return self.firing(command, label, conn) is not None
 
-    def firing(self, command: str, label: str | None, conn: object) -> Arm | None:
-        """The arm that fires on this reply (it is spent and counted), or None."""
+    def firing(self, command: str, label: str | None, conn: object,
+               before_send: bool = False) -> Arm | None:
+        """The arm that fires on this reply (it is spent and counted), or None. `before_send`:
+        on this send instead (only the arms that cancel before the send fire there)."""
         if not self.enabled:
             return None
         for i, a in enumerate(self.armed):
-            if a.matches(command, label, conn):
+            if a.before_send == before_send and a.matches(command, label, conn):
                 if a.skip > 0:
                     a.skip -= 1
                     return None
                 del self.armed[i]
-                kind = CANCELLED if a.cancel else DROPPED_REPLY
+                kind = (CANCELLED_BEFORE_SEND if a.before_send else CANCELLED if a.cancel
+                        else DROPPED_REPLY)
                 self.counts[kind] += 1
                 self.counts[f"{kind}:{command}"] += 1
                 self.log.append((label, command))
@@ -268,6 +278,12 @@ class AsyncDroppingConnectionMixin(_Pending):
         self._tc_pending = deque()
 
     async def send_packed_command(self, command: Any, check_health: bool = True) -> None:
+        injector = type(self).injector
+        if injector is not None and any(injector.firing(name, type(self).label, self,
+                                                        before_send=True)
+                                        for name, _ in command_heads(command)):
+            # cancelled at the send's await, before a byte of this write reached the socket
+            await cancel_current_task()
         names = self._sending(command)
         await super().send_packed_command(command, check_health=check_health)  # type: ignore[misc]
         self._tc_pending.extend(names)

@@ -254,6 +254,9 @@ def fault_of(action: Action) -> str:
     if action.name == "dropped_reply":
         return (f"the reply to {action.command} was lost: Redis ran the command, the caller "
                 "never saw its answer")
+    if action.name == "cancel_before_send":
+        return (f"the worker's {action.command} was cancelled before its command was sent: "
+                "Redis ran nothing, and the worker cannot tell that from a lost reply")
     return {
         "crash_worker": "the worker crashed between two commands (no clean-up ran)",
         "crash_server": "the server process crashed, and all its workers with it",

@@ -37,6 +37,8 @@ _NOTES = {"stall_server": "stall [fault]", "resume_server": "resume",
 def _kind_and_label(name: str, command: str) -> tuple[str, str]:
     if name == "dropped_reply":
         return "lost", command
+    if name == "cancel_before_send":
+        return "lost", f"{command} (cancelled before the send)"
     if name in ("crash_worker", "crash_server"):
         return "crash", "crash [fault]"
     if name in _NOTES:

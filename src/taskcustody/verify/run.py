@@ -109,7 +109,7 @@ class Options:
     @property
     def stateful_bounds(self) -> Bounds:
         return self.bounds or _design_stateful_bounds(self.variant) or default_bounds(
-            self.prefetch)
+            self.prefetch, self.asyncio)
 
     @property
     def part_name(self) -> str:
@@ -218,6 +218,15 @@ def _design_stateful_bounds(variant: str) -> Bounds | None:
     (the retrying machine, `machine.RETRY_BOUNDS`)."""
     pinned = BY_NAME[variant].stateful if variant in BY_NAME else None
     return RETRY_BOUNDS if pinned and pinned.handler_failures else None
+
+
+def model_bounds(options: Options) -> Bounds:
+    """The model check's bounds: the user's, else the design's (`MODEL_BOUNDS` for most), with
+    `--async` the asyncio worker's own fault too (a step cancelled before its command is sent)."""
+    if options.model_bounds is not None:
+        return options.model_bounds
+    bounds = _design_model_bounds(options.variant)
+    return bounds._replace(cancels_before_send=True) if options.asyncio else bounds
 
 
 def _design_model_bounds(variant: str) -> Bounds:
@@ -475,7 +484,7 @@ def _model_part(options: Options, result: Result, budget: Budget,
         budget.check()  # between two reports: the search holds nothing outside this process
 
     t = time.perf_counter()
-    bounds = options.model_bounds or _design_model_bounds(options.variant)
+    bounds = model_bounds(options)
     try:
         # With a budget, a report every 512 states (checked against the budget's own clock).
         result.model = check(bounds, options.variant, progress=progress,
