@@ -461,7 +461,6 @@ MUTANTS += (
         ),
     ),
     NamedMutant(
-<<<<<<< ours
         "async-prefetch-forgets-unread-slots",
         "never ignorant: the asyncio prefetching worker reads the replies a lost connection cut "
         "off as empty ones, so the slots after a lost take reply forget the tasks their takes "
@@ -485,7 +484,10 @@ MUTANTS += (
                 AIO_PREFETCH,
                 "                releases = await complete(self.release_all(batch))\n",
                 "                releases = await self.release_all(batch)\n",
-=======
+            ),
+        ),
+    ),
+    NamedMutant(
         "cancelled-release-ran",
         "eventual recovery (design 16): the asyncio release takes a cancellation for a release "
         "that ran: the worker stays clean and frees its suspect slot, so a release cancelled "
@@ -502,7 +504,6 @@ MUTANTS += (
                 "            self.dirty = False\n"
                 "            self.suspects.release(self.list_key)\n"
                 "            raise\n",
->>>>>>> theirs
             ),
         ),
     ),
