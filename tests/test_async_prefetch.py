@@ -270,3 +270,53 @@ def test_an_empty_queue_falls_back_to_the_leads_blocking_take(backend: Backend,
 
     run_with_client(test, backend)
     assert len(commits(backend.client(), keys)) == 1
+
+
+def test_a_cancellation_inside_the_pipeline_connections_handshake_leaves_every_slot_dirty(
+        backend: Backend, keys: QueueKeys) -> None:
+    """Regression (as AsyncWorker's in tests/test_async_cancel_before_send.py): the pipelines'
+    connection (re)connects before a pipeline is sent; a cancellation that lands while the
+    handshake's replies are unread left redis-py's connection "connected" with them pending, and
+    every slot clean, so the next take pipeline read a handshake reply as slot 0's. The
+    connection is now broken until its handshake is done, and the slots dirty: nothing was sent,
+    but the worker cannot tell."""
+    async def handler(payload: Any) -> Any:
+        return payload
+
+    async def test(client: redis.asyncio.Redis) -> None:
+        await AsyncProducer(client, keys).enqueue_many(range(PREFETCH))
+        worker = await _worker(client, keys, handler)
+        conn = worker.conn
+        reached, never = asyncio.Event(), asyncio.Event()
+        handshake = conn.on_connect_check_health
+        read = conn.read_response
+
+        async def held_read(*args: Any, **kwargs: Any) -> Any:
+            reached.set()
+            await never.wait()  # the cancellation lands here, a handshake reply unread
+            return await read(*args, **kwargs)
+
+        async def holding_handshake(*args: Any, **kwargs: Any) -> Any:
+            conn.read_response = held_read
+            try:
+                return await handshake(*args, **kwargs)
+            finally:
+                del conn.read_response
+
+        conn.on_connect_check_health = holding_handshake
+        take = asyncio.ensure_future(worker.take_all())
+        await reached.wait()
+        take.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await take
+        del conn.on_connect_check_health
+        assert all(slot.dirty for slot in worker.slots)
+        assert len(await _queued(client, keys)) == PREFETCH  # nothing was sent
+        assert await _in_custody(client, worker) == 0
+        assert await worker.reconcile() == 0
+        batch, error = await worker.take_all()
+        assert error is None
+        assert len(batch.raws) == PREFETCH and await _in_custody(client, worker) == PREFETCH
+        await worker.close()
+
+    run_with_client(test, backend)

@@ -176,18 +176,24 @@ class AsyncPrefetchingWorker(PrefetchCustody[AsyncWorker]):
         self, commands: list[tuple[Any, ...]]
     ) -> tuple[list[Any], Exception | None]:
         """The replies read (a ResponseError in place of a refused command's) and the connection
-        error that ended the reading, if any. A cancellation once anything may have been sent
-        leaves every slot dirty (any of the commands may have run unread) and is raised."""
+        error that ended the reading, if any. A cancellation leaves every slot dirty (any of the
+        commands may have run unread; before the send, we cannot tell, as the model's
+        `cancel_before_send` says) and is raised."""
         conn = self.conn
-        if self._broken:
-            self._broken = False
-            await conn.disconnect()
-        if not conn.is_connected:
-            await conn.connect()
-        if _cancel_pending():  # swallowed in redis-py's handshake (see AsyncWorker._call)
-            raise asyncio.CancelledError
         replies: list[Any] = []
         try:
+            # Inside the try, so that whatever cuts this short leaves every slot dirty: in the
+            # NOSCRIPT round (`_pipeline`) the first round's takes have already moved tasks.
+            if self._broken or not conn.is_connected:
+                # Broken until the handshake is done (as `AsyncWorker._call`): redis-py cleans up
+                # after a Redis error in its handshake, not after a cancellation, which would
+                # leave the handshake's replies unread for our next pipeline to read as its own.
+                self._broken = True
+                await conn.disconnect()
+                await conn.connect()
+                self._broken = False
+            if _cancel_pending():  # swallowed in redis-py's handshake (see AsyncWorker._call)
+                raise asyncio.CancelledError
             await conn.send_packed_command(conn.pack_commands(commands))
             if _cancel_pending():
                 raise asyncio.CancelledError
