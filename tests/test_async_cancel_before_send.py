@@ -16,7 +16,7 @@ import redis.asyncio
 from taskcustody import AsyncProducer, AsyncWorker, ListOwner, ManualClock, QueueKeys, scripts
 from taskcustody.envelope import decode
 from tests.conftest import TEST_SETTINGS, Backend
-from tests.support.aio import Gate, named, run_with_client
+from tests.support.aio import HANDSHAKE, Gate, named, run_with_client
 
 OWNER = ListOwner("s1", 1, "w0")
 
@@ -142,7 +142,7 @@ def test_a_cancellation_inside_the_reconnect_handshake_leaves_no_reply_for_the_n
         worker = await _worker(client, keys)
         conn = worker.conn
         reached, never = asyncio.Event(), asyncio.Event()
-        handshake = conn.on_connect_check_health
+        handshake = getattr(conn, HANDSHAKE)
         read = conn.read_response
 
         async def held_read(*args: Any, **kwargs: Any) -> Any:
@@ -157,13 +157,13 @@ def test_a_cancellation_inside_the_reconnect_handshake_leaves_no_reply_for_the_n
             finally:
                 del conn.read_response
 
-        conn.on_connect_check_health = holding_handshake
+        setattr(conn, HANDSHAKE, holding_handshake)
         take = asyncio.ensure_future(worker.take())
         await reached.wait()
         take.cancel()
         with pytest.raises(asyncio.CancelledError):
             await take
-        del conn.on_connect_check_health
+        delattr(conn, HANDSHAKE)
         assert worker.dirty
         assert await _lengths(client, keys.queue, worker.list_key) == [1, 0]  # nothing sent
         assert await worker.reconcile() == 0

@@ -34,7 +34,7 @@ from taskcustody.prefetch import PrefetchingWorker
 from taskcustody.worker import Worker
 from tests.conftest import TEST_SETTINGS, Backend
 from tests.helpers import all_custody, commits
-from tests.support.aio import Gate, run_with_client
+from tests.support.aio import HANDSHAKE, Gate, run_with_client
 
 PREFETCH = 4
 SETTINGS = Settings(**{**TEST_SETTINGS.__dict__, "prefetch": PREFETCH})
@@ -288,7 +288,7 @@ def test_a_cancellation_inside_the_pipeline_connections_handshake_leaves_every_s
         worker = await _worker(client, keys, handler)
         conn = worker.conn
         reached, never = asyncio.Event(), asyncio.Event()
-        handshake = conn.on_connect_check_health
+        handshake = getattr(conn, HANDSHAKE)
         read = conn.read_response
 
         async def held_read(*args: Any, **kwargs: Any) -> Any:
@@ -303,13 +303,13 @@ def test_a_cancellation_inside_the_pipeline_connections_handshake_leaves_every_s
             finally:
                 del conn.read_response
 
-        conn.on_connect_check_health = holding_handshake
+        setattr(conn, HANDSHAKE, holding_handshake)
         take = asyncio.ensure_future(worker.take_all())
         await reached.wait()
         take.cancel()
         with pytest.raises(asyncio.CancelledError):
             await take
-        del conn.on_connect_check_health
+        delattr(conn, HANDSHAKE)
         assert all(slot.dirty for slot in worker.slots)
         assert len(await _queued(client, keys)) == PREFETCH  # nothing was sent
         assert await _in_custody(client, worker) == 0

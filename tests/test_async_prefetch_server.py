@@ -84,6 +84,12 @@ def test_shutdown_cancels_idle_takes_and_lets_a_batch_finish_with_its_prefetched
     if not backend.real:
         pytest.skip("fakeredis's async blocking commands ignore cancellation (pinned in "
                     "tests/test_fakeredis_gaps.py)")
+    if not hasattr(asyncio.Task, "cancelling"):
+        # Seen in the matrix's Python 3.10 + redis-py 5.0 cell: redis-py's asyncio timeout can
+        # swallow the cancellation of a blocking take, and before 3.11 a task cannot tell that
+        # it was cancelled (`aio.worker._cancel_pending`), so an idle loop may end only when its
+        # take's block times out, not at once.
+        pytest.skip("Python < 3.11: a swallowed cancellation of an idle take is not seen")
     # Takes that would block for 20 s: the run returns long before, so they were cancelled.
     settings = dataclasses.replace(SETTINGS, block_timeout=20.0, shutdown_grace=30.0)
     started, finish = asyncio.Event(), asyncio.Event()

@@ -127,3 +127,10 @@ async def finishes(task: asyncio.Task[Any], guard: float = 10.0) -> None:
     if not done:
         raise AssertionError(f"still running after {guard} s:\n{task_stacks()}")
     task.result()
+
+
+#: The asyncio connection's handshake method, which `connect()` awaits after the socket is open
+#: (redis-py 6 and later: `on_connect_check_health`; redis-py 5: `on_connect`): the tests that
+#: cancel a reconnect inside its handshake hold its reads there.
+HANDSHAKE = ("on_connect_check_health"
+             if hasattr(redis.asyncio.Connection, "on_connect_check_health") else "on_connect")
