@@ -16,7 +16,7 @@ import redis.asyncio
 from taskcustody import AsyncProducer, AsyncWorker, ListOwner, ManualClock, QueueKeys, scripts
 from taskcustody.envelope import decode
 from tests.conftest import TEST_SETTINGS, Backend
-from tests.support.aio import HANDSHAKE, Gate, named, run_with_client
+from tests.support.aio import Gate, cancel_inside_the_handshake, named, run_with_client
 
 OWNER = ListOwner("s1", 1, "w0")
 
@@ -140,30 +140,7 @@ def test_a_cancellation_inside_the_reconnect_handshake_leaves_no_reply_for_the_n
     async def test(client: redis.asyncio.Redis) -> None:
         task_id = await AsyncProducer(client, keys).enqueue("p")
         worker = await _worker(client, keys)
-        conn = worker.conn
-        reached, never = asyncio.Event(), asyncio.Event()
-        handshake = getattr(conn, HANDSHAKE)
-        read = conn.read_response
-
-        async def held_read(*args: Any, **kwargs: Any) -> Any:
-            reached.set()
-            await never.wait()  # the cancellation lands here, a handshake reply unread
-            return await read(*args, **kwargs)
-
-        async def holding_handshake(*args: Any, **kwargs: Any) -> Any:
-            conn.read_response = held_read
-            try:
-                return await handshake(*args, **kwargs)
-            finally:
-                del conn.read_response
-
-        setattr(conn, HANDSHAKE, holding_handshake)
-        take = asyncio.ensure_future(worker.take())
-        await reached.wait()
-        take.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await take
-        delattr(conn, HANDSHAKE)
+        await cancel_inside_the_handshake(worker.conn, worker.take())
         assert worker.dirty
         assert await _lengths(client, keys.queue, worker.list_key) == [1, 0]  # nothing sent
         assert await worker.reconcile() == 0

@@ -34,7 +34,7 @@ from taskcustody.prefetch import PrefetchingWorker
 from taskcustody.worker import Worker
 from tests.conftest import TEST_SETTINGS, Backend
 from tests.helpers import all_custody, commits
-from tests.support.aio import HANDSHAKE, Gate, run_with_client
+from tests.support.aio import Gate, cancel_inside_the_handshake, run_with_client
 
 PREFETCH = 4
 SETTINGS = Settings(**{**TEST_SETTINGS.__dict__, "prefetch": PREFETCH})
@@ -286,30 +286,7 @@ def test_a_cancellation_inside_the_pipeline_connections_handshake_leaves_every_s
     async def test(client: redis.asyncio.Redis) -> None:
         await AsyncProducer(client, keys).enqueue_many(range(PREFETCH))
         worker = await _worker(client, keys, handler)
-        conn = worker.conn
-        reached, never = asyncio.Event(), asyncio.Event()
-        handshake = getattr(conn, HANDSHAKE)
-        read = conn.read_response
-
-        async def held_read(*args: Any, **kwargs: Any) -> Any:
-            reached.set()
-            await never.wait()  # the cancellation lands here, a handshake reply unread
-            return await read(*args, **kwargs)
-
-        async def holding_handshake(*args: Any, **kwargs: Any) -> Any:
-            conn.read_response = held_read
-            try:
-                return await handshake(*args, **kwargs)
-            finally:
-                del conn.read_response
-
-        setattr(conn, HANDSHAKE, holding_handshake)
-        take = asyncio.ensure_future(worker.take_all())
-        await reached.wait()
-        take.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await take
-        delattr(conn, HANDSHAKE)
+        await cancel_inside_the_handshake(worker.conn, worker.take_all())
         assert all(slot.dirty for slot in worker.slots)
         assert len(await _queued(client, keys)) == PREFETCH  # nothing was sent
         assert await _in_custody(client, worker) == 0

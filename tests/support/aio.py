@@ -129,8 +129,41 @@ async def finishes(task: asyncio.Task[Any], guard: float = 10.0) -> None:
     task.result()
 
 
+
 #: The asyncio connection's handshake method, which `connect()` awaits after the socket is open
-#: (redis-py 6 and later: `on_connect_check_health`; redis-py 5: `on_connect`): the tests that
-#: cancel a reconnect inside its handshake hold its reads there.
+#: (redis-py 6 and later: `on_connect_check_health`; redis-py 5: `on_connect`).
 HANDSHAKE = ("on_connect_check_health"
              if hasattr(redis.asyncio.Connection, "on_connect_check_health") else "on_connect")
+
+
+async def cancel_inside_the_handshake(conn: Any, step: Awaitable[Any]) -> None:
+    """Run `step`, whose first await (re)connects `conn`, and cancel it while a reply of the
+    connection's handshake is unread; check that the cancellation is raised. `conn`'s handshake
+    and reads are its own again afterwards."""
+    import pytest
+
+    reached, never = asyncio.Event(), asyncio.Event()
+    handshake = getattr(conn, HANDSHAKE)
+    read = conn.read_response
+
+    async def held_read(*args: Any, **kwargs: Any) -> Any:
+        reached.set()
+        await never.wait()  # the cancellation lands here, a handshake reply unread
+        return await read(*args, **kwargs)
+
+    async def holding_handshake(*args: Any, **kwargs: Any) -> Any:
+        conn.read_response = held_read
+        try:
+            return await handshake(*args, **kwargs)
+        finally:
+            del conn.read_response
+
+    setattr(conn, HANDSHAKE, holding_handshake)
+    try:
+        task = asyncio.ensure_future(step)
+        await reached.wait()
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+    finally:
+        delattr(conn, HANDSHAKE)
