@@ -3,8 +3,10 @@ slot its own in-flight list named as the threaded server's; the shutdown's cases
 cancellation injected there (idle takes cancelled at once; a batch being handled runs on within the
 grace period, its prefetched tasks included, as the threaded `PrefetchingWorker`'s does; then it is
 cancelled: the running task released as a failed attempt, the ones not reached requeued unchanged;
-a take pipeline cancelled with its replies in flight is reconciled before deregistering); and a
-mixed fleet of a threaded and an asyncio prefetching server on one queue, each task committed once.
+a take pipeline cancelled with its replies in flight is reconciled before deregistering; a take
+whose cancellation was swallowed, as redis-py's send can on Python 3.10, is cut by the shutdown's
+interrupt, the lead's blocking take and a take pipeline alike); and a mixed fleet of a threaded and
+an asyncio prefetching server on one queue, each task committed once.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from taskcustody.aio import AsyncPrefetchingWorker
 from taskcustody.envelope import decode
 from tests.conftest import TEST_SETTINGS, Backend
 from tests.helpers import all_custody, commits
-from tests.support.aio import Gate, async_client, finishes
+from tests.support.aio import Gate, async_client, finishes, named
 
 PREFETCH = 4
 SETTINGS = dataclasses.replace(TEST_SETTINGS, prefetch=PREFETCH)
@@ -84,12 +86,6 @@ def test_shutdown_cancels_idle_takes_and_lets_a_batch_finish_with_its_prefetched
     if not backend.real:
         pytest.skip("fakeredis's async blocking commands ignore cancellation (pinned in "
                     "tests/test_fakeredis_gaps.py)")
-    if not hasattr(asyncio.Task, "cancelling"):
-        # Seen in the matrix's Python 3.10 + redis-py 5.0 cell: redis-py's asyncio timeout can
-        # swallow the cancellation of a blocking take, and before 3.11 a task cannot tell that
-        # it was cancelled (`aio.worker._cancel_pending`), so an idle loop may end only when its
-        # take's block times out, not at once.
-        pytest.skip("Python < 3.11: a swallowed cancellation of an idle take is not seen")
     # Takes that would block for 20 s: the run returns long before, so they were cancelled.
     settings = dataclasses.replace(SETTINGS, block_timeout=20.0, shutdown_grace=30.0)
     started, finish = asyncio.Event(), asyncio.Event()
@@ -108,15 +104,20 @@ def test_shutdown_cancels_idle_takes_and_lets_a_batch_finish_with_its_prefetched
                              clock=ManualClock())
         run = asyncio.create_task(server.run())
         await started.wait()
+        (busy,) = [w for w in server.workers if w.busy]
         idle = {f"taskcustody-{w.owner.worker_id}" for w in server.workers if not w.busy}
         assert idle  # (the first pipeline to run takes the whole batch: two idle workers)
         server.stop()
-        # The idle workers' loops end at once (their blocking takes cancelled); the shutdown
-        # has then chosen what to cancel, and the batch being handled holds it open.
+        # The idle workers' loops end at once (their blocking takes cancelled and cut); the
+        # shutdown has then chosen what to cancel, and the batch being handled holds it open.
         loops = [t for t in asyncio.all_tasks() if t.get_name() in idle]
         done, _ = await asyncio.wait(loops, timeout=10)  # a guard, not a timing assumption
         assert len(done) == len(idle)
         assert not run.done()
+        # The batch's worker is not cut: its pipelines' connection stays, for the releases.
+        assert isinstance(busy, AsyncPrefetchingWorker)
+        assert not busy.takes_interrupted and not busy.lead.takes_interrupted
+        assert busy.conn.is_connected
         finish.set()
         await finishes(run)  # a guard: idle takes would hold it 20 s
         # The batch ran whole, its prefetched tasks included, as the threaded worker's does.
@@ -189,6 +190,70 @@ def test_shutdown_reconciles_the_lists_a_take_pipeline_cancelled_in_flight_fille
         assert await client.zcard(keys.servers) == 0
 
     _run(backend, test)
+
+
+def test_shutdown_ends_an_idle_blocking_take_whose_cancellation_was_swallowed(
+        backend: Backend, keys: QueueKeys) -> None:
+    if not backend.real:
+        pytest.skip("fakeredis's async blocking commands ignore cancellation (pinned in "
+                    "tests/test_fakeredis_gaps.py)")
+    # A take that would block for 20 s: the run returns long before, so it was cut.
+    settings = dataclasses.replace(SETTINGS, block_timeout=20.0, shutdown_grace=30.0)
+
+    async def test(client: redis.asyncio.Redis) -> None:
+        server = AsyncServer(client, keys, "aio-1", lambda p: p, workers=1, settings=settings,
+                             clock=ManualClock())
+        (worker,) = await server.start()
+        assert isinstance(worker, AsyncPrefetchingWorker)
+        lead = worker.lead
+        gate = lead.conn = Gate(lead.conn, named(lead.take_command), hold="send", swallow=True)
+        run = asyncio.create_task(server.run())
+        await gate.reached.wait()  # the queue was empty: the lead's blocking take, about to go
+        # Its cancellation is swallowed there without a trace (as by Python 3.10's wait_for in
+        # redis-py's send) and the take is sent: only the shutdown's interrupt can end it.
+        server.stop()
+        await finishes(run)  # a guard: the take would hold it 20 s
+        assert gate.swallowed
+        assert await _in_custody(client, server) == 0 and not worker.dirty
+        assert await client.zcard(keys.servers) == 0
+
+    _run(backend, test, settings)
+
+
+def test_shutdown_ends_a_take_pipeline_whose_cancellation_was_swallowed(
+        backend: Backend, keys: QueueKeys) -> None:
+    if not backend.real:
+        pytest.skip("fakeredis's async blocking commands ignore cancellation (pinned in "
+                    "tests/test_fakeredis_gaps.py)")
+    settings = dataclasses.replace(SETTINGS, block_timeout=20.0, shutdown_grace=30.0)
+
+    async def test(client: redis.asyncio.Redis) -> None:
+        server = AsyncServer(client, keys, "aio-1", lambda p: p, workers=1, settings=settings,
+                             clock=ManualClock())
+        (worker,) = await server.start()
+        assert isinstance(worker, AsyncPrefetchingWorker)
+        gate = worker.conn = Gate(
+            worker.conn, lambda a: a[1] == scripts.TAKE_AND_RECORD_SCRIPT.sha
+            and a[3] == keys.queue, hold="send", swallow=True)
+        ids = await AsyncProducer(client, keys).enqueue_many(range(2))
+        run = asyncio.create_task(server.run())
+        await gate.reached.wait()  # the take pipeline, about to be sent: the worker idle
+        assert not worker.busy
+        # Its cancellation is swallowed and the takes sent: without the interrupt the worker
+        # would go on (to a batch, or to the lead's blocking take when the queue is empty).
+        server.stop()
+        await finishes(run)  # a guard: a blocking take would hold it 20 s
+        assert gate.swallowed
+        assert not worker.dirty
+        assert await _in_custody(client, server) == 0
+        # dirty, so reconciled before deregistering: back where recovery puts a counted task
+        back = [decode(raw).id for raw in await client.lrange(keys.suspects, 0, -1)]
+        assert sorted(back) == sorted(ids)
+        for task_id in ids:
+            assert await client.get(keys.result(task_id)) is None  # never run
+        assert await client.zcard(keys.servers) == 0
+
+    _run(backend, test, settings)
 
 
 def test_a_threaded_and_an_asyncio_prefetching_server_serve_one_queue_each_task_once(

@@ -1,7 +1,9 @@
 """The asyncio server (`AsyncServer`): N concurrent workers in one process, each with its own
 in-flight list; the shutdown's three cases (issue 17, part 2: idle takes cancelled at once, running
-handlers given the grace period, then cancelled with their tasks released); and a mixed fleet of a
-threaded and an asyncio server serving one queue, every task committed exactly once."""
+handlers given the grace period, then cancelled with their tasks released; an idle take whose
+cancellation was swallowed, as redis-py's send can on Python 3.10, cut by the shutdown's interrupt);
+and a mixed fleet of a threaded and an asyncio server serving one queue, every task committed
+exactly once."""
 
 from __future__ import annotations
 
@@ -84,9 +86,17 @@ def test_shutdown_cancels_idle_takes_at_once_and_lets_a_running_handler_finish(
                              clock=ManualClock())
         run = asyncio.create_task(server.run())
         await started.wait()
+        (busy,) = [w for w in server.workers if w.busy]
+        idle = {f"taskcustody-{w.owner.worker_id}" for w in server.workers if not w.busy}
         server.stop()
-        await asyncio.sleep(0)
-        assert not run.done()  # the running handler holds the shutdown open
+        # The idle workers' loops end at once (their blocking takes cancelled and cut); the
+        # shutdown has then chosen what to cancel, and the running handler holds it open.
+        loops = [t for t in asyncio.all_tasks() if t.get_name() in idle]
+        done, _ = await asyncio.wait(loops, timeout=10)  # a guard, not a timing assumption
+        assert len(done) == len(idle) == 2
+        assert not run.done()
+        # The running handler's worker is not cut: its connection stays, its release goes on it.
+        assert not busy.takes_interrupted and busy.conn.is_connected
         finish.set()
         await finishes(run)  # a guard: idle takes would hold it 20 s
         assert await client.get(keys.result(task_id)) == b'"finished"'
@@ -145,6 +155,59 @@ def test_shutdown_reconciles_a_list_a_take_cancelled_with_its_reply_in_flight_fi
         # reconciled before deregistering: back where recovery puts a counted task
         (raw,) = await client.lrange(keys.suspects, 0, -1)
         assert decode(raw).id == task_id
+        assert await client.zcard(keys.servers) == 0
+
+    _run(backend, test)
+
+
+def test_shutdown_ends_an_idle_take_whose_cancellation_was_swallowed(
+        backend: Backend, keys: QueueKeys) -> None:
+    if not backend.real:
+        pytest.skip("fakeredis's async blocking commands ignore cancellation (pinned in "
+                    "tests/test_fakeredis_gaps.py)")
+    # A take that would block for 20 s: the run returns long before, so it was cut.
+    settings = dataclasses.replace(TEST_SETTINGS, block_timeout=20.0, shutdown_grace=30.0)
+
+    async def test(client: redis.asyncio.Redis) -> None:
+        server = AsyncServer(client, keys, "aio-1", lambda p: p, workers=1, settings=settings,
+                             clock=ManualClock())
+        (worker,) = await server.start()
+        gate = worker.conn = Gate(worker.conn, named(worker.take_command), hold="send",
+                                  swallow=True)
+        run = asyncio.create_task(server.run())
+        await gate.reached.wait()  # the idle worker's blocking take, about to be sent
+        # Its cancellation is swallowed there without a trace (as by Python 3.10's wait_for in
+        # redis-py's send) and the take is sent: only the shutdown's interrupt can end it.
+        server.stop()
+        await finishes(run)  # a guard: the take would hold it 20 s
+        assert gate.swallowed
+        assert await client.llen(worker.list_key) == 0 and not worker.dirty
+        assert await client.zcard(keys.servers) == 0
+
+    _run(backend, test, settings)
+
+
+def test_shutdown_cutting_a_take_with_its_reply_in_flight_leaves_the_worker_dirty(
+        backend: Backend, keys: QueueKeys) -> None:
+    async def test(client: redis.asyncio.Redis) -> None:
+        server = AsyncServer(client, keys, "aio-1", lambda p: p, workers=1,
+                             settings=TEST_SETTINGS, clock=ManualClock())
+        (worker,) = await server.start()
+        gate = worker.conn = Gate(worker.conn, named(worker.take_command), hold="read",
+                                  swallow=True)
+        task_id = await AsyncProducer(client, keys).enqueue("p")
+        run = asyncio.create_task(server.run())
+        await gate.reached.wait()  # the take was sent and has run: its reply is unread
+        assert await client.llen(worker.list_key) == 1 and not worker.busy
+        # The cancellation is swallowed; the interrupt closes the connection under the read.
+        server.stop()
+        await finishes(run)
+        assert gate.swallowed
+        assert await client.llen(worker.list_key) == 0 and not worker.dirty
+        # dirty, so reconciled before deregistering: back where recovery puts a counted task
+        (raw,) = await client.lrange(keys.suspects, 0, -1)
+        assert decode(raw).id == task_id
+        assert await client.get(keys.result(task_id)) is None  # never run
         assert await client.zcard(keys.servers) == 0
 
     _run(backend, test)

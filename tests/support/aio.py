@@ -46,15 +46,24 @@ def named(name: str, sha: str | None = None) -> Match:
 
 class Gate:
     """Wraps `worker.conn`: the first command `match` accepts waits at `hold` -- "send" (before it
-    is sent: Redis never sees it unless the gate opens) or "reply" (after its reply was read: it
-    ran, and its reply is in flight from the worker's point of view) -- until `opened` is set.
-    `reached` is set when it waits there; `cancel_at(task)` cancels `task` once it does."""
+    is sent: Redis never sees it unless the gate opens), "read" (sent, before its reply is read:
+    it may have run, its reply unread) or "reply" (after its reply was read: it ran, and its reply
+    is in flight from the worker's point of view) -- until `opened` is set. `reached` is set when
+    it waits there; `cancel_at(task)` cancels `task` once it does.
 
-    def __init__(self, conn: Any, match: Match, hold: str = "reply") -> None:
-        assert hold in ("send", "reply")
+    With `swallow`, a cancellation of the task waiting there is swallowed, without a trace (as
+    Python 3.10's `asyncio.wait_for`, which redis-py's send awaits, does when a cancellation lands
+    as the operation ends; on 3.11+ `Task.uncancel` hides it from `Task.cancelling()` too), and
+    the command goes on as if the gate had opened; `swallowed` says it was."""
+
+    def __init__(self, conn: Any, match: Match, hold: str = "reply",
+                 swallow: bool = False) -> None:
+        assert hold in ("send", "read", "reply")
         self.inner = conn
         self.match = match
         self.hold = hold
+        self.swallow = swallow
+        self.swallowed = False
         self.armed = True
         self.reached = asyncio.Event()
         self.opened = asyncio.Event()
@@ -64,7 +73,15 @@ class Gate:
         if self.armed and at == self.hold and self.match(args):
             self.armed = False
             self.reached.set()
-            await self.opened.wait()
+            try:
+                await self.opened.wait()
+            except asyncio.CancelledError:
+                if not self.swallow:
+                    raise
+                self.swallowed = True
+                uncancel = getattr(asyncio.current_task(), "uncancel", None)  # Python 3.11+
+                if uncancel is not None:
+                    uncancel()
 
     def pack_commands(self, commands: list[tuple[Any, ...]]) -> Any:
         self._pending = list(commands)
@@ -84,6 +101,7 @@ class Gate:
 
     async def read_response(self, **kwargs: Any) -> Any:
         args = self._sent.popleft()
+        await self._wait_here(args, "read")
         reply = await self.inner.read_response(**kwargs)
         await self._wait_here(args, "reply")
         return reply

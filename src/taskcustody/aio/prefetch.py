@@ -11,7 +11,12 @@ any await:
   as the threaded worker does when interrupted;
 - while a take pipeline's replies are in flight: every slot is dirty (any take may have moved a
   task into its list, read or not) and reconciles its list before its next take: never ignorant;
-- the connection of a pipeline cut short is `_broken`, dropped before the next one.
+- the connection of a pipeline cut short is `_broken`, dropped before the next one;
+- a shutdown's `interrupt` of an idle prefetching worker (beside its cancellation, which may have
+  been swallowed: `AsyncWorker.interrupt`) closes the pipelines' connection and the lead's, and
+  makes a take pipeline raise `CancelledError` before or after its send, and in place of the
+  error of its reads (every slot dirty, as for any cancellation there). The batch's releases are
+  not interrupted.
 """
 
 from __future__ import annotations
@@ -49,6 +54,8 @@ class AsyncPrefetchingWorker(PrefetchCustody[AsyncWorker]):
         #: Our pipelines' connection (the lead's own is for its blocking take).
         self.conn: Any = own_connection(self.lead.client)
         self._broken = False
+        #: Set by `interrupt`: every take pipeline raises CancelledError from then on.
+        self.takes_interrupted = False
         #: The batch being handled (None between batches): what a shutdown lets finish within
         #: the grace period.
         self.batch: Batch | None = None
@@ -84,7 +91,7 @@ class AsyncPrefetchingWorker(PrefetchCustody[AsyncWorker]):
         command = self.suspect_take_command()
         if command is None:
             return None
-        replies, error = await self._pipeline([command], scripts.TAKE_AND_RECORD)
+        replies, error = await self._pipeline([command], scripts.TAKE_AND_RECORD, take=True)
         return self.suspect_taken(replies, error)
 
     async def take_all(self) -> tuple[Batch, Exception | None]:
@@ -92,7 +99,8 @@ class AsyncPrefetchingWorker(PrefetchCustody[AsyncWorker]):
         suspect = await self.take_suspect()
         if suspect is not None:
             return suspect
-        replies, error = await self._pipeline(self.take_commands(), scripts.TAKE_AND_RECORD)
+        replies, error = await self._pipeline(self.take_commands(), scripts.TAKE_AND_RECORD,
+                                              take=True)
         return self.taken(replies, error)
 
     async def handle(self, batch: Batch) -> list[Release]:
@@ -147,6 +155,13 @@ class AsyncPrefetchingWorker(PrefetchCustody[AsyncWorker]):
     async def run(self, stop: asyncio.Event, until_idle: bool = False) -> None:
         await run_until_stopped(self, stop, until_idle)
 
+    async def interrupt(self) -> None:
+        """`AsyncWorker.interrupt`: for our take pipelines and, through the lead, for the
+        blocking take; both connections closed."""
+        self.takes_interrupted = True
+        await self.conn.disconnect(nowait=True)
+        await self.lead.interrupt()
+
     async def close(self) -> None:
         await self.conn.disconnect()
         for slot in self.slots:
@@ -154,18 +169,19 @@ class AsyncPrefetchingWorker(PrefetchCustody[AsyncWorker]):
 
     # -- plumbing ----------------------------------------------------------------------------
 
-    async def _pipeline(self, commands: list[tuple[Any, ...]],
-                        script: str) -> tuple[list[Any], Exception | None]:
+    async def _pipeline(self, commands: list[tuple[Any, ...]], script: str,
+                        take: bool = False) -> tuple[list[Any], Exception | None]:
         """Send `commands` (EVALSHA of `script`) in one write; read the replies in order until
         one is lost (`PrefetchingWorker._pipeline`). A command answered NOSCRIPT did not run, so
-        it is sent again as EVAL."""
-        replies, error = await self._send_and_read(commands)
+        it is sent again as EVAL. A `take` pipeline of a worker whose `takes_interrupted` raises
+        `CancelledError` (`interrupt`)."""
+        replies, error = await self._send_and_read(commands, take)
         if error is not None:
             return replies, error
         retry = [i for i, r in enumerate(replies) if isinstance(r, redis.exceptions.NoScriptError)]
         if retry:
             again, error = await self._send_and_read(
-                [(_EVAL, script, *commands[i][2:]) for i in retry])
+                [(_EVAL, script, *commands[i][2:]) for i in retry], take)
             for n, reply in enumerate(again):
                 replies[retry[n]] = reply
             if error is not None:
@@ -173,7 +189,7 @@ class AsyncPrefetchingWorker(PrefetchCustody[AsyncWorker]):
         return replies, error
 
     async def _send_and_read(
-        self, commands: list[tuple[Any, ...]]
+        self, commands: list[tuple[Any, ...]], take: bool = False
     ) -> tuple[list[Any], Exception | None]:
         """The replies read (a ResponseError in place of a refused command's) and the connection
         error that ended the reading, if any. A cancellation leaves every slot dirty (any of the
@@ -192,10 +208,11 @@ class AsyncPrefetchingWorker(PrefetchCustody[AsyncWorker]):
                 await conn.disconnect()
                 await conn.connect()
                 self._broken = False
-            if _cancel_pending():  # swallowed in redis-py's handshake (see AsyncWorker._call)
+            # swallowed in redis-py's handshake (see AsyncWorker._call), or interrupted
+            if _cancel_pending() or (take and self.takes_interrupted):
                 raise asyncio.CancelledError
             await conn.send_packed_command(conn.pack_commands(commands))
-            if _cancel_pending():
+            if _cancel_pending() or (take and self.takes_interrupted):
                 raise asyncio.CancelledError
             for _ in commands:
                 try:
@@ -207,6 +224,10 @@ class AsyncPrefetchingWorker(PrefetchCustody[AsyncWorker]):
             if isinstance(exc, asyncio.CancelledError):
                 self.dirty = True
                 raise
+            if take and self.takes_interrupted:
+                # The interrupt closed our connection under the reads: it is the cancellation.
+                self.dirty = True
+                raise asyncio.CancelledError from exc
             return replies, exc
         except BaseException:
             self._broken = True

@@ -42,7 +42,8 @@ class AsyncServer:
     `run` is the whole life: `start` (check Redis, claim the id, drain this id's debris, make the
     workers), the workers' loops and the background heartbeat/sweep, until `stop` (or
     SIGTERM/SIGINT with `install_signals`). The shutdown cancels the idle workers' takes at once
-    (a take cancelled with its reply in flight leaves its worker dirty, and its list is reconciled
+    (and closes their connections, which ends a take whose cancellation was swallowed; a take
+    cancelled with its reply in flight leaves its worker dirty, and its list is reconciled
     back to the queue before deregistering), lets the running handlers finish within
     `Settings.shutdown_grace`, then cancels those still running: each releases its task as a
     failed attempt before the server deregisters.
@@ -211,10 +212,17 @@ class AsyncServer:
     async def _shutdown(self, loops: dict[asyncio.Task[None], Runner]) -> None:
         """Cancel the idle workers at once; give the busy ones the grace period, then cancel
         them (each releases its task, as a failed attempt, before its loop ends); reconcile the
-        lists a cancelled take may have filled; deregister; forget our empty lists."""
-        for task, worker in loops.items():
-            if not worker.busy:
-                task.cancel()
+        lists a cancelled take may have filled; deregister; forget our empty lists.
+
+        An idle worker is also `interrupt`ed: its take's cancellation may be swallowed (by
+        redis-py's asyncio timeouts; before Python 3.11 a task cannot tell), which would leave
+        its loop blocked until the take's `block_timeout`; the interrupt closes its connections
+        and makes its take raise the cancellation whatever became of it."""
+        idle = [(task, worker) for task, worker in loops.items() if not worker.busy]
+        for task, _ in idle:
+            task.cancel()
+        for _, worker in idle:
+            await worker.interrupt()
         pending = {t for t in loops if not t.done()}
         if pending:
             _, late = await asyncio.wait(pending, timeout=self.settings.shutdown_grace)

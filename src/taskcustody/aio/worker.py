@@ -12,6 +12,13 @@ What asyncio adds is cancellation: a `CancelledError` may land at any await. So:
 - The worker's connection is its own; a command cut short by a cancellation or a lost reply leaves
   it `_broken`, and it is dropped before the next command (a half-read reply never meets the next
   command). So does a cancellation inside the reconnect's handshake, before the command is sent.
+- A shutdown cancels an idle worker's take and also `interrupt`s it: something may have swallowed
+  the cancellation (redis-py's asyncio timeouts can, and on Python 3.10 a task cannot see that it
+  was cancelled), so the interrupt closes the worker's connection, which ends a take's pending
+  read whatever became of the cancellation, and makes the take raise `CancelledError` before or
+  after its send, and in place of the error of a read it cut. A take so cut with its reply in
+  flight leaves the worker dirty, as any cancellation there does. Only takes are interrupted: a
+  running handler's record and release are not.
 """
 
 from __future__ import annotations
@@ -106,6 +113,9 @@ class AsyncWorker(Custody):
         # package's metadata), 1 s for the 512 slots of 64 workers at prefetch 8.
         self._own_conn: Any = None
         self._broken = False
+        #: Set by `interrupt` (the shutdown's, for an idle worker): every take raises
+        #: CancelledError from then on.
+        self.takes_interrupted = False
         #: The task this worker holds between its take and its release (None while idle): what
         #: `AsyncServer`'s shutdown lets finish within the grace period.
         self.current: Task | None = None
@@ -174,7 +184,7 @@ class AsyncWorker(Custody):
     async def _take_from_queue(self, block: float) -> Task | None:
         self._registration_error = None
         try:
-            raw = await self._call(*self._take_args(block), first=self.registration())
+            raw = await self._call(*self._take_args(block), first=self.registration(), take=True)
         except (redis.ResponseError, *UNKNOWN) as exc:
             self._take_failed(exc)  # a cancellation with the reply in flight: a lost reply
             raise
@@ -189,9 +199,10 @@ class AsyncWorker(Custody):
             return None
         try:
             try:
-                reply = await self._call("EVALSHA", scripts.TAKE_AND_RECORD_SCRIPT.sha, *args)
+                reply = await self._call("EVALSHA", scripts.TAKE_AND_RECORD_SCRIPT.sha, *args,
+                                         take=True)
             except redis.exceptions.NoScriptError:
-                reply = await self._call("EVAL", scripts.TAKE_AND_RECORD, *args)
+                reply = await self._call("EVAL", scripts.TAKE_AND_RECORD, *args, take=True)
         except (redis.ResponseError, *UNKNOWN) as exc:
             self._suspect_take_failed(exc)
             raise
@@ -328,16 +339,40 @@ class AsyncWorker(Custody):
         self.take_next = lambda: not stop.is_set()
         await run_until_stopped(self, stop, until_idle)
 
+    async def interrupt(self) -> None:
+        """The shutdown's cut of an idle worker, beside its loop's cancellation, which something
+        may have swallowed (redis-py's asyncio timeouts can; before Python 3.11 a task cannot see
+        that it was cancelled, `_cancel_pending`): from now on a take raises `CancelledError`
+        before its send, after it, or in place of the error of its read; and closing our
+        connection ends a read in progress (a blocking take would otherwise wait out its
+        `block_timeout`). A take cut with its reply in flight leaves us dirty (`_take_failed`).
+        Not for a worker running a handler: its record and release are not interrupted."""
+        self.takes_interrupted = True
+        if self._own_conn is not None:
+            await self._own_conn.disconnect(nowait=True)
+
     async def close(self) -> None:
         if self._own_conn is not None:
             await self._own_conn.disconnect()
 
     # -- plumbing ----------------------------------------------------------------------------
 
-    async def _call(self, *args: Any, first: tuple[Any, ...] | None = None) -> Any:
+    async def _call(self, *args: Any, first: tuple[Any, ...] | None = None,
+                    take: bool = False) -> Any:
         """Send a command (with `first` before it in the same write: the take's registration,
         whose error is kept in `_registration_error`) and read its reply. Anything but an error
-        reply leaves the connection `_broken`: it is dropped before the next command."""
+        reply leaves the connection `_broken`: it is dropped before the next command. A `take`
+        of a worker whose `takes_interrupted` raises `CancelledError` (see `interrupt`)."""
+        try:
+            return await self._send_and_read(args, first, take)
+        except (redis.ConnectionError, redis.TimeoutError) as exc:
+            if take and self.takes_interrupted:
+                # The interrupt closed our connection under the take: it is the cancellation.
+                raise asyncio.CancelledError from exc
+            raise
+
+    async def _send_and_read(self, args: tuple[Any, ...], first: tuple[Any, ...] | None,
+                             take: bool) -> Any:
         conn = self.conn
         if self._broken or not conn.is_connected:
             # Broken until the handshake is done: redis-py cleans up after a Redis error in its
@@ -347,17 +382,18 @@ class AsyncWorker(Custody):
             await conn.disconnect()
             await conn.connect()
             self._broken = False
-        # redis-py's handshake and its send wait with asyncio.wait_for, which on Python 3.11
-        # swallows a cancellation that lands as the wait ends: honour it here, before anything
-        # is sent, and after the send, not a block timeout later.
-        if _cancel_pending():
+        # redis-py's handshake and its send wait with asyncio.wait_for, which (Python 3.10 and
+        # 3.11) swallows a cancellation that lands as the wait ends: honour it here, before
+        # anything is sent, and after the send, not a block timeout later (seen by
+        # `_cancel_pending` on 3.11+; on 3.10 a shutdown's `interrupt` says so for a take).
+        if _cancel_pending() or (take and self.takes_interrupted):
             raise asyncio.CancelledError
         try:
             if first is None:
                 await conn.send_command(*args)
             else:
                 await conn.send_packed_command(conn.pack_commands([first, args]))
-            if _cancel_pending():
+            if _cancel_pending() or (take and self.takes_interrupted):
                 # Sent: a blocking take would go on waiting on the server, and could still
                 # move a task into our list. Closing the connection aborts it there.
                 await conn.disconnect(nowait=True)
@@ -423,7 +459,7 @@ async def run_until_stopped(unit: AsyncRunnable, stop: asyncio.Event, until_idle
 
 def _cancel_pending() -> bool:
     """Whether the current task was cancelled and something swallowed the CancelledError
-    (Python 3.11+; 3.10 cannot tell)."""
+    (Python 3.11+; 3.10 cannot tell: there, a shutdown's `AsyncWorker.interrupt` covers a take)."""
     task = asyncio.current_task()
     cancelling = getattr(task, "cancelling", None)
     return bool(cancelling is not None and cancelling())
