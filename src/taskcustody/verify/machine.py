@@ -25,7 +25,6 @@ from typing import Any
 import redis
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
-from taskcustody_model import REFUSALS
 from taskcustody_model.protocol import Action
 from taskcustody_model.state import Bounds
 
@@ -36,7 +35,7 @@ from . import prefetching as pipelines
 from .broken import server_factory
 from .harness import Harness, StepRecord
 from .harness import Harness as _Harness
-from .refusal_aiming import walk_to_refusal
+from .refusal_aiming import AIM_ORDER, walk_to_refusal
 
 ClientFactory = Callable[[], redis.Redis]
 
@@ -495,7 +494,7 @@ def with_refusals(base: type[RuleBasedStateMachine]) -> type[RuleBasedStateMachi
     class RefusingMachine(base):  # type: ignore[valid-type, misc]
         """... and attempts what the model refuses: whatever the draws reach
         (`attempt_refused`), and each kind not yet attempted in this example, walked to
-        (`aim_at_a_refusal`)."""
+        (`_aim_at_a_refusal`)."""
 
         @precondition(lambda self: bool(self.h.refused()))
         @rule(data=st.data())
@@ -509,11 +508,9 @@ def with_refusals(base: type[RuleBasedStateMachine]) -> type[RuleBasedStateMachi
         def _refusals_to_aim_at(self) -> list[str]:
             """The kinds not yet attempted in this example, nor found out of reach in it."""
             out_of_reach: set[str] = getattr(self, "_out_of_reach", set())
-            return [k for k in REFUSALS if not self.h.refusals[k] and k not in out_of_reach]
+            return [k for k in AIM_ORDER if not self.h.refusals[k] and k not in out_of_reach]
 
-        @precondition(lambda self: bool(self._refusals_to_aim_at()))
-        @rule(data=st.data())
-        def aim_at_a_refusal(self, data: st.DataObject) -> None:
+        def _aim_at_a_refusal(self, data: st.DataObject) -> None:
             """Plans on the model a shortest walk to a state where an attempt of a kind not yet
             made in this example is refused (`refusal_aiming.walk_to_refusal`), performs it
             step by step on the implementation, each step checked, and makes the attempt. A
@@ -541,8 +538,22 @@ def with_refusals(base: type[RuleBasedStateMachine]) -> type[RuleBasedStateMachi
             self.h.attempt(attempt)
             self.failed = False
 
+    # (copies of the aiming rule: Hypothesis draws a rule uniformly among those enabled, and
+    # each copy is enabled only while a kind is left to aim at in the example)
+    for n in range(REFUSAL_AIMING_RULES):
+        def aim(self: Any, data: st.DataObject) -> None:
+            self._aim_at_a_refusal(data)
+
+        aim = precondition(lambda self: bool(self._refusals_to_aim_at()))(aim)
+        aim.__name__ = f"aim_at_a_refusal_{n}"
+        setattr(RefusingMachine, aim.__name__, rule(data=st.data())(aim))
     RefusingMachine.__name__ = f"Refusing{base.__name__}"
     return RefusingMachine
+
+
+#: How many copies of the refusal-aiming rule the machine with refusals has (their weight among
+#: the rules, while a kind is left to aim at in the example).
+REFUSAL_AIMING_RULES = 3
 
 
 class _DrawnChoices:
