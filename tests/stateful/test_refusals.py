@@ -164,7 +164,7 @@ def test_verify_fails_when_a_kind_is_attempted_too_rarely(
     from taskcustody.verify import refusal_aiming
     from taskcustody.verify.report import text_report
 
-    options = Options(examples=6, steps=30, model_check=False, loops=False,
+    options = Options(examples=30, steps=20, model_check=False, loops=False,
                       fault_coverage=False, shrink=False)
     monkeypatch.setattr(refusal_aiming, "MAX_DEPTH", 0)
     result = verify(options)

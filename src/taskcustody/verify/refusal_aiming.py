@@ -19,8 +19,9 @@ not aimed at again in that example. The planner mirrors what a harness step does
 (`aiming.after`: a pass runs whole).
 
 The gate: the refusal part of `taskcustody verify` (its stateful part on the real
-implementation) must attempt each kind at least `MINIMUM` times over its examples, or the run
-fails with "REFUSAL COVERAGE NOT MET" and the counts (`judge`).
+implementation) must attempt each kind at least `MINIMUM` times over its examples (once per
+`EXAMPLES_PER_ATTEMPT` examples in a smaller run), or the run fails with "REFUSAL COVERAGE NOT
+MET" and the counts (`judge`).
 """
 
 from __future__ import annotations
@@ -47,8 +48,16 @@ MAX_STATES = 3_000
 AIM_ORDER = ("heartbeat_superseded", "drain_live", "claim_held")
 assert sorted(AIM_ORDER) == sorted(REFUSALS)
 
-#: Each kind must be attempted at least this many times over the refusal part's examples.
+#: Each kind must be attempted at least this many times over the refusal part's examples ...
 MINIMUM = 3
+#: ... or once per this many examples in a smaller run (a run of a few short examples, a smoke
+#: test, may not reach every kind in each: the gate is for the default run's 200).
+EXAMPLES_PER_ATTEMPT = 10
+
+
+def minimum_for(examples: int) -> int:
+    """The gate's minimum for a run of `examples` examples."""
+    return min(MINIMUM, examples // EXAMPLES_PER_ATTEMPT)
 
 
 def attempts(state: State, config: Config, kind: str) -> list[Attempt]:

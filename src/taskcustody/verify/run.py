@@ -47,9 +47,9 @@ from .designs import BY_NAME, CHOICES
 from .fault_coverage import Coverage, judge, required_kinds
 from .harness import VERIFY_SETTINGS, Mismatch, StepRecord
 from .machine import RETRY_BOUNDS, RunStats, build_machine, default_bounds
-from .refusal_aiming import MINIMUM as REFUSAL_MINIMUM
 from .refusal_aiming import RefusalCoverage
 from .refusal_aiming import judge as judge_refusals
+from .refusal_aiming import minimum_for as refusal_minimum
 
 #: The model check's default bounds: every broken design is found within them (depth <= 8), and
 #: the correct design's 147,900 distinct states (with the composite step, 2026-12-01) take about a
@@ -531,9 +531,9 @@ def _stateful_part(options: Options, result: Result, stopped: bool) -> Part:
                     "what was covered")
     if with_refusals(options):
         # The refusal part: each kind of attempt the model refuses made at least
-        # `refusal_aiming.MINIMUM` times over its examples (fewer if fewer were asked for).
+        # `refusal_aiming.MINIMUM` times over its examples (fewer in a smaller run).
         result.refusal_coverage = cov = judge_refusals(
-            s.refusals, minimum=min(REFUSAL_MINIMUM, options.examples))
+            s.refusals, minimum=refusal_minimum(options.examples))
         if not cov.ok:
             return Part(options.part_name, FAILED, result.stateful_seconds, covered,
                         cov.summary())
