@@ -291,3 +291,44 @@ def drain_with_owner_steps(state: State, config: Config) -> Action | None:
                     for b in enabled_actions(mid, config)):
                 return a
     return None
+
+
+def aim_at_a_drain(machine: Any) -> None:
+    """Walks (planned on the model) to a state where a sweep's drain moves a task out of a list
+    whose owner can step right then (`drain_with_owner_steps`), each step of the walk performed
+    on the implementation and checked, and performs that sweep with the owner stepping between
+    its moves (the first step it may take, each time, up to the harness's bound)."""
+    walk = shortest_walk(machine.h.state, machine.h.config,
+                         lambda s: drain_with_owner_steps(s, machine.h.config) is not None,
+                         lambda a: a.name in _DRAIN_WALK)
+    if walk is None:
+        machine._no_drain_walk = True  # (not again in this example)
+        return
+    for action in walk:
+        if action not in machine.h.enabled():
+            return
+        machine._step(action)
+        machine.failed = True
+        machine.h.check()
+        machine.failed = False
+    sweep = drain_with_owner_steps(machine.h.state, machine.h.config)
+    if sweep is not None:
+        machine._step(sweep, interleave=lambda options: options[0])
+
+
+def with_drain_aimed(base: type[RuleBasedStateMachine]) -> type[RuleBasedStateMachine]:
+    """`base` and a rule that aims, once per example, at a drain with its owner stepping
+    (`aim_at_a_drain`): what catches a drain that loops until its list is empty (design 6),
+    whatever the draws (`designs.Stateful.aim_at_drains`)."""
+
+    class DrainAimingMachine(base):  # type: ignore[valid-type, misc]
+        """... and aims at a drain with its owner stepping."""
+
+        @precondition(lambda self: not self.h.steps_during_drains
+                      and not getattr(self, "_no_drain_walk", False))
+        @rule()
+        def aim_at_a_drain_with_its_owner_stepping(self) -> None:
+            aim_at_a_drain(self)
+
+    DrainAimingMachine.__name__ = f"DrainAiming{base.__name__}"
+    return DrainAimingMachine

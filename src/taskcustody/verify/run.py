@@ -40,7 +40,7 @@ from .. import cluster
 from ..connection import connect, connect_fake
 from ..keys import QueueKeys
 from ..settings import Settings
-from .aiming import with_aimed_faults
+from .aiming import with_aimed_faults, with_drain_aimed
 from .budget import Budget, BudgetSpent
 from .deployment import DeploymentError, deployment_error, describe
 from .designs import BY_NAME, CHOICES
@@ -692,6 +692,10 @@ def _stateful(options: Options, make_client: Callable[[], redis.Redis], keys: Qu
                             refusals=with_refusals(options) and not drive_loops and not aim_at)
     if aim_at:
         machine = with_aimed_faults(machine, aim_at, AIMING_RULES)
+    design = BY_NAME.get(options.variant)
+    if (design is not None and design.stateful is not None and design.stateful.aim_at_drains
+            and not drive_loops and not aim_at):
+        machine = with_drain_aimed(machine)
     explored = machine
     if budget.limited:
         machine = _budgeted(machine, budget)
