@@ -387,6 +387,24 @@ MUTANTS += (
         (Edit(SCRIPTS, "if ARGV[4] ~= 'force' and is_live(KEYS[4], KEYS[5], ARGV[2], ARGV[3]) "
                        "then", "if false then"),),
     ),
+    NamedMutant(
+        "heartbeat-accepts-superseded",
+        "one live process per server id: the heartbeat script renews the registration whatever "
+        "incarnation holds the id, so a superseded process's heartbeat takes the id back from "
+        "the newer one (the refusal part's walk to a superseded heartbeat meets it)",
+        (Edit(SCRIPTS, "if current and current ~= ARGV[2] then return 0 end",
+              "if false then return 0 end"),),
+    ),
+    NamedMutant(
+        "superseded-heartbeat-goes-on",
+        "a superseded process stops: once it has learnt that it was superseded, a later "
+        "heartbeat that Redis refuses no longer stops it (no `Superseded`), so it goes on "
+        "working under an id it no longer holds; only an attempt of what the model refuses (a "
+        "superseded process's heartbeat) can see it",
+        (Edit(SERVER, "        if not int(ok):\n            self.superseded = True\n",
+              "        if not int(ok) and not self.superseded:\n"
+              "            self.superseded = True\n"),),
+    ),
 )
 
 

@@ -16,7 +16,9 @@ from hypothesis import settings
 from hypothesis.stateful import run_state_machine_as_test
 from taskcustody_model import REFUSALS, Bounds
 
+from taskcustody.verify.aiming import with_faults_also_aimed
 from taskcustody.verify.machine import RETRY_BOUNDS, RunStats, build_machine
+from taskcustody.verify.refusal_aiming import MINIMUM
 from taskcustody.verify.run import no_local_constants
 from tests.conftest import Backend
 
@@ -28,13 +30,18 @@ MIN_EXAMPLES = 50
 
 def _run(backend: Backend, faults: tuple[str, ...], *, prefetching: bool = False,
          min_examples: int = MIN_EXAMPLES, bounds: Bounds | None = None,
-         refusals: bool = False) -> RunStats:
+         refusals: bool = False, aimed: bool = False) -> RunStats:
     """One run of the machine; then the checks that it did what it claims: examples ran, faults
     of every kind in `faults` fired, tasks committed, none was lost or duplicated. `refusals`:
-    the machine also attempts what the model refuses (`machine.with_refusals`)."""
+    the machine also attempts what the model refuses (`machine.with_refusals`). `aimed`: the
+    machine also has a rule that aims at each kind of `faults` in turn
+    (`aiming.with_faults_also_aimed`, the base's own fault rules still on), so that they fire
+    whatever the derandomized draws reach (the kinds must be the model's: `aiming.shots`)."""
     stats = RunStats()
     machine = build_machine(backend.client, real_redis=backend.real, stats=stats,
                             prefetching=prefetching, bounds=bounds, refusals=refusals)
+    if aimed:
+        machine = with_faults_also_aimed(machine, faults)
     # Derandomized unless asked otherwise: the fault-coverage assertions below must not depend on
     # the luck of one random run (the deep profile explores at random, with many more examples).
     random = os.environ.get("HYPOTHESIS_PROFILE") == "deep" or bool(os.environ.get("VERIFY_RANDOM"))
@@ -54,11 +61,13 @@ def _run(backend: Backend, faults: tuple[str, ...], *, prefetching: bool = False
 
 
 def test_the_implementation_conforms_to_the_model(backend: Backend) -> None:
-    # 100 examples: with the take of a suspect among the rules, the derandomized search first
-    # reaches a worker step between two moves of a drain after 50 examples (12 such steps in 100)
+    # Aimed: which fault kinds the derandomized draws reach moves with every edit of the machine
+    # (without the aiming rule, the run after the dead `execute` rule's removal lost no
+    # release_and_take reply in 135 examples). 100 examples: the derandomized search reaches a
+    # worker step between two moves of a drain (12 such steps in 100 before that removal).
     stats = _run(backend, ("dropped-reply:take", "dropped-reply:release",
                            "dropped-reply:release_and_take", "crash_worker", "crash_server",
-                           "stall_server"), min_examples=100)
+                           "stall_server"), min_examples=100, aimed=True)
     # ... and stalled workers stepped in the middle of drains of their lists
     assert stats.steps_during_drains > 0
 
@@ -70,8 +79,10 @@ def test_the_implementation_refuses_what_the_model_refuses(backend: Backend) -> 
     tests/stateful/test_refusals.py shows that an implementation accepting one fails it."""
     stats = _run(backend, ("dropped-reply:take", "crash_worker", "stall_server"), refusals=True,
                  min_examples=100)
+    # (each kind aimed at in every example where it is in reach: verify/refusal_aiming.py)
     for kind in REFUSALS:
-        assert stats.refusals[kind] > 0, f"no {kind} attempt in {stats.examples} examples"
+        assert stats.refusals[kind] >= MINIMUM, (
+            f"{kind} attempted {stats.refusals[kind]} times in {stats.examples} examples")
 
 
 def test_the_prefetching_worker_conforms_to_the_model(backend: Backend) -> None:

@@ -102,3 +102,80 @@ def test_verify_fails_an_implementation_that_claims_a_held_id(
     assert result.failure is not None and result.failure.kind == "refusal"
     assert result.failure.steps[-1].action.name == "claim_held"
     assert "refuses" in result.failure.steps[-1].text
+
+
+def test_a_superseded_process_that_goes_on_after_a_refused_heartbeat_fails(
+        backend: Backend, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The named mutant `superseded-heartbeat-goes-on`: once a process knows it was superseded,
+    a later heartbeat that Redis refuses no longer stops it. Redis is unchanged, so no check of
+    the state can see it; the attempt of a superseded process's heartbeat does (aimed at in
+    every example, verify/refusal_aiming.py)."""
+    heartbeat = Server.heartbeat
+
+    def goes_on(self: Server) -> None:
+        if not self.superseded:
+            heartbeat(self)
+
+    monkeypatch.setattr(Server, "heartbeat", goes_on)
+    with pytest.raises(Mismatch) as failure:
+        _run(backend, 30)
+    assert failure.value.kind == "refusal"
+    assert "went on" in failure.value.message
+
+
+def test_every_kind_is_attempted_in_every_example_it_is_in_reach(backend: Backend) -> None:
+    """The aiming rule walks to each kind not yet attempted in an example, so the counts do not
+    depend on the draws: over 30 derandomized examples a superseded process's heartbeat (a stall,
+    a lapsed lease, a new claim, the resume and the heartbeat that tells it) is attempted in most
+    of them (twice in 277 examples of `verify`'s run before the aiming)."""
+    stats = _run(backend, 30)
+    assert stats.refusals["heartbeat_superseded"] >= stats.examples // 2, stats.refusals
+
+
+def test_walk_to_refusal_plans_the_superseded_heartbeat_on_the_model() -> None:
+    from taskcustody_model import Config, initial_state, variant
+
+    from taskcustody.verify.machine import DEFAULT_BOUNDS
+    from taskcustody.verify.refusal_aiming import attempts, walk_to_refusal
+
+    config = Config(DEFAULT_BOUNDS._replace(drain_steps=True), variant("correct"))
+    state = initial_state(config.bounds)
+    assert walk_to_refusal(state, config, "claim_held") == []
+    walk = walk_to_refusal(state, config, "heartbeat_superseded")
+    assert walk is not None
+    assert [a.name for a in walk][1:] == ["stall_server", "advance_clock", "resume_server",
+                                          "claim", "heartbeat"]
+    from taskcustody.verify.aiming import after
+
+    for action in walk:
+        assert not attempts(state, config, "heartbeat_superseded")
+        state = after(state, action, config)
+    assert attempts(state, config, "heartbeat_superseded")
+    # out of reach without fault budget (no stall): None, not a walk
+    spent = initial_state(config.bounds)._replace(faults=config.bounds.faults)
+    assert walk_to_refusal(spent, config, "heartbeat_superseded") is None
+
+
+def test_verify_fails_when_a_kind_is_attempted_too_rarely(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The refusal part's gate: with the aiming rule's walks cut to nothing, a superseded
+    process's heartbeat is left to the draws, which do not reach it, and the run fails with the
+    counts; with the walks, the same run meets the minimum."""
+    from taskcustody.verify import refusal_aiming
+    from taskcustody.verify.report import text_report
+
+    options = Options(examples=30, steps=20, model_check=False, loops=False,
+                      fault_coverage=False, shrink=False)
+    monkeypatch.setattr(refusal_aiming, "MAX_DEPTH", 0)
+    result = verify(options)
+    assert result.failure is None
+    assert result.refusal_coverage is not None and not result.refusal_coverage.ok
+    assert not result.ok
+    report = text_report(result)
+    assert "REFUSAL COVERAGE NOT MET" in report
+    assert "heartbeat_superseded" in report and "<- short" in report
+    monkeypatch.undo()
+    result = verify(options)
+    assert result.ok, result.parts
+    assert result.refusal_coverage is not None and result.refusal_coverage.ok
+    assert "refusal coverage (each kind attempted >= 3 times): met" in text_report(result)

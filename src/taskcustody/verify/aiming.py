@@ -18,13 +18,14 @@ drain is a whole pass (every `drain_step`, and for a sweep the processing sweep 
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
-from taskcustody_model import Action, Config, State, apply, enabled_actions
+from taskcustody_model import Action, Config, State, apply, enabled_actions, list_of
 from taskcustody_model.protocol import FAULTS
+from taskcustody_model.state import RUNNING
 
 from .faults import DROPPED_REPLY
 from .observation import Mismatch
@@ -103,27 +104,9 @@ def shots(state: State, config: Config, kind: str) -> list[Shot]:
 def walk_to(state: State, config: Config, kind: str) -> list[Action] | None:
     """A shortest walk of harness steps from `state` to a state where a fault of `kind` can be
     injected ([] if it can be now); None if there is none within the planner's bounds."""
-    if shots(state, config, kind):
-        return []
-    seen = {state}
-    frontier: deque[tuple[State, tuple[Action, ...]]] = deque([(state, ())])
-    while frontier:
-        current, path = frontier.popleft()
-        if len(path) >= MAX_DEPTH:
-            continue
-        for a in harness_actions(current, config):
-            if a.name in _NOT_ON_A_WALK or (a.name in FAULTS and kind == a.name):
-                continue
-            nxt = after(current, a, config)
-            if nxt in seen:
-                continue
-            if shots(nxt, config, kind):
-                return [*path, a]
-            if len(seen) >= MAX_STATES:
-                return None
-            seen.add(nxt)
-            frontier.append((nxt, (*path, a)))
-    return None
+    return shortest_walk(
+        state, config, lambda s: bool(shots(s, config, kind)),
+        lambda a: not (a.name in _NOT_ON_A_WALK or (a.name in FAULTS and kind == a.name)))
 
 
 def with_aimed_faults(base: type[RuleBasedStateMachine], kinds: Sequence[str],
@@ -208,3 +191,144 @@ def with_aimed_faults(base: type[RuleBasedStateMachine], kinds: Sequence[str],
         setattr(AimingMachine, aim.__name__, rule(data=st.data())(aim))
     AimingMachine.__name__ = f"Aiming{base.__name__}"
     return AimingMachine
+
+
+def with_faults_also_aimed(base: type[RuleBasedStateMachine], kinds: Sequence[str],
+                           copies: int = 1) -> type[RuleBasedStateMachine]:
+    """`with_aimed_faults`, with the base's own fault rules left on: the base's run as it is
+    (every fault kind drawn), and on top of it rules that aim at each kind of `kinds` in turn, so
+    that a test asserting that these kinds fired does not depend on which examples the base's
+    draws happen to reach (tests/stateful/test_conformance.py); and a rule that aims at a sweep
+    whose drain moves a task out of a list whose owner (a stalled process's worker) can step
+    right then, and lets it step between the moves (`drain_with_owner_steps`)."""
+    aiming = with_aimed_faults(base, kinds, copies)
+
+    class AlsoAimingMachine(aiming):  # type: ignore[valid-type, misc]
+        """... with the base's fault rules on (its `_has`, not the aiming one's)."""
+
+        def _has(self, name: str, command: str = "") -> bool:
+            return bool(base._has(self, name, command))  # type: ignore[attr-defined]
+
+        @precondition(lambda self: not self.h.steps_during_drains
+                      and not getattr(self, "_no_drain_walk", False))
+        @rule()
+        def aim_at_a_drain_with_its_owner_stepping(self) -> None:
+            walk = shortest_walk(self.h.state, self.h.config,
+                                 lambda s: drain_with_owner_steps(s, self.h.config) is not None,
+                                 lambda a: a.name in _DRAIN_WALK)
+            if walk is None:
+                self._no_drain_walk = True  # (not again in this example)
+                return
+            for action in walk:
+                if action not in self.h.enabled():
+                    return
+                self._step(action)
+                self.failed = True
+                self.h.check()
+                self.failed = False
+            sweep = drain_with_owner_steps(self.h.state, self.h.config)
+            if sweep is None:
+                return
+            self._step(sweep, interleave=lambda options: options[0])
+
+    AlsoAimingMachine.__name__ = f"AlsoAiming{base.__name__}"
+    return AlsoAimingMachine
+
+
+#: The steps of a walk to a drain with its owner stepping: hold a task, stall, let the lease lapse.
+_DRAIN_WALK = ("take", "record", "stall_server", "advance_clock")
+
+
+def shortest_walk(state: State, config: Config, goal: Callable[[State], bool],
+                  allowed: Callable[[Action], bool], max_depth: int = MAX_DEPTH,
+                  max_states: int = MAX_STATES) -> list[Action] | None:
+    """A shortest walk (breadth first) of harness steps that `allowed` accepts from `state` to
+    one where `goal` holds ([] if it holds now); None if there is none within `max_depth` steps
+    and `max_states` states."""
+    if goal(state):
+        return []
+    seen = {state}
+    frontier: deque[tuple[State, tuple[Action, ...]]] = deque([(state, ())])
+    while frontier:
+        current, path = frontier.popleft()
+        if len(path) >= max_depth:
+            continue
+        for a in harness_actions(current, config):
+            if not allowed(a):
+                continue
+            nxt = after(current, a, config)
+            if nxt in seen:
+                continue
+            if goal(nxt):
+                return [*path, a]
+            if len(seen) >= max_states:
+                return None
+            seen.add(nxt)
+            frontier.append((nxt, (*path, a)))
+    return None
+
+
+def drain_with_owner_steps(state: State, config: Config) -> Action | None:
+    """A sweep the harness can perform in `state` whose pass moves a task out of a list whose
+    owner, a worker of a stalled process that is still running, may then take, record or release
+    (`Stepping._steps_during_drain`); None if there is none."""
+    for a in harness_actions(state, config):
+        if a.name != "sweep":
+            continue
+        s, i = a.server, a.proc
+        mid = apply(state, a, config)
+        for _ in range(64):
+            procs = mid.processes[s]
+            if i >= len(procs) or not procs[i].drains:
+                break
+            key = procs[i].drains[0].key
+            held = len(list_of(mid, key))
+            mid = apply(mid, Action("drain_step", s, i), config)
+            if len(list_of(mid, key)) < held and any(
+                    b.name in ("take", "record", "release") and (b.server, b.worker)
+                    == (key[0], key[2]) and mid.processes[b.server][b.proc].inc == key[1]
+                    and mid.processes[b.server][b.proc].phase == RUNNING
+                    for b in enabled_actions(mid, config)):
+                return a
+    return None
+
+
+def aim_at_a_drain(machine: Any) -> None:
+    """Walks (planned on the model) to a state where a sweep's drain moves a task out of a list
+    whose owner can step right then (`drain_with_owner_steps`), each step of the walk performed
+    on the implementation and checked, and performs that sweep with the owner stepping between
+    its moves (the first step it may take, each time, up to the harness's bound)."""
+    walk = shortest_walk(machine.h.state, machine.h.config,
+                         lambda s: drain_with_owner_steps(s, machine.h.config) is not None,
+                         lambda a: a.name in _DRAIN_WALK)
+    if walk is None:
+        machine._no_drain_walk = True  # (not again in this example)
+        return
+    for action in walk:
+        if action not in machine.h.enabled():
+            return
+        machine._step(action)
+        machine.failed = True
+        machine.h.check()
+        machine.failed = False
+    sweep = drain_with_owner_steps(machine.h.state, machine.h.config)
+    if sweep is not None:
+        machine._step(sweep, interleave=lambda options: options[0])
+
+
+def with_drain_aimed(base: type[RuleBasedStateMachine]) -> type[RuleBasedStateMachine]:
+    """`base` and a rule that aims, once per example, at a drain with its owner stepping
+    (`aim_at_a_drain`): what catches a drain that loops until its list is empty (design 6),
+    whatever the draws (`designs.Stateful.aim_at_drains`)."""
+
+    class DrainAimingMachine(base):  # type: ignore[valid-type, misc]
+        """... and aims at a drain with its owner stepping."""
+
+        @precondition(lambda self: not self.h.steps_during_drains
+                      and not getattr(self, "_no_drain_walk", False))
+        @rule()
+        def aim_at_a_drain_with_its_owner_stepping(self) -> None:
+            aim_at_a_drain(self)
+
+    DrainAimingMachine.__name__ = f"DrainAiming{base.__name__}"
+    return DrainAimingMachine

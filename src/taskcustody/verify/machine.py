@@ -35,6 +35,7 @@ from . import prefetching as pipelines
 from .broken import server_factory
 from .harness import Harness, StepRecord
 from .harness import Harness as _Harness
+from .refusal_aiming import AIM_ORDER, walk_to_refusal
 
 ClientFactory = Callable[[], redis.Redis]
 
@@ -127,12 +128,7 @@ def build_machine(
     # the machine class), and those runs are pinned (tests/stateful, the README's figures): an
     # edit of the class body, a comment included, moves every one of them
     # (test_machine_source.py says so when it happens). So the user's settings reach the harness
-    # through this subclass's name, not through a new argument in the class body; and the
-    # `execute` rule below, never enabled (the model has no `execute` action: the handler runs
-    # inside `release`), stays because Hypothesis draws a rule by its index among all rules:
-    # without it test_conformance's main run loses no release_and_take reply in 135 examples,
-    # and test_finds_broken_designs no longer finds unbounded-drain in 400 examples nor
-    # composite-commits-unheld as pinned. Deleting it means re-pinning those.
+    # through this subclass's name, not through a new argument in the class body.
     user_settings: dict[str, Any] = {} if settings is None else {"settings": settings}
 
     harness_base: type[_Harness] = _Harness
@@ -209,11 +205,6 @@ def build_machine(
         @rule(data=st.data())
         def record(self, data: st.DataObject) -> None:
             self._do(data, "record")
-
-        @precondition(lambda self: self._has("execute"))
-        @rule(data=st.data())
-        def execute(self, data: st.DataObject) -> None:
-            self._do(data, "execute")
 
         @precondition(lambda self: self._has("release"))
         @rule(data=st.data())
@@ -490,7 +481,10 @@ def with_refusals(base: type[RuleBasedStateMachine]) -> type[RuleBasedStateMachi
     id a live process holds, a heartbeat from a superseded process, a sweep's drain of a live
     list (`taskcustody_model.refused_attempts`). The implementation must refuse it
     (`Harness.attempt` raises `Mismatch("refusal", ...)` if not) and leave Redis as the model,
-    unchanged, says (the invariant's check after the rule).
+    unchanged, says (the invariant's check after the rule). A second rule aims at each kind not
+    yet attempted in the example (verify/refusal_aiming.py): it walks, planned on the model, to
+    a state where such an attempt is refused, so that every kind is attempted whatever the draws
+    (a superseded process's heartbeat needs a stall, a lapsed lease, a new claim and a resume).
 
     A subclass, not a rule of `base`: Hypothesis draws a rule by its index, and a derandomized
     run's seed is digested from the machine class's source, so one more rule in `base` would move
@@ -498,7 +492,9 @@ def with_refusals(base: type[RuleBasedStateMachine]) -> type[RuleBasedStateMachi
     `refusals`)."""
 
     class RefusingMachine(base):  # type: ignore[valid-type, misc]
-        """... and attempts what the model refuses."""
+        """... and attempts what the model refuses: whatever the draws reach
+        (`attempt_refused`), and each kind not yet attempted in this example, walked to
+        (`_aim_at_a_refusal`)."""
 
         @precondition(lambda self: bool(self.h.refused()))
         @rule(data=st.data())
@@ -509,8 +505,55 @@ def with_refusals(base: type[RuleBasedStateMachine]) -> type[RuleBasedStateMachi
             self.h.attempt(attempt)
             self.failed = False
 
+        def _refusals_to_aim_at(self) -> list[str]:
+            """The kinds not yet attempted in this example, nor found out of reach in it."""
+            out_of_reach: set[str] = getattr(self, "_out_of_reach", set())
+            return [k for k in AIM_ORDER if not self.h.refusals[k] and k not in out_of_reach]
+
+        def _aim_at_a_refusal(self, data: st.DataObject) -> None:
+            """Plans on the model a shortest walk to a state where an attempt of a kind not yet
+            made in this example is refused (`refusal_aiming.walk_to_refusal`), performs it
+            step by step on the implementation, each step checked, and makes the attempt. A
+            kind with no walk within the planner's bounds is not aimed at again in this
+            example."""
+            for kind in self._refusals_to_aim_at():
+                walk = walk_to_refusal(self.h.state, self.h.config, kind)
+                if walk is not None:
+                    break
+                self._out_of_reach = {*getattr(self, "_out_of_reach", ()), kind}
+            else:
+                return
+            for action in walk:
+                if action not in self.h.enabled():  # (the harness re-ordered what it read back)
+                    return
+                self._step(action)
+                self.failed = True  # every property, after every step of the walk
+                self.h.check()
+                self.failed = False
+            options = [a for a in self.h.refused() if a.name == kind]
+            if not options:
+                return
+            attempt = options[data.draw(st.integers(0, len(options) - 1), label="which attempt")]
+            self.failed = True  # until the implementation refused it
+            self.h.attempt(attempt)
+            self.failed = False
+
+    # (copies of the aiming rule: Hypothesis draws a rule uniformly among those enabled, and
+    # each copy is enabled only while a kind is left to aim at in the example)
+    for n in range(REFUSAL_AIMING_RULES):
+        def aim(self: Any, data: st.DataObject) -> None:
+            self._aim_at_a_refusal(data)
+
+        aim = precondition(lambda self: bool(self._refusals_to_aim_at()))(aim)
+        aim.__name__ = f"aim_at_a_refusal_{n}"
+        setattr(RefusingMachine, aim.__name__, rule(data=st.data())(aim))
     RefusingMachine.__name__ = f"Refusing{base.__name__}"
     return RefusingMachine
+
+
+#: How many copies of the refusal-aiming rule the machine with refusals has (their weight among
+#: the rules, while a kind is left to aim at in the example).
+REFUSAL_AIMING_RULES = 3
 
 
 class _DrawnChoices:

@@ -16,6 +16,8 @@ from .backends import REAL_SERVER_ONLY, REAL_SERVER_TESTS, how_to_cover
 from .embedded import NoServerBinary, redis_server_binary
 from .fault_coverage import coverage_html, coverage_lines
 from .harness import StepRecord, actor_of
+from .refusal_aiming import coverage_html as refusal_coverage_html
+from .refusal_aiming import coverage_lines as refusal_coverage_lines
 from .run import Failure, Result
 
 # -- the steps of a counterexample, in one shape for both sources ---------------------------------
@@ -217,9 +219,14 @@ def verdict(result: Result) -> str:
                 "short (see parts)")
     if result.ok:
         return "VERIFIED: every property held in every state and step explored"
-    if result.model_ok and result.failure is None and result.coverage is not None:
+    if result.model_ok and result.failure is None and result.coverage is not None \
+            and not result.coverage.ok:
         return ("FAULT COVERAGE NOT MET: every property held, but some fault kinds fired too "
                 "rarely to count as checked (see fault coverage)")
+    if result.model_ok and result.failure is None and result.refusal_coverage is not None \
+            and not result.refusal_coverage.ok:
+        return ("REFUSAL COVERAGE NOT MET: every property held, but some kinds of attempt the "
+                "model refuses were made too rarely to count as checked (see refusal coverage)")
     if variant != "correct":
         return f"VIOLATION FOUND in the broken design {variant!r} (as it should be)"
     return "VIOLATION FOUND: a property failed (see the counterexample)"
@@ -282,6 +289,8 @@ def text_report(result: Result) -> str:
         if result.failure is None:
             lines.append("  counts (all examples, after recovery):")
             lines += [f"    {k:32} {v:8,}" for k, v in result.counts.items()]
+    if result.refusal_coverage is not None:
+        lines += ["", *refusal_coverage_lines(result.refusal_coverage)]
     if result.coverage is not None:
         lines += ["", *coverage_lines(result.coverage)]
     spots = blind_spots(result)
@@ -563,6 +572,9 @@ def html_report(result: Result) -> str:
             parts += ["<h3>Counts (all examples, after recovery)</h3>",
                       _table([(k, f"{v:,}") for k, v in result.counts.items()], numeric=True)]
         parts.append("</section>")
+    if result.refusal_coverage is not None:
+        parts += ['<section id="refusal-coverage">',
+                  refusal_coverage_html(result.refusal_coverage), "</section>"]
     if result.coverage is not None:
         parts += ['<section id="fault-coverage">', coverage_html(result.coverage), "</section>"]
     spots = blind_spots(result)

@@ -40,13 +40,16 @@ from .. import cluster
 from ..connection import connect, connect_fake
 from ..keys import QueueKeys
 from ..settings import Settings
-from .aiming import with_aimed_faults
+from .aiming import with_aimed_faults, with_drain_aimed
 from .budget import Budget, BudgetSpent
 from .deployment import DeploymentError, deployment_error, describe
 from .designs import BY_NAME, CHOICES
 from .fault_coverage import Coverage, judge, required_kinds
 from .harness import VERIFY_SETTINGS, Mismatch, StepRecord
 from .machine import RETRY_BOUNDS, RunStats, build_machine, default_bounds
+from .refusal_aiming import RefusalCoverage
+from .refusal_aiming import judge as judge_refusals
+from .refusal_aiming import minimum_for as refusal_minimum
 
 #: The model check's default bounds: every broken design is found within them (depth <= 8), and
 #: the correct design's 147,900 distinct states (with the composite step, 2026-12-01) take about a
@@ -259,6 +262,9 @@ class Result:
     parts: list[Part] = field(default_factory=list)
     #: the fault-coverage part's verdict and counts (None: the part did not run to its end)
     coverage: Coverage | None = None
+    #: the refusal part's verdict (the stateful part, when it attempts what the model refuses)
+    #: on how often each kind was attempted (None: no refusals, or the part did not end clean)
+    refusal_coverage: RefusalCoverage | None = None
 
     @property
     def partial(self) -> bool:
@@ -271,10 +277,12 @@ class Result:
 
     @property
     def ok(self) -> bool:
-        """Every property held in every part that ran, and the faults fired as often as the
-        fault-coverage part requires."""
+        """Every property held in every part that ran, the faults fired as often as the
+        fault-coverage part requires, and each kind of refused attempt was made as often as the
+        refusal part requires."""
         return (self.model_ok and self.failure is None
-                and (self.coverage is None or self.coverage.ok))
+                and (self.coverage is None or self.coverage.ok)
+                and (self.refusal_coverage is None or self.refusal_coverage.ok))
 
     @property
     def steps_per_second(self) -> float:
@@ -521,7 +529,21 @@ def _stateful_part(options: Options, result: Result, stopped: bool) -> Part:
         return Part(options.part_name, PARTIAL, result.stateful_seconds, covered,
                     "stopped by the time budget between two examples; nothing failed in "
                     "what was covered")
+    if with_refusals(options):
+        # The refusal part: each kind of attempt the model refuses made at least
+        # `refusal_aiming.MINIMUM` times over its examples (fewer in a smaller run).
+        result.refusal_coverage = cov = judge_refusals(
+            s.refusals, minimum=refusal_minimum(options.examples))
+        if not cov.ok:
+            return Part(options.part_name, FAILED, result.stateful_seconds, covered,
+                        cov.summary())
     return Part(options.part_name, PASSED, result.stateful_seconds, covered)
+
+
+def with_refusals(options: Options) -> bool:
+    """The stateful part also attempts what the model refuses (`machine.with_refusals`): on the
+    real implementation only; the broken designs' pinned derandomized runs draw without it."""
+    return options.refusals and options.variant == "correct"
 
 
 #: The part that drives the worker's production loop (`Worker.run`) from the model, and its
@@ -667,10 +689,13 @@ def _stateful(options: Options, make_client: Callable[[], redis.Redis], keys: Qu
                             # The real implementation is also attempted what the model refuses
                             # (`machine.with_refusals`); not the broken designs, whose pinned
                             # derandomized runs would draw other examples with one more rule.
-                            refusals=(options.refusals and options.variant == "correct"
-                                      and not drive_loops and not aim_at))
+                            refusals=with_refusals(options) and not drive_loops and not aim_at)
     if aim_at:
         machine = with_aimed_faults(machine, aim_at, AIMING_RULES)
+    design = BY_NAME.get(options.variant)
+    if (design is not None and design.stateful is not None and design.stateful.aim_at_drains
+            and not drive_loops and not aim_at):
+        machine = with_drain_aimed(machine)
     explored = machine
     if budget.limited:
         machine = _budgeted(machine, budget)

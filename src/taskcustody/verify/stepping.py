@@ -592,11 +592,16 @@ class Stepping(Observation):
             finally:
                 client.close()
         if a.name == "heartbeat_superseded":
+            server = self.procs[a.server][a.proc].server
             try:
-                self.procs[a.server][a.proc].server.heartbeat()
+                server.heartbeat()
             except Superseded:
                 return ""
-            return "the heartbeat renewed the registration"
+            holder = self.admin.hget(self.keys.incarnations, server.server_id)
+            if holder is not None and int(holder) == server.identity.incarnation:
+                return "the heartbeat took the id back (renewed the registration)"
+            return ("Redis refused the heartbeat, but the process went on as if it had been "
+                    "accepted (no Superseded)")
         if a.name == "drain_live":
             key = self._real_key((a.server, a.inc, a.worker))
             moved = recovery.drain_inflight(self.admin, self.keys, key, force=False,
