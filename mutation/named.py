@@ -390,6 +390,21 @@ MUTANTS += (
 )
 
 
+# Issue 14 point 8, the server's background thread: the loops part of the default `verify` drives
+# `Server._background` (verify/server_loop.py) and checks its sweep cadence.
+MUTANTS += (
+    NamedMutant(
+        "background-sweeps-once",
+        "no loss (recovery happens): the server's background thread sweeps at its first beat and "
+        "never again, so a dead server's tasks wait in its lists for ever unless another server "
+        "sweeps; the step-driven machine calls `sweep` itself and does not see it, the loops "
+        "part of the default verify run (verify/server_loop.py's cadence check) does",
+        (Edit(SERVER, "                if waited >= next_sweep:\n",
+              "                if next_sweep == 0.0:\n"),),
+    ),
+)
+
+
 # Found by verify's fault-coverage part and its production-loops part (2026-12-02): the slot
 # compared list keys by identity (tests/regressions/test_suspect_slot_freed_by_a_restarted_worker).
 MUTANTS += (

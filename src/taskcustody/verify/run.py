@@ -524,32 +524,44 @@ def _stateful_part(options: Options, result: Result, stopped: bool) -> Part:
     return Part(options.part_name, PASSED, result.stateful_seconds, covered)
 
 
-#: The part that drives the worker's production loop (`Worker.run`) from the model, and its
-#: examples (at most the run's).
+#: The part that drives the production loops from the model: the worker's (`Worker.run`) and the
+#: server's background thread (`Server._background`), each in a machine of its own, and its
+#: examples per machine (at most the run's). SERVER_LOOP_EXAMPLES is fewer: every run of the
+#: background thread is at least `server_loop.MIN_BEATS` beats, each checked.
 LOOPS_PART = "production loops"
 LOOP_EXAMPLES = 30
+SERVER_LOOP_EXAMPLES = 15
+#: (loop kind, examples) in the order the part runs them.
+LOOP_KINDS = (("worker", LOOP_EXAMPLES), ("server", SERVER_LOOP_EXAMPLES))
 
 
 def _loops_part(options: Options, result: Result, make_client: Callable[[], redis.Redis],
                 keys: QueueKeys, fake: bool, budget: Budget) -> Part:
-    """The production loops (verify/loops.py): the machine runs the worker's own loop and checks
-    that every command it sends is a step the model allows. Its failure, if the stateful part
-    found none, is the run's counterexample."""
+    """The production loops (verify/loops.py, verify/server_loop.py): the machines run the
+    worker's own loop and the server's background thread, and check that every step they take is
+    one the model allows. Its failure, if the stateful part found none, is the run's
+    counterexample."""
     if budget.spent():
         return Part(LOOPS_PART, SKIPPED, message=budget.reason())
     started = time.perf_counter()
     stats = RunStats()
-    loop_options = dataclasses.replace(options, examples=min(options.examples, LOOP_EXAMPLES))
-    try:
-        failure, stopped = _stateful(loop_options, make_client, keys, stats, real=not fake,
-                                     budget=budget, drive_loops=True)
-    finally:
-        if not fake:
-            _cleanup(make_client, keys)
+    failure: Failure | None = None
+    stopped = False
+    for kind, examples in LOOP_KINDS:
+        loop_options = dataclasses.replace(options, examples=min(options.examples, examples))
+        try:
+            failure, stopped = _stateful(loop_options, make_client, keys, stats, real=not fake,
+                                         budget=budget, drive_loops=True, loop_kind=kind)
+        finally:
+            if not fake:
+                _cleanup(make_client, keys)
+        if failure is not None or stopped:
+            break
     seconds = time.perf_counter() - started
     covered = (f"{stats.examples:,} examples run, {stats.faults['loop-commands']:,} commands "
                f"of the worker's loop checked, {stats.faults['dropped-reply:loop']:,} of their "
-               "replies lost")
+               f"replies lost, {stats.faults['server-loop-beats']:,} beats of the server's "
+               f"background thread checked ({stats.faults['server-loop-sweeps']:,} sweeps)")
     if failure is not None:
         if result.failure is None:
             result.failure = failure
@@ -651,11 +663,12 @@ def _budgeted(machine: type[RuleBasedStateMachine], budget: Budget) -> Any:
 
 def _stateful(options: Options, make_client: Callable[[], redis.Redis], keys: QueueKeys,
               stats: RunStats, *, real: bool, budget: Budget | None = None,
-              drive_loops: bool = False,
+              drive_loops: bool = False, loop_kind: str = "worker",
               aim_at: Sequence[str] = ()) -> tuple[Failure | None, bool]:
     """The stateful run: its failure (None: none) and whether the budget ended it early.
     `drive_loops`: the machine that also runs the worker's production loop (with its own
-    bounds). `aim_at`: the plain machine with rules that aim at these fault kinds (the
+    bounds); `loop_kind`: which loop it runs (`build_machine`). `aim_at`: the plain machine
+    with rules that aim at these fault kinds (the
     fault-coverage part)."""
     budget = budget or Budget()
     bounds = None if drive_loops else options.bounds or _design_stateful_bounds(options.variant)
@@ -664,6 +677,7 @@ def _stateful(options: Options, make_client: Callable[[], redis.Redis], keys: Qu
                             prefetching=options.prefetch, asyncio=options.asyncio,
                             flush_scripts=options.redis_url is None or options.embedded,
                             settings=run_settings(options.settings), drive_loops=drive_loops,
+                            loop_kind=loop_kind,
                             # The real implementation is also attempted what the model refuses
                             # (`machine.with_refusals`); not the broken designs, whose pinned
                             # derandomized runs would draw other examples with one more rule.
