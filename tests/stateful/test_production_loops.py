@@ -61,6 +61,23 @@ def test_a_loop_that_skips_its_reconcile_is_caught(backend: Backend) -> None:
         _run(backend, loop="loop-skips-reconcile")
 
 
+def test_the_real_prefetching_loop_follows_the_model(backend: Backend) -> None:
+    """`PrefetchingWorker.run` itself, driven (verify/prefetch_loop.py): its pipelines, slot by
+    slot, are the model's steps, lost replies included."""
+    stats = _run(backend, kind="prefetch")
+    assert stats.examples > 0
+    assert stats.faults["prefetch-loop-commands"] > stats.faults["prefetch-loop-writes"] > 0
+    assert stats.faults["dropped-reply:prefetch-loop"] > 0
+    assert stats.tallies["committed"] > 0
+    assert stats.tallies["lost"] == 0 and stats.tallies["duplicated"] == 0
+
+
+def test_a_prefetching_loop_that_skips_its_reconcile_is_caught(backend: Backend) -> None:
+    with pytest.raises(Mismatch, match=r"loop: worker \d of s\d's prefetching loop did take where "
+                                       r"the model allows only reconcile"):
+        _run(backend, loop="prefetch-skips-reconcile", kind="prefetch", examples=30)
+
+
 def test_the_real_background_thread_follows_the_model(backend: Backend) -> None:
     """`Server._background` itself, driven (verify/server_loop.py): its heartbeats, sweeps and
     promotions are the model's steps, and it sweeps at the cadence its settings say."""
@@ -82,9 +99,9 @@ def test_the_default_verify_run_drives_the_production_loops() -> None:
     """The main job, not only this file, catches a loop that breaks the protocol: the part runs
     unless `--no-loops` says otherwise, with the examples of the default run (`LOOP_EXAMPLES`,
     derandomized: the same draws as `taskcustody verify`). The named mutant
-    run-once-skips-reconcile is caught here (a `loop` mismatch: take where only reconcile), and
-    so is background-sweeps-once (the server's background thread: it did not sweep in 2
-    beats)."""
+    run-once-skips-reconcile is caught here (a `loop` mismatch: take where only reconcile), so
+    is prefetch-run-once-skips-reconcile (the same, in the prefetching worker's cycle) and
+    background-sweeps-once (the server's background thread: it did not sweep in 2 beats)."""
     assert Options().loops and Options().examples >= LOOP_EXAMPLES
     result = verify(Options(examples=LOOP_EXAMPLES, model_check=False, shrink=False,
                             fault_coverage=False))
@@ -93,6 +110,8 @@ def test_the_default_verify_run_drives_the_production_loops() -> None:
     assert loops.outcome == PASSED, loops.message
     assert result.ok
     assert "commands of the worker's loop checked" in loops.covered
+    assert re.search(r"[1-9][\d,]* writes of the prefetching worker's loop checked",
+                     loops.covered), loops.covered
     assert re.search(r"[1-9][\d,]* beats of the server's background thread checked",
                      loops.covered), loops.covered
 

@@ -30,7 +30,7 @@ from taskcustody_model.state import Bounds
 
 from ..keys import QueueKeys
 from ..settings import Settings
-from . import loops, server_loop
+from . import loops, prefetch_loop, server_loop
 from . import prefetching as pipelines
 from .broken import server_factory
 from .harness import Harness, StepRecord
@@ -387,6 +387,26 @@ def build_machine(
                 run_stats.add(self.h)
                 self.h.close()
 
+    if drive_loops and loop_kind == "prefetch":
+
+        class PrefetchLoopDrivenCustodyMachine(CustodyMachine):
+            """... and a process's free workers run as one prefetching worker
+            (`PrefetchingWorker.run`), from its start until it is stopped, between the model's
+            other steps (verify/prefetch_loop.py)."""
+
+            @precondition(lambda self: bool(prefetch_loop.drivable(self.h)))
+            @rule(data=st.data())
+            def prefetch_loop(self, data: st.DataObject) -> None:
+                options = prefetch_loop.drivable(self.h)
+                s, i, slots = options[data.draw(st.integers(0, len(options) - 1),
+                                                label="which")]
+                self.failed = True
+                prefetch_loop.PrefetchLoopDriver(self.h, s, i, slots,
+                                                 _DrawnPrefetchChoices(data), loop).run()
+                self.failed = False
+
+        return PrefetchLoopDrivenCustodyMachine
+
     if drive_loops and loop_kind == "server":
 
         class ServerLoopDrivenCustodyMachine(CustodyMachine):
@@ -552,6 +572,15 @@ class _DrawnChoices:
         # one time in two, nobody else steps (what it shrinks to)
         k = self.data.draw(st.integers(0, 2 * len(options) - 1), label="another actor steps")
         return options[k - len(options)] if k >= len(options) else None
+
+
+class _DrawnPrefetchChoices(_DrawnChoices):
+    """The prefetching-loop driver's choices (`prefetch_loop.PrefetchChoices`), drawn."""
+
+    def lose_at(self, positions: list[int]) -> int | None:
+        if not self.data.draw(st.booleans(), label="a pipeline reply is lost"):
+            return None
+        return self.data.draw(st.sampled_from(positions), label="at slot")
 
 
 class _DrawnServerChoices(_DrawnChoices):

@@ -524,21 +524,24 @@ def _stateful_part(options: Options, result: Result, stopped: bool) -> Part:
     return Part(options.part_name, PASSED, result.stateful_seconds, covered)
 
 
-#: The part that drives the production loops from the model: the worker's (`Worker.run`) and the
-#: server's background thread (`Server._background`), each in a machine of its own, and its
-#: examples per machine (at most the run's). SERVER_LOOP_EXAMPLES is fewer: every run of the
-#: background thread is at least `server_loop.MIN_BEATS` beats, each checked.
+#: The part that drives the production loops from the model: the worker's (`Worker.run`), the
+#: prefetching worker's (`PrefetchingWorker.run`) and the server's background thread
+#: (`Server._background`), each in a machine of its own, and its examples per machine (at most
+#: the run's). SERVER_LOOP_EXAMPLES is fewer: every run of the background thread is at least
+#: `server_loop.MIN_BEATS` beats, each checked.
 LOOPS_PART = "production loops"
 LOOP_EXAMPLES = 30
 SERVER_LOOP_EXAMPLES = 15
 #: (loop kind, examples) in the order the part runs them.
-LOOP_KINDS = (("worker", LOOP_EXAMPLES), ("server", SERVER_LOOP_EXAMPLES))
+LOOP_KINDS = (("worker", LOOP_EXAMPLES), ("prefetch", LOOP_EXAMPLES),
+              ("server", SERVER_LOOP_EXAMPLES))
 
 
 def _loops_part(options: Options, result: Result, make_client: Callable[[], redis.Redis],
                 keys: QueueKeys, fake: bool, budget: Budget) -> Part:
-    """The production loops (verify/loops.py, verify/server_loop.py): the machines run the
-    worker's own loop and the server's background thread, and check that every step they take is
+    """The production loops (verify/loops.py, verify/prefetch_loop.py, verify/server_loop.py):
+    the machines run the worker's own loop, the prefetching worker's and the server's background
+    thread, and check that every step they take is
     one the model allows. Its failure, if the stateful part found none, is the run's
     counterexample."""
     if budget.spent():
@@ -560,7 +563,10 @@ def _loops_part(options: Options, result: Result, make_client: Callable[[], redi
     seconds = time.perf_counter() - started
     covered = (f"{stats.examples:,} examples run, {stats.faults['loop-commands']:,} commands "
                f"of the worker's loop checked, {stats.faults['dropped-reply:loop']:,} of their "
-               f"replies lost, {stats.faults['server-loop-beats']:,} beats of the server's "
+               f"replies lost, {stats.faults['prefetch-loop-writes']:,} writes of the "
+               f"prefetching worker's loop checked ({stats.faults['prefetch-loop-commands']:,} "
+               f"commands, {stats.faults['dropped-reply:prefetch-loop']:,} replies lost), "
+               f"{stats.faults['server-loop-beats']:,} beats of the server's "
                f"background thread checked ({stats.faults['server-loop-sweeps']:,} sweeps)")
     if failure is not None:
         if result.failure is None:
