@@ -527,14 +527,19 @@ def _stateful_part(options: Options, result: Result, stopped: bool) -> Part:
 #: The part that drives the production loops from the model: the worker's (`Worker.run`), the
 #: prefetching worker's (`PrefetchingWorker.run`) and the server's background thread
 #: (`Server._background`), each in a machine of its own, and its examples per machine (at most
-#: the run's). SERVER_LOOP_EXAMPLES is fewer: every run of the background thread is at least
-#: `server_loop.MIN_BEATS` beats, each checked.
+#: the run's), and steps per example (at most the run's; None: the run's). The server's machine
+#: runs fewer, shorter examples: its rule is enabled in almost every state and each run of the
+#: background thread is at least `server_loop.MIN_BEATS` beats, each checked, so that 10
+#: examples of 20 steps drive it about 50 times (derandomized, 2026-12-02); a thread that stops
+#: sweeping is caught by any one of them.
 LOOPS_PART = "production loops"
 LOOP_EXAMPLES = 30
-SERVER_LOOP_EXAMPLES = 15
-#: (loop kind, examples) in the order the part runs them.
-LOOP_KINDS = (("worker", LOOP_EXAMPLES), ("prefetch", LOOP_EXAMPLES),
-              ("server", SERVER_LOOP_EXAMPLES))
+SERVER_LOOP_EXAMPLES = 10
+SERVER_LOOP_STEPS = 20
+#: (loop kind, examples, steps) in the order the part runs them.
+LOOP_KINDS: tuple[tuple[str, int, int | None], ...] = (
+    ("worker", LOOP_EXAMPLES, None), ("prefetch", LOOP_EXAMPLES, None),
+    ("server", SERVER_LOOP_EXAMPLES, SERVER_LOOP_STEPS))
 
 
 def _loops_part(options: Options, result: Result, make_client: Callable[[], redis.Redis],
@@ -550,8 +555,9 @@ def _loops_part(options: Options, result: Result, make_client: Callable[[], redi
     stats = RunStats()
     failure: Failure | None = None
     stopped = False
-    for kind, examples in LOOP_KINDS:
-        loop_options = dataclasses.replace(options, examples=min(options.examples, examples))
+    for kind, examples, steps in LOOP_KINDS:
+        loop_options = dataclasses.replace(options, examples=min(options.examples, examples),
+                                           steps=min(options.steps, steps or options.steps))
         try:
             failure, stopped = _stateful(loop_options, make_client, keys, stats, real=not fake,
                                          budget=budget, drive_loops=True, loop_kind=kind)

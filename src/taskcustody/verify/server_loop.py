@@ -137,6 +137,7 @@ class ServerLoopDriver:
                     server.sweep_lease.release()
             finally:
                 self.inside = False
+        self.h.counts["server-loop-runs"] += 1
         self.h.counts["server-loop-beats"] += self.beats
         self.h.counts["server-loop-sweeps"] += self.sweeps
         return self.steps
