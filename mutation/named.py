@@ -408,6 +408,35 @@ MUTANTS += (
 )
 
 
+# Issue 14 point 8, the production loops: the loops part of the default `verify` drives the
+# server's background thread (`Server._background`, verify/server_loop.py, which checks its sweep
+# cadence) and the prefetching worker's cycle (`PrefetchingWorker.run`, verify/prefetch_loop.py).
+MUTANTS += (
+    NamedMutant(
+        "background-sweeps-once",
+        "no loss (recovery happens): the server's background thread sweeps at its first beat and "
+        "never again, so a dead server's tasks wait in its lists for ever unless another server "
+        "sweeps; the step-driven machine calls `sweep` itself and does not see it, the loops "
+        "part of the default verify run (verify/server_loop.py's cadence check) does",
+        (Edit(SERVER, "                if waited >= next_sweep:\n",
+              "                if next_sweep == 0.0:\n"),),
+    ),
+    NamedMutant(
+        "prefetch-run-once-skips-reconcile",
+        "no loss (issue 14 point 8, the prefetching worker's cycle): `PrefetchingWorker.run_once` "
+        "takes for every slot without draining the dirty ones first, so a pipelined take whose "
+        "reply was lost leaves its task behind; the prefetching machine sends its pipelines "
+        "itself and does not see it, the loops part of the default verify run "
+        "(verify/prefetch_loop.py) does",
+        (Edit(PREFETCH, "        for slot in self.slots:\n"
+                        "            if slot.dirty:\n"
+                        "                slot.reconcile()\n"
+                        "        batch, error = self.take_all()\n",
+              "        batch, error = self.take_all()\n"),),
+    ),
+)
+
+
 # Found by verify's fault-coverage part and its production-loops part (2026-12-02): the slot
 # compared list keys by identity (tests/regressions/test_suspect_slot_freed_by_a_restarted_worker).
 MUTANTS += (

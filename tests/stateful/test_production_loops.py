@@ -13,6 +13,7 @@ from hypothesis import Phase, settings
 from hypothesis.stateful import run_state_machine_as_test
 
 from taskcustody.cli import main
+from taskcustody.verify import server_loop
 from taskcustody.verify.machine import RunStats, build_machine
 from taskcustody.verify.observation import Mismatch
 from taskcustody.verify.run import (
@@ -29,15 +30,16 @@ EXAMPLES = 15
 STEPS = 20
 
 
-def _run(backend: Backend, loop: str = "correct") -> RunStats:
+def _run(backend: Backend, loop: str = "correct", kind: str = "worker",
+         examples: int = EXAMPLES) -> RunStats:
     """A derandomized run; a failure is raised as found (not shrunk: the test wants the kind of
     failure, fast)."""
     stats = RunStats()
     machine = build_machine(backend.client, real_redis=backend.real, stats=stats,
-                            drive_loops=True, loop=loop)
+                            drive_loops=True, loop=loop, loop_kind=kind)
     with no_local_constants():
         run_state_machine_as_test(machine, settings=settings(
-            stateful_step_count=STEPS, derandomize=True, max_examples=EXAMPLES, deadline=None,
+            stateful_step_count=STEPS, derandomize=True, max_examples=examples, deadline=None,
             phases=(Phase.explicit, Phase.generate), report_multiple_bugs=False))
     return stats
 
@@ -59,11 +61,47 @@ def test_a_loop_that_skips_its_reconcile_is_caught(backend: Backend) -> None:
         _run(backend, loop="loop-skips-reconcile")
 
 
+def test_the_real_prefetching_loop_follows_the_model(backend: Backend) -> None:
+    """`PrefetchingWorker.run` itself, driven (verify/prefetch_loop.py): its pipelines, slot by
+    slot, are the model's steps, lost replies included."""
+    stats = _run(backend, kind="prefetch")
+    assert stats.examples > 0
+    assert stats.faults["prefetch-loop-commands"] > stats.faults["prefetch-loop-writes"] > 0
+    assert stats.faults["dropped-reply:prefetch-loop"] > 0
+    assert stats.tallies["committed"] > 0
+    assert stats.tallies["lost"] == 0 and stats.tallies["duplicated"] == 0
+
+
+def test_a_prefetching_loop_that_skips_its_reconcile_is_caught(backend: Backend) -> None:
+    with pytest.raises(Mismatch, match=r"loop: worker \d of s\d's prefetching loop did take where "
+                                       r"the model allows only reconcile"):
+        _run(backend, loop="prefetch-skips-reconcile", kind="prefetch", examples=30)
+
+
+def test_the_real_background_thread_follows_the_model(backend: Backend) -> None:
+    """`Server._background` itself, driven (verify/server_loop.py): its heartbeats, sweeps and
+    promotions are the model's steps, and it sweeps at the cadence its settings say."""
+    stats = _run(backend, kind="server", examples=8)
+    assert stats.examples > 0
+    assert stats.faults["server-loop-beats"] >= server_loop.MIN_BEATS
+    # every run of the thread swept, at least once every sweep period
+    assert 0 < stats.faults["server-loop-sweeps"] < stats.faults["server-loop-beats"]
+    assert stats.tallies["lost"] == 0 and stats.tallies["duplicated"] == 0
+
+
+def test_a_background_thread_that_stops_sweeping_is_caught(backend: Backend) -> None:
+    with pytest.raises(Mismatch, match=r"loop: the background thread of s\d did not sweep in 2 "
+                                       r"beats"):
+        _run(backend, loop="background-sweeps-once", kind="server", examples=8)
+
+
 def test_the_default_verify_run_drives_the_production_loops() -> None:
     """The main job, not only this file, catches a loop that breaks the protocol: the part runs
     unless `--no-loops` says otherwise, with the examples of the default run (`LOOP_EXAMPLES`,
     derandomized: the same draws as `taskcustody verify`). The named mutant
-    run-once-skips-reconcile is caught here (a `loop` mismatch: take where only reconcile)."""
+    run-once-skips-reconcile is caught here (a `loop` mismatch: take where only reconcile), so
+    is prefetch-run-once-skips-reconcile (the same, in the prefetching worker's cycle) and
+    background-sweeps-once (the server's background thread: it did not sweep in 2 beats)."""
     assert Options().loops and Options().examples >= LOOP_EXAMPLES
     result = verify(Options(examples=LOOP_EXAMPLES, model_check=False, shrink=False,
                             fault_coverage=False))
@@ -72,6 +110,10 @@ def test_the_default_verify_run_drives_the_production_loops() -> None:
     assert loops.outcome == PASSED, loops.message
     assert result.ok
     assert "commands of the worker's loop checked" in loops.covered
+    assert re.search(r"[1-9][\d,]* writes of the prefetching worker's loop checked",
+                     loops.covered), loops.covered
+    assert re.search(r"[1-9][\d,]* beats of the server's background thread checked",
+                     loops.covered), loops.covered
 
 
 def test_the_default_command_line_runs_the_production_loops_and_no_loops_leaves_them_out() -> None:

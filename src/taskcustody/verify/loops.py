@@ -28,9 +28,10 @@ sees. A take of a suspect that finds none registers the list too, which no model
 alone: it is one step with the take from the queue that follows it. Sweeps that would forget an
 armed worker's list are not driven (`sparing_armed`).
 
-What is driven: the plain worker's loop (`Worker.run`: register, `run_until_stopped`, `run_once`
-with its reconcile, take, record, execute, release or `release_and_take`, `finish` once stopped).
-Not yet: the prefetching worker's cycle and the server's background thread (issue 14, point 8).
+What is driven here: the plain worker's loop (`Worker.run`: register, `run_until_stopped`,
+`run_once` with its reconcile, take, record, execute, release or `release_and_take`, `finish` once
+stopped). The prefetching worker's cycle is driven by verify/prefetch_loop.py (a subclass of this
+driver), the server's background thread by verify/server_loop.py (issue 14, point 8).
 """
 
 from __future__ import annotations
@@ -131,12 +132,19 @@ def sparing_armed(h: Harness, actions: list[Action]) -> list[Action]:
     armed = [(s, slot.model_inc, w) for s, procs in enumerate(h.procs) for slot in procs
              for w, ws in enumerate(slot.workers) if ws.armed and not ws.crashed
              and not ws.stopped]
-    if not armed:
+    return sparing(h, actions, armed)
+
+
+def sparing(h: Harness, actions: list[Action], keys: list[tuple[int, int, int]]) -> list[Action]:
+    """`actions` without the sweeps (and their lost replies) that would forget the registration
+    of one of the lists `keys` (model keys), its owner no longer live (`sparing_armed`; the
+    prefetching loop's driver spares its slots' lists so, verify/prefetch_loop.py)."""
+    if not keys:
         return actions
     state = h.state
     registry = prune(state.registry)
     held = {k for k, _ in state.lists}
-    forgettable = [k for k in armed if k in state.registered and k not in held
+    forgettable = [k for k in keys if k in state.registered and k not in held
                    and not is_live(registry, k)]
     if not forgettable:
         return actions

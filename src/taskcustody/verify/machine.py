@@ -30,7 +30,7 @@ from taskcustody_model.state import Bounds
 
 from ..keys import QueueKeys
 from ..settings import Settings
-from . import loops
+from . import loops, prefetch_loop, server_loop
 from . import prefetching as pipelines
 from .broken import server_factory
 from .harness import Harness, StepRecord
@@ -111,6 +111,7 @@ def build_machine(
     drive_loops: bool = False,
     loop: str = "correct",
     asyncio: bool = False,
+    loop_kind: str = "worker",
 ) -> type[RuleBasedStateMachine]:
     """The machine; with `prefetching`, a subclass that also drives the prefetching worker's
     pipelines (a separate class, so that the plain machine's derandomized runs, which the
@@ -119,7 +120,10 @@ def build_machine(
     makes an attempt the model refuses (`with_refusals`). `drive_loops`: a subclass with one more
     rule, which runs a worker's production loop (`Worker.run`) with the model checking every
     command it sends (verify/loops.py); `loop` names the loop it runs (`loops.BROKEN_LOOPS`, for
-    the demonstration that a broken loop is caught). `asyncio`: the workers are asyncio workers
+    the demonstration that a broken loop is caught); `loop_kind` which production loop the rule
+    runs: "worker" (`Worker.run`), "prefetch" (`PrefetchingWorker.run`, verify/prefetch_loop.py)
+    or "server" (`Server._background`, verify/server_loop.py), each its own machine class.
+    `asyncio`: the workers are asyncio workers
     (`aio.AsyncWorker`, stepped by verify/aio.py), with cancellations among their faults."""
     run_stats = stats if stats is not None else RunStats()
     factory = server_factory(implementation)
@@ -374,6 +378,45 @@ def build_machine(
                 run_stats.add(self.h)
                 self.h.close()
 
+    if drive_loops and loop_kind == "prefetch":
+
+        class PrefetchLoopDrivenCustodyMachine(CustodyMachine):
+            """... and a process's free workers run as one prefetching worker
+            (`PrefetchingWorker.run`), from its start until it is stopped, between the model's
+            other steps (verify/prefetch_loop.py)."""
+
+            @precondition(lambda self: bool(prefetch_loop.drivable(self.h)))
+            @rule(data=st.data())
+            def prefetch_loop(self, data: st.DataObject) -> None:
+                options = prefetch_loop.drivable(self.h)
+                s, i, slots = options[data.draw(st.integers(0, len(options) - 1),
+                                                label="which")]
+                self.failed = True
+                prefetch_loop.PrefetchLoopDriver(self.h, s, i, slots,
+                                                 _DrawnPrefetchChoices(data), loop).run()
+                self.failed = False
+
+        return PrefetchLoopDrivenCustodyMachine
+
+    if drive_loops and loop_kind == "server":
+
+        class ServerLoopDrivenCustodyMachine(CustodyMachine):
+            """... and a process's background thread (`Server._background`: heartbeats,
+            promotions, sweeps) runs, from its start until it is stopped, between the model's
+            other steps (verify/server_loop.py)."""
+
+            @precondition(lambda self: bool(server_loop.drivable(self.h)))
+            @rule(data=st.data())
+            def server_loop(self, data: st.DataObject) -> None:
+                options = server_loop.drivable(self.h)
+                s, i = options[data.draw(st.integers(0, len(options) - 1), label="which")]
+                self.failed = True
+                server_loop.ServerLoopDriver(self.h, s, i, _DrawnServerChoices(data),
+                                             loop).run()
+                self.failed = False
+
+        return ServerLoopDrivenCustodyMachine
+
     if drive_loops:
 
         class LoopDrivenCustodyMachine(CustodyMachine):
@@ -572,6 +615,25 @@ class _DrawnChoices:
         # one time in two, nobody else steps (what it shrinks to)
         k = self.data.draw(st.integers(0, 2 * len(options) - 1), label="another actor steps")
         return options[k - len(options)] if k >= len(options) else None
+
+
+class _DrawnPrefetchChoices(_DrawnChoices):
+    """The prefetching-loop driver's choices (`prefetch_loop.PrefetchChoices`), drawn."""
+
+    def lose_at(self, positions: list[int]) -> int | None:
+        if not self.data.draw(st.booleans(), label="a pipeline reply is lost"):
+            return None
+        return self.data.draw(st.sampled_from(positions), label="at slot")
+
+
+class _DrawnServerChoices(_DrawnChoices):
+    """The server-loop driver's choices (`server_loop.ServerChoices`), drawn."""
+
+    def variant(self) -> int:
+        return self.data.draw(st.integers(0, 5), label="heartbeat variant")
+
+    def drop_at(self) -> int:
+        return self.data.draw(st.integers(0, 3), label="sweep drop at")
 
 
 def _drawn_interleaving(data: st.DataObject) -> Callable[[list[Action]], Action | None]:

@@ -546,32 +546,56 @@ def with_refusals(options: Options) -> bool:
     return options.refusals and options.variant == "correct"
 
 
-#: The part that drives the worker's production loop (`Worker.run`) from the model, and its
-#: examples (at most the run's).
+#: The part that drives the production loops from the model: the worker's (`Worker.run`), the
+#: prefetching worker's (`PrefetchingWorker.run`) and the server's background thread
+#: (`Server._background`), each in a machine of its own, and its examples per machine (at most
+#: the run's), and steps per example (at most the run's; None: the run's). The server's machine
+#: runs fewer, shorter examples: its rule is enabled in almost every state and each run of the
+#: background thread is at least `server_loop.MIN_BEATS` beats, each checked, so that 10
+#: examples of 20 steps drive it about 50 times (derandomized, 2026-12-02); a thread that stops
+#: sweeping is caught by any one of them.
 LOOPS_PART = "production loops"
 LOOP_EXAMPLES = 30
+SERVER_LOOP_EXAMPLES = 10
+SERVER_LOOP_STEPS = 20
+#: (loop kind, examples, steps) in the order the part runs them.
+LOOP_KINDS: tuple[tuple[str, int, int | None], ...] = (
+    ("worker", LOOP_EXAMPLES, None), ("prefetch", LOOP_EXAMPLES, None),
+    ("server", SERVER_LOOP_EXAMPLES, SERVER_LOOP_STEPS))
 
 
 def _loops_part(options: Options, result: Result, make_client: Callable[[], redis.Redis],
                 keys: QueueKeys, fake: bool, budget: Budget) -> Part:
-    """The production loops (verify/loops.py): the machine runs the worker's own loop and checks
-    that every command it sends is a step the model allows. Its failure, if the stateful part
-    found none, is the run's counterexample."""
+    """The production loops (verify/loops.py, verify/prefetch_loop.py, verify/server_loop.py):
+    the machines run the worker's own loop, the prefetching worker's and the server's background
+    thread, and check that every step they take is
+    one the model allows. Its failure, if the stateful part found none, is the run's
+    counterexample."""
     if budget.spent():
         return Part(LOOPS_PART, SKIPPED, message=budget.reason())
     started = time.perf_counter()
     stats = RunStats()
-    loop_options = dataclasses.replace(options, examples=min(options.examples, LOOP_EXAMPLES))
-    try:
-        failure, stopped = _stateful(loop_options, make_client, keys, stats, real=not fake,
-                                     budget=budget, drive_loops=True)
-    finally:
-        if not fake:
-            _cleanup(make_client, keys)
+    failure: Failure | None = None
+    stopped = False
+    for kind, examples, steps in LOOP_KINDS:
+        loop_options = dataclasses.replace(options, examples=min(options.examples, examples),
+                                           steps=min(options.steps, steps or options.steps))
+        try:
+            failure, stopped = _stateful(loop_options, make_client, keys, stats, real=not fake,
+                                         budget=budget, drive_loops=True, loop_kind=kind)
+        finally:
+            if not fake:
+                _cleanup(make_client, keys)
+        if failure is not None or stopped:
+            break
     seconds = time.perf_counter() - started
     covered = (f"{stats.examples:,} examples run, {stats.faults['loop-commands']:,} commands "
                f"of the worker's loop checked, {stats.faults['dropped-reply:loop']:,} of their "
-               "replies lost")
+               f"replies lost, {stats.faults['prefetch-loop-writes']:,} writes of the "
+               f"prefetching worker's loop checked ({stats.faults['prefetch-loop-commands']:,} "
+               f"commands, {stats.faults['dropped-reply:prefetch-loop']:,} replies lost), "
+               f"{stats.faults['server-loop-beats']:,} beats of the server's "
+               f"background thread checked ({stats.faults['server-loop-sweeps']:,} sweeps)")
     if failure is not None:
         if result.failure is None:
             result.failure = failure
@@ -673,11 +697,12 @@ def _budgeted(machine: type[RuleBasedStateMachine], budget: Budget) -> Any:
 
 def _stateful(options: Options, make_client: Callable[[], redis.Redis], keys: QueueKeys,
               stats: RunStats, *, real: bool, budget: Budget | None = None,
-              drive_loops: bool = False,
+              drive_loops: bool = False, loop_kind: str = "worker",
               aim_at: Sequence[str] = ()) -> tuple[Failure | None, bool]:
     """The stateful run: its failure (None: none) and whether the budget ended it early.
     `drive_loops`: the machine that also runs the worker's production loop (with its own
-    bounds). `aim_at`: the plain machine with rules that aim at these fault kinds (the
+    bounds); `loop_kind`: which loop it runs (`build_machine`). `aim_at`: the plain machine
+    with rules that aim at these fault kinds (the
     fault-coverage part)."""
     budget = budget or Budget()
     bounds = None if drive_loops else options.bounds or _design_stateful_bounds(options.variant)
@@ -686,6 +711,7 @@ def _stateful(options: Options, make_client: Callable[[], redis.Redis], keys: Qu
                             prefetching=options.prefetch, asyncio=options.asyncio,
                             flush_scripts=options.redis_url is None or options.embedded,
                             settings=run_settings(options.settings), drive_loops=drive_loops,
+                            loop_kind=loop_kind,
                             # The real implementation is also attempted what the model refuses
                             # (`machine.with_refusals`); not the broken designs, whose pinned
                             # derandomized runs would draw other examples with one more rule.
