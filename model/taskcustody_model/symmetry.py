@@ -24,9 +24,10 @@ def canonical(state: State, n_workers: int) -> State:
     per kind of place, no closures in the loops, the server order computed only when there is a
     choice, two workers' signatures compared only as far as they differ, and every place whose
     names the renaming leaves as they are kept as it is (the renamed copy would be equal).
-    ``tests/model/test_symmetry.py`` pins what it must keep: the state counts of the checker,
-    which change if it merges or splits one class more or less; ``tests/model/test_checker.py``
-    compares it with the plain, unoptimised renaming (``rename``) on every state of a search."""
+    What it must keep is the representative itself, not only which states it merges: the
+    checker's pinned figures (``tests/model/test_checker_figures.py``) depend on the tie-breaks.
+    ``tests/model/test_symmetry.py`` compares it with the plain version it was optimised from
+    (``tests/model/reference_canonical.py``) on every successor of searches at small bounds."""
     registry = state.registry
     processes = state.processes
     n_servers = len(registry)
