@@ -22,8 +22,12 @@ def canonical(state: State, n_workers: int) -> State:
 
     Written for speed (it runs for every successor the checker has not met as such): one pass
     per kind of place, no closures in the loops, the server order computed only when there is a
-    choice.  ``tests/model/test_symmetry.py`` pins what it must keep: the state counts of the
-    checker, which change if it merges or splits one class more or less."""
+    choice, two workers' signatures compared only as far as they differ, and every place whose
+    names the renaming leaves as they are kept as it is (the renamed copy would be equal).
+    What it must keep is the representative itself, not only which states it merges: the
+    checker's pinned figures (``tests/model/test_checker_figures.py``) depend on the tie-breaks.
+    ``tests/model/test_symmetry.py`` compares it with the plain version it was optimised from
+    (``tests/model/reference_canonical.py``) on every successor of searches at small bounds."""
     registry = state.registry
     processes = state.processes
     n_servers = len(registry)
@@ -56,6 +60,9 @@ def canonical(state: State, n_workers: int) -> State:
     # the records naming it hold.
     worker_map: dict[tuple[int, int], list[int]] = {}
     workers_range = range(n_workers)
+    # whether the renaming leaves every incarnation and worker index as it is (then only the
+    # servers' order and the tasks' names can change)
+    same_slots = True
     for s in range(n_servers):
         order: list[int] = []
         reg = registry[s]
@@ -68,13 +75,29 @@ def canonical(state: State, n_workers: int) -> State:
         rest = mentioned[s].difference(order)
         if rest:
             order.extend(sorted(rest))
-        inc_map.append({old: new for new, old in enumerate(order)})
-        by_inc = {p.inc: p for p in procs}
+        imap = {old: new for new, old in enumerate(order)}
+        inc_map.append(imap)
+        if same_slots:
+            for new, old in enumerate(order):
+                if new != old:
+                    same_slots = False
+                    break
         for inc in order:
             if n_workers == 1:
                 worker_map[(s, inc)] = [0]
                 continue
-            holder = by_inc.get(inc)
+            holder = None
+            for p in procs:
+                if p.inc == inc:
+                    holder = p  # (the last one, as a dict by incarnation keeps it)
+            if n_workers == 2:
+                # the usual case: the two signatures below, compared as tuples are (element by
+                # element, up to the first that differs), each element computed only if needed
+                swap = _second_first(holder, s, inc, lists, recs, registered)
+                worker_map[(s, inc)] = [1, 0] if swap else [0, 1]
+                if swap:
+                    same_slots = False
+                continue
             sigs = []
             for w in workers_range:
                 key = (s, inc, w)
@@ -85,12 +108,11 @@ def canonical(state: State, n_workers: int) -> State:
                     tuple(recs.get(key, ())),
                     key in registered,
                 ))
-            if n_workers == 2:  # the usual case: one comparison, as the stable sort makes it
-                worker_map[(s, inc)] = [1, 0] if sigs[1] < sigs[0] else [0, 1]
-                continue
             new_index = [0] * n_workers
             for new, old in enumerate(sorted(workers_range, key=sigs.__getitem__)):
                 new_index[old] = new
+                if new != old:
+                    same_slots = False
             worker_map[(s, inc)] = new_index
 
     # Each process with its incarnation and workers renamed (drains and tasks not yet).
@@ -99,11 +121,16 @@ def canonical(state: State, n_workers: int) -> State:
         row = []
         for proc in processes[s]:
             wm = worker_map[(s, proc.inc)]
+            new_inc = inc_map[s][proc.inc]
+            if new_inc == proc.inc and (n_workers == 1 or wm[0] == 0) and (
+                    n_workers <= 2 or wm == sorted(wm)):
+                row.append(proc)  # nothing of it renamed here
+                continue
             workers: list[Worker] = list(proc.workers)
             for w, wk in enumerate(proc.workers):
                 workers[wm[w]] = wk
             row.append(Process(
-                inc_map[s][proc.inc], proc.stalled, proc.phase, proc.drains, tuple(workers),
+                new_inc, proc.stalled, proc.phase, proc.drains, tuple(workers),
                 proc.pending_counts, wm[proc.suspect] if proc.suspect >= 0 else -1,
             ))
         local.append(row)
@@ -138,6 +165,8 @@ def canonical(state: State, n_workers: int) -> State:
                 )
         for new, old in enumerate(sorted(range(n_servers), key=sigs_s.__getitem__)):
             server_map[old] = new
+            if new != old:
+                same_slots = False
 
     def rekey(key: ListKey) -> ListKey:
         return (server_map[key[0]], inc_map[key[0]][key[1]], worker_map[(key[0], key[1])][key[2]])
@@ -148,10 +177,16 @@ def canonical(state: State, n_workers: int) -> State:
         reg = registry[s]
         ns = server_map[s]
         if reg is not None:
-            new_registry[ns] = Registration(inc_map[s][reg.inc], reg.deadline)
+            new_inc = inc_map[s][reg.inc]
+            new_registry[ns] = reg if new_inc == reg.inc else Registration(new_inc, reg.deadline)
         new_local[ns] = local[s]
-    lists_ = sorted((rekey(k), tasks) for k, tasks in state.lists)
-    records = [None if k is None else rekey(k) for k in state.records]
+    if same_slots:
+        # no list key is renamed: the keys keep their order, and records their keys
+        lists_ = list(state.lists)
+        records = state.records
+    else:
+        lists_ = sorted((rekey(k), tasks) for k, tasks in state.lists)
+        records = tuple([None if k is None else rekey(k) for k in state.records])
 
     # Tasks: renamed in the order they are met walking the queue (next first), the lists, the
     # workers' hands, then by record and commit count.  Only identity matters to the protocol.
@@ -184,6 +219,34 @@ def canonical(state: State, n_workers: int) -> State:
                            recoveries[t], executions[t]),
         ):
             name[t] = len(name)
+    same_tasks = True
+    for t in range(n_tasks):
+        if name[t] != t:
+            same_tasks = False
+            break
+    registered_ = (state.registered if same_slots
+                   else tuple(sorted(rekey(k) for k in state.registered)))
+    if same_tasks:
+        # the tasks keep their names: every place that holds only tasks is kept as it is
+        return State(
+            queue=state.queue,
+            suspects=state.suspects,
+            scheduled=state.scheduled,
+            lists=tuple(lists_),
+            records=records,
+            committed=committed,
+            registry=tuple(new_registry),
+            processes=tuple(
+                tuple(p if same_slots or not p.drains else _renamed(p, name, rekey)
+                      for p in row)
+                for row in new_local),
+            faults=state.faults,
+            stalled_ever=state.stalled_ever,
+            registered=registered_,
+            status=state.status,
+            recoveries=state.recoveries,
+            executions=state.executions,
+        )
     new_records: list[ListKey | None] = [None] * n_tasks
     new_committed = [0] * n_tasks
     new_status = [0] * n_tasks
@@ -197,21 +260,50 @@ def canonical(state: State, n_workers: int) -> State:
         new_recoveries[nt] = recoveries[t]
         new_executions[nt] = executions[t]
     return State(
-        queue=tuple(name[t] for t in state.queue),
-        suspects=tuple(name[t] for t in state.suspects),
-        scheduled=tuple(sorted(name[t] for t in state.scheduled)),
-        lists=tuple((k, tuple(name[t] for t in tasks)) for k, tasks in lists_),
+        queue=tuple([name[t] for t in state.queue]),
+        suspects=tuple([name[t] for t in state.suspects]),
+        scheduled=tuple(sorted([name[t] for t in state.scheduled])),
+        lists=tuple([(k, tuple([name[t] for t in tasks])) for k, tasks in lists_]),
         records=tuple(new_records),
         committed=tuple(new_committed),
         registry=tuple(new_registry),
-        processes=tuple(tuple(_renamed(p, name, rekey) for p in row) for row in new_local),
+        processes=tuple(tuple([_renamed(p, name, rekey) for p in row]) for row in new_local),
         faults=state.faults,
         stalled_ever=state.stalled_ever,
-        registered=tuple(sorted(rekey(k) for k in state.registered)),
+        registered=registered_,
         status=tuple(new_status) if state.status else (),
         recoveries=tuple(new_recoveries) if state.recoveries else (),
         executions=tuple(new_executions) if state.executions else (),
     )
+
+
+def _second_first(
+    holder: Process | None,
+    s: int,
+    inc: int,
+    lists: dict[ListKey, tuple[int, ...]],
+    recs: dict[ListKey, list[int]],
+    registered: set[ListKey],
+) -> bool:
+    """Whether worker 1's signature sorts before worker 0's (two workers of incarnation ``inc``
+    of server ``s``). A signature is (the worker, whether it holds the suspect slot, its list,
+    the tasks whose records name its list, whether its list is registered), compared as a tuple
+    is: the first element that differs decides."""
+    if holder is not None:
+        w0, w1 = holder.workers[0], holder.workers[1]
+        if w0 != w1:
+            return bool(w1 < w0)
+        a, b = holder.suspect == 0, holder.suspect == 1
+        if a != b:
+            return b < a
+    k0, k1 = (s, inc, 0), (s, inc, 1)
+    l0, l1 = lists.get(k0, ()), lists.get(k1, ())
+    if l0 != l1:
+        return l1 < l0
+    r0, r1 = tuple(recs.get(k0, ())), tuple(recs.get(k1, ()))
+    if r0 != r1:
+        return r1 < r0
+    return (k1 in registered) < (k0 in registered)
 
 
 def _renamed(p: Process, name: dict[int, int], rekey: Callable[[ListKey], ListKey]) -> Process:

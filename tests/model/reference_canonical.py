@@ -1,0 +1,229 @@
+"""The symmetry reduction's ``canonical`` as it was before it was optimised (``symmetry.py`` at
+00aef7a), kept verbatim as the oracle of ``test_symmetry.py``: the optimised one must return
+exactly the same representative for every state, since the checker's pinned figures depend on
+which representative each class gets (the tie-breaks make ``canonical`` order-dependent), not
+only on which states are merged."""
+
+# ruff: noqa
+# mypy: ignore-errors
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from taskcustody_model.state import Drain, ListKey, Process, Registration, State, Worker
+
+
+def reference_canonical(state: State, n_workers: int) -> State:
+    """The representative of ``state``'s class (names chosen as the module docstring says).
+
+    Written for speed (it runs for every successor the checker has not met as such): one pass
+    per kind of place, no closures in the loops, the server order computed only when there is a
+    choice.  ``tests/model/test_symmetry.py`` pins what it must keep: the state counts of the
+    checker, which change if it merges or splits one class more or less."""
+    registry = state.registry
+    processes = state.processes
+    n_servers = len(registry)
+    lists = dict(state.lists)
+    registered = set(state.registered)
+    recs: dict[ListKey, list[int]] = {}
+    for t, key in enumerate(state.records):
+        if key is not None:
+            if key in recs:
+                recs[key].append(t)
+            else:
+                recs[key] = [t]
+
+    # Incarnations, per server: the registered one first, then the processes' (oldest first),
+    # then the ones only lists, records or drains still mention.
+    mentioned: list[set[int]] = [set() for _ in range(n_servers)]
+    for k in lists:
+        mentioned[k[0]].add(k[1])
+    for k in recs:
+        mentioned[k[0]].add(k[1])
+    for k in registered:
+        mentioned[k[0]].add(k[1])
+    for procs in processes:
+        for proc in procs:
+            for d in proc.drains:
+                mentioned[d.key[0]].add(d.key[1])
+
+    inc_map: list[dict[int, int]] = []
+    # Workers, per (server, incarnation): sorted by what they are doing and what their list and
+    # the records naming it hold.
+    worker_map: dict[tuple[int, int], list[int]] = {}
+    workers_range = range(n_workers)
+    for s in range(n_servers):
+        order: list[int] = []
+        reg = registry[s]
+        if reg is not None:
+            order.append(reg.inc)
+        procs = processes[s]
+        for proc in procs:
+            if proc.inc not in order:
+                order.append(proc.inc)
+        rest = mentioned[s].difference(order)
+        if rest:
+            order.extend(sorted(rest))
+        inc_map.append({old: new for new, old in enumerate(order)})
+        by_inc = {p.inc: p for p in procs}
+        for inc in order:
+            if n_workers == 1:
+                worker_map[(s, inc)] = [0]
+                continue
+            holder = by_inc.get(inc)
+            sigs = []
+            for w in workers_range:
+                key = (s, inc, w)
+                sigs.append((
+                    holder.workers[w] if holder is not None else (),
+                    holder is not None and holder.suspect == w,
+                    lists.get(key, ()),
+                    tuple(recs.get(key, ())),
+                    key in registered,
+                ))
+            if n_workers == 2:  # the usual case: one comparison, as the stable sort makes it
+                worker_map[(s, inc)] = [1, 0] if sigs[1] < sigs[0] else [0, 1]
+                continue
+            new_index = [0] * n_workers
+            for new, old in enumerate(sorted(workers_range, key=sigs.__getitem__)):
+                new_index[old] = new
+            worker_map[(s, inc)] = new_index
+
+    # Each process with its incarnation and workers renamed (drains and tasks not yet).
+    local: list[list[Process]] = []
+    for s in range(n_servers):
+        row = []
+        for proc in processes[s]:
+            wm = worker_map[(s, proc.inc)]
+            workers: list[Worker] = list(proc.workers)
+            for w, wk in enumerate(proc.workers):
+                workers[wm[w]] = wk
+            row.append(Process(
+                inc_map[s][proc.inc], proc.stalled, proc.phase, proc.drains, tuple(workers),
+                proc.pending_counts, wm[proc.suspect] if proc.suspect >= 0 else -1,
+            ))
+        local.append(row)
+
+    # Servers: sorted by everything they own, with names inside a server already canonical.
+    server_map = list(range(n_servers))
+    if n_servers > 1:
+        # The signature's head (registration and processes) usually tells the servers apart;
+        # its tail (what the server's lists, records and registrations hold) is computed only
+        # when two heads tie, which orders exactly as the whole signature would.
+        sigs_s: list[tuple] = [  # type: ignore[type-arg]
+            (
+                () if registry[s] is None else (inc_map[s][registry[s].inc],  # type: ignore[union-attr]
+                                                registry[s].deadline),  # type: ignore[union-attr]
+                tuple((p.inc, p.stalled, p.phase, len(p.drains), p.workers, p.suspect)
+                      for p in local[s]),
+            )
+            for s in range(n_servers)
+        ]
+        if len(set(sigs_s)) < n_servers:
+            for s in range(n_servers):
+                imap = inc_map[s]
+
+                def rekey_local(k: ListKey, imap: dict[int, int] = imap) -> tuple[int, int]:
+                    return imap[k[1]], worker_map[(k[0], k[1])][k[2]]
+
+                sigs_s[s] = (
+                    *sigs_s[s],
+                    sorted((rekey_local(k), tasks) for k, tasks in lists.items() if k[0] == s),
+                    sorted((rekey_local(k), tuple(ts)) for k, ts in recs.items() if k[0] == s),
+                    sorted(rekey_local(k) for k in registered if k[0] == s),
+                )
+        for new, old in enumerate(sorted(range(n_servers), key=sigs_s.__getitem__)):
+            server_map[old] = new
+
+    def rekey(key: ListKey) -> ListKey:
+        return (server_map[key[0]], inc_map[key[0]][key[1]], worker_map[(key[0], key[1])][key[2]])
+
+    new_registry: list[Registration | None] = [None] * n_servers
+    new_local: list[list[Process]] = [[]] * n_servers
+    for s in range(n_servers):
+        reg = registry[s]
+        ns = server_map[s]
+        if reg is not None:
+            new_registry[ns] = Registration(inc_map[s][reg.inc], reg.deadline)
+        new_local[ns] = local[s]
+    lists_ = sorted((rekey(k), tasks) for k, tasks in state.lists)
+    records = [None if k is None else rekey(k) for k in state.records]
+
+    # Tasks: renamed in the order they are met walking the queue (next first), the lists, the
+    # workers' hands, then by record and commit count.  Only identity matters to the protocol.
+    name: dict[int, int] = {}
+    for t in reversed(state.queue):
+        name.setdefault(t, len(name))
+    for t in reversed(state.suspects):
+        name.setdefault(t, len(name))
+    for t in state.scheduled:
+        name.setdefault(t, len(name))
+    for _, tasks in lists_:
+        for t in reversed(tasks):
+            name.setdefault(t, len(name))
+    for row in new_local:
+        for proc in row:
+            for wk in proc.workers:
+                if wk.task >= 0:
+                    name.setdefault(wk.task, len(name))
+            for t in proc.pending_counts:
+                name.setdefault(t, len(name))
+    committed = state.committed
+    n_tasks = len(committed)
+    status = state.status or (0,) * n_tasks
+    recoveries = state.recoveries or (0,) * n_tasks
+    executions = state.executions or (0,) * n_tasks
+    if len(name) < n_tasks:
+        for t in sorted(
+            (t for t in range(n_tasks) if t not in name),
+            key=lambda t: (records[t] is None, records[t] or (), committed[t], status[t],
+                           recoveries[t], executions[t]),
+        ):
+            name[t] = len(name)
+    new_records: list[ListKey | None] = [None] * n_tasks
+    new_committed = [0] * n_tasks
+    new_status = [0] * n_tasks
+    new_recoveries = [0] * n_tasks
+    new_executions = [0] * n_tasks
+    for t in range(n_tasks):
+        nt = name[t]
+        new_records[nt] = records[t]
+        new_committed[nt] = committed[t]
+        new_status[nt] = status[t]
+        new_recoveries[nt] = recoveries[t]
+        new_executions[nt] = executions[t]
+    return State(
+        queue=tuple(name[t] for t in state.queue),
+        suspects=tuple(name[t] for t in state.suspects),
+        scheduled=tuple(sorted(name[t] for t in state.scheduled)),
+        lists=tuple((k, tuple(name[t] for t in tasks)) for k, tasks in lists_),
+        records=tuple(new_records),
+        committed=tuple(new_committed),
+        registry=tuple(new_registry),
+        processes=tuple(tuple(_reference_renamed(p, name, rekey) for p in row) for row in new_local),
+        faults=state.faults,
+        stalled_ever=state.stalled_ever,
+        registered=tuple(sorted(rekey(k) for k in state.registered)),
+        status=tuple(new_status) if state.status else (),
+        recoveries=tuple(new_recoveries) if state.recoveries else (),
+        executions=tuple(new_executions) if state.executions else (),
+    )
+
+
+def _reference_renamed(p: Process, name: dict[int, int], rekey: Callable[[ListKey], ListKey]) -> Process:
+    """A process of ``canonical``, its workers already renamed: its tasks and drains renamed."""
+    workers = p.workers
+    for wk in workers:
+        if wk.task >= 0:
+            workers = tuple(w if w.task < 0 else Worker(w.phase, name[w.task]) for w in workers)
+            break
+    if not p.drains and not p.pending_counts:
+        return p if workers is p.workers else p._replace(workers=workers)
+    return Process(
+        p.inc, p.stalled, p.phase,
+        tuple(Drain(rekey(d.key), d.length, d.moved) for d in p.drains),
+        workers,
+        tuple(name[t] for t in p.pending_counts),
+        p.suspect,
+    )
