@@ -465,9 +465,9 @@ MUTANTS += (
             Edit(
                 AIO_WORKER,
                 "            raw = await self._call(*self._take_args(block), "
-                "first=self.registration())\n",
+                "first=self.registration(), take=True)\n",
                 "            popped = await self._call(\"BRPOP\", self.keys.queue, block, "
-                "first=self.registration())\n"
+                "first=self.registration(), take=True)\n"
                 "            raw = None if popped is None else popped[1]\n",
             ),
         ),
