@@ -25,8 +25,12 @@ the queue empty (after a reconcile, or another actor's step just before it) regi
 and blocks one block timeout (50 ms): the model's `arm`, which leaves the worker armed
 (`WorkerSlot.armed`) until its next take; sent again while armed, it changes nothing the model
 sees. A take of a suspect that finds none registers the list too, which no model action does
-alone: it is one step with the take from the queue that follows it. Sweeps that would forget an
-armed worker's list are not driven (`sparing_armed`).
+alone: it is one step with the take from the queue that follows it. Registrations age
+(`machine.LOOP_BOUNDS` has `Bounds.registration_ages`, and the harness's grace is one tick): the
+armed worker's list is fresh, and every sweep, in the model and in Redis, spares it; a tick ends
+the wait (in the model the worker is idle again, its take timed out), and the loop's next take
+registers the list again (another `arm`). So every sweep is driven, and one that forgets a
+registration younger than the grace is caught.
 
 What is driven: the plain worker's loop (`Worker.run`: register, `run_until_stopped`, `run_once`
 with its reconcile, take, record, execute, release or `release_and_take`, `finish` once stopped).
@@ -39,7 +43,7 @@ import threading
 from collections.abc import Callable
 from typing import Protocol
 
-from taskcustody_model import Action, apply, enabled_actions, is_live, list_of, prune
+from taskcustody_model import Action, apply, enabled_actions, list_of
 from taskcustody_model.state import ARMED, IDLE, RECORDED, RUNNING, TAKEN
 
 from .. import envelope, scripts
@@ -117,37 +121,6 @@ def drivable(h: Harness) -> list[tuple[int, int, int]]:
                 if ("take", s, i, w) in enabled or ("reconcile", s, i, w) in enabled:
                     found.append((s, i, w))
     return found
-
-
-def sparing_armed(h: Harness, actions: list[Action]) -> list[Action]:
-    """`actions` without the sweeps (and their lost replies) that would forget the list of a
-    worker its production loop left armed (`arm`: its take found the queue empty), its process no
-    longer live. The model spares that list: its take is pending, and a pending take is served or
-    times out within the registry's grace (`Bounds.take_wait_bounded`; the model check covers
-    it). The harness cannot: its takes never wait (a take on an empty queue times out at once,
-    where production's loop sends it again), and its grace is 0 (`VERIFY_SETTINGS`: its clock is
-    the model's ticks), so Redis would forget the list the model keeps. That sweep is not driven
-    here."""
-    armed = [(s, slot.model_inc, w) for s, procs in enumerate(h.procs) for slot in procs
-             for w, ws in enumerate(slot.workers) if ws.armed and not ws.crashed
-             and not ws.stopped]
-    if not armed:
-        return actions
-    state = h.state
-    registry = prune(state.registry)
-    held = {k for k, _ in state.lists}
-    forgettable = [k for k in armed if k in state.registered and k not in held
-                   and not is_live(registry, k)]
-    if not forgettable:
-        return actions
-
-    def forgets(a: Action) -> bool:
-        if "sweep" not in (a.name, a.command):
-            return False
-        inc = state.processes[a.server][a.proc].inc
-        return any(k[:2] != (a.server, inc) for k in forgettable)
-
-    return [a for a in actions if not forgets(a)]
 
 
 #: Demonstration loops that break the protocol (the test proves the driven run catches them):
