@@ -449,7 +449,21 @@ def _sweep_has_work(state: State, s: int, proc: Process, v: Variant, bounds: Bou
         prune(registry) != registry
         or bool(_sweep_selection(state, s, proc, v))
         or bool(collectable(state, s, proc, prune(registry), v, bounds))
+        or (bounds.registration_ages and _spares_fresh(state, s, proc))
     )
+
+
+def _spares_fresh(state: State, s: int, proc: Process) -> bool:
+    """With ``Bounds.registration_ages``: a sweep of ``proc`` would forget a list but for its
+    fresh registration (empty, not its own, its owner not live). Such a sweep changes nothing,
+    but it is where a collection that ignores the age differs: it is enabled, so that the
+    stateful run drives it (the checker's state space does not grow: its state is the same)."""
+    if not state.fresh:
+        return False
+    held = {k for k, _ in state.lists}
+    registry = prune(state.registry)
+    return any(k not in held and k[:2] != (s, proc.inc) and not is_live(registry, k)
+               for k in state.fresh)
 
 
 def collectable(

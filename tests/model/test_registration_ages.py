@@ -96,3 +96,17 @@ def test_takes_that_outwait_the_grace_break_the_correct_design_too() -> None:
     result = check(AGES._replace(take_wait_bounded=False))
     assert result.property == "registered-custody" and result.violation is not None
     assert len(result.violation) == 6
+
+
+def test_a_sweep_that_only_spares_a_fresh_registration_is_enabled_and_changes_nothing() -> None:
+    """That sweep is where a collection that ignores the age differs, so the stateful run must be
+    able to drive it; the model's state after it is the state before."""
+    st = step(step(step(initial_state(AGES), "stall_server", 0, 0), "advance_clock"),
+              "sweep", 1, 0)  # s0 pruned, its old registration forgotten
+    assert Action("sweep", 1, 0) not in enabled_actions(st, CFG)  # nothing to do
+    st = step(st, "arm", 0, 0, 0)
+    sweep = Action("sweep", 1, 0)
+    assert sweep in enabled_actions(st, CFG)
+    assert apply(st, sweep, CFG) == st
+    off = Config(AGES._replace(registration_ages=False), CFG.variant)
+    assert sweep not in enabled_actions(st._replace(fresh=()), off)
