@@ -101,3 +101,46 @@ def test_a_sweep_that_ignores_the_registration_age_is_caught(backend: Backend) -
             h.check()
     finally:
         h.close()
+
+
+class _Ticks:
+    """The loop driver's choices: a tick whenever one is offered (at most one), nothing else;
+    records the options offered before each of the loop's commands."""
+
+    def __init__(self) -> None:
+        self.offered: list[list[str]] = []
+        self.ticked = False
+
+    def stop(self) -> bool:
+        return False
+
+    def lose(self, action: Action) -> bool:
+        return False
+
+    def interleave(self, options: list[Action]) -> Action | None:
+        self.offered.append([a.name for a in options])
+        if self.ticked or Action("advance_clock") not in options:
+            return None
+        self.ticked = True
+        return Action("advance_clock")
+
+
+def test_no_tick_comes_between_a_take_and_its_send(backend: Backend) -> None:
+    """The loop's take is built (its registration's score is the clock's time) before the driver's
+    hook sees it; a tick there would make it arrive old where the model, which steps it after
+    the tick, has it fresh (a mismatch the shrinker of a verify run found). By the assumption the
+    collection rests on, a take reaches Redis within the grace of its registration: the driver
+    offers no tick before a registering command, and does before the others (the record)."""
+    h = Harness(backend.client, LOOP_BOUNDS, real_redis=backend.real)
+    try:
+        h.setup()
+        h.step(Action("stall_server", 0, 0))  # (s0's registration now lapses with a tick)
+        h.check()
+        choices = _Ticks()
+        LoopDriver(h, 0, 0, 0, choices).run()
+        h.check()
+        first = choices.offered[0]  # before the loop's take
+        assert "advance_clock" not in first and first, first
+        assert choices.ticked  # before its record
+    finally:
+        h.close()
