@@ -186,6 +186,25 @@ MUTANTS: tuple[NamedMutant, ...] = (
         ),
     ),
     NamedMutant(
+        "gc-when-empty",
+        "registered custody (design 9): the sweep's garbage collection forgets a dead owner's "
+        "empty list however young its registration (the cutoff is now, not now - grace), so a "
+        "take sent just before the owner was judged dead can fill a list recovery no longer "
+        "knows; the loop-driven run, whose registrations age (`Bounds.registration_ages`, a grace "
+        "of one tick), sees Redis forget a registration the model keeps",
+        (
+            Edit(
+                RECOVERY,
+                "    report.forgotten_lists = forget_dead_empty_lists(client, keys, registered, "
+                "live, me,\n"
+                "                                                     now - grace)\n",
+                "    report.forgotten_lists = forget_dead_empty_lists(client, keys, registered, "
+                "live, me,\n"
+                "                                                     now)\n",
+            ),
+        ),
+    ),
+    NamedMutant(
         "drain-before-prune",
         "prompt recovery: the sweep decides which lists are dead before it prunes expired "
         "servers (the two calls swapped); liveness is registration, so a server that expired "

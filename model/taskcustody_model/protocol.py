@@ -206,6 +206,15 @@ def registered_with(registered: tuple[ListKey, ...], *keys: ListKey) -> tuple[Li
     return tuple(sorted((*registered, *new))) if new else registered
 
 
+def _register(state: State, config: Config, *keys: ListKey) -> State:
+    """``ZADD registry <now>`` of ``keys``: registered, and with ``Bounds.registration_ages``
+    fresh (a ZADD of a list already there renews its score)."""
+    state = state._replace(registered=registered_with(state.registered, *keys))
+    if config.bounds.registration_ages:
+        state = state._replace(fresh=registered_with(state.fresh, *keys))
+    return state
+
+
 def _move_to_queue(
     state: State, key: ListKey, count: int, config: Config, by: tuple[int, int]
 ) -> State:
@@ -417,7 +426,8 @@ def enabled_actions(state: State, config: Config) -> list[Action]:
             add(Action("claim", s))
             if faults_left:
                 add(Action("dropped_reply", s, -1, -1, "claim"))
-    if _clock_may_advance(state):
+    if _clock_may_advance(state) or (config.bounds.registration_ages
+                                     and _tick_ages(state)):
         add(Action("advance_clock"))
     if WAITING in state.status:
         add(Action("enqueue"))
@@ -439,7 +449,21 @@ def _sweep_has_work(state: State, s: int, proc: Process, v: Variant, bounds: Bou
         prune(registry) != registry
         or bool(_sweep_selection(state, s, proc, v))
         or bool(collectable(state, s, proc, prune(registry), v, bounds))
+        or (bounds.registration_ages and _spares_fresh(state, s, proc))
     )
+
+
+def _spares_fresh(state: State, s: int, proc: Process) -> bool:
+    """With ``Bounds.registration_ages``: a sweep of ``proc`` would forget a list but for its
+    fresh registration (empty, not its own, its owner not live). Such a sweep changes nothing,
+    but it is where a collection that ignores the age differs: it is enabled, so that the
+    stateful run drives it (the checker's state space does not grow: its state is the same)."""
+    if not state.fresh:
+        return False
+    held = {k for k, _ in state.lists}
+    registry = prune(state.registry)
+    return any(k not in held and k[:2] != (s, proc.inc) and not is_live(registry, k)
+               for k in state.fresh)
 
 
 def collectable(
@@ -463,6 +487,16 @@ def collectable(
     take can fill a list that recovery no longer knows.
     """
     held = {k for k, _ in state.lists}
+    if bounds.registration_ages:
+        # What the implementation sees: the registration's age. A pending take's is fresh (a
+        # tick ends it: ``_aged``), unless takes may outwait the grace.
+        fresh = set(state.fresh) if v.gc_waits_for_pending_takes else set()
+        return tuple(
+            k
+            for k in state.registered
+            if k not in held and k[:2] != (s, proc.inc) and not is_live(registry, k)
+            and k not in fresh
+        )
     spare_pending = v.gc_waits_for_pending_takes and bounds.take_wait_bounded
     return tuple(
         k
@@ -526,6 +560,17 @@ def _clock_may_advance(state: State) -> bool:
     return False
 
 
+def _tick_ages(state: State) -> bool:
+    """With ``Bounds.registration_ages``, time passing matters also when it ages a fresh
+    registration of a list whose owner no healthy process renews: the collection may forget it
+    then. (A take pending in such a process registered its list when it was sent, so the tick
+    that ends it is one of these.) The fresh registrations of a renewed owner cannot be collected
+    before a tick that expires the owner, which ages them too, and a take pending in a renewed
+    process that a tick ends is sent again at once, registering the same list; so ticks for
+    them alone are not generated."""
+    return any(not renewed(state, k[0], k[1]) for k in state.fresh)
+
+
 def renewed(state: State, s: int, inc: int) -> bool:
     """Whether a healthy process (running, not stalled, not superseded) holds this registration.
 
@@ -564,7 +609,7 @@ def apply(state: State, action: Action, config: Config) -> State:
         proc = state.processes[s][i]
         key = (s, proc.inc, w)
         if v.registry_heals:
-            state = state._replace(registered=registered_with(state.registered, key))
+            state = _register(state, config, key)
         return _with_worker(state, s, i, w, Worker(ARMED))
 
     if name == "take":
@@ -577,7 +622,7 @@ def apply(state: State, action: Action, config: Config) -> State:
         return _with_worker(state, s, i, w, Worker(TAKEN, t))
 
     if name == "take_suspect":
-        state, t = _take_suspect(state, s, i, w)
+        state, t = _take_suspect(state, s, i, w, config)
         return _with_worker(state, s, i, w, Worker(DIRTY) if lost else Worker(TAKEN, t))
 
     if name == "record":
@@ -629,7 +674,8 @@ def apply(state: State, action: Action, config: Config) -> State:
         t = NO_TASK
         if not debris:
             if state.suspects and proc.suspect in (-1, w):
-                state, t = _take_suspect(state, s, i, w)  # the slot passes to the new suspect
+                # (the slot passes to the new suspect)
+                state, t = _take_suspect(state, s, i, w, config)
             elif state.queue:
                 state, t = _take_from_queue(
                     state, s, i, w, config,
@@ -670,12 +716,8 @@ def apply(state: State, action: Action, config: Config) -> State:
             # Ours, or nobody's (we were pruned while stalled, or Redis lost the registry):
             # (re)register; a registration found gone also re-registers our lists.
             if reg is None and v.registry_heals:
-                state = state._replace(
-                    registered=registered_with(
-                        state.registered,
-                        *((s, proc.inc, w) for w in range(len(proc.workers))),
-                    )
-                )
+                state = _register(state, config,
+                                  *((s, proc.inc, w) for w in range(len(proc.workers))))
             return state._replace(
                 registry=_set(state.registry, s, Registration(proc.inc, TTL))
             )
@@ -693,12 +735,8 @@ def apply(state: State, action: Action, config: Config) -> State:
         # that a status shows idle workers too.  (The old design registered only here; the
         # design registers again with every take.)
         inc = fresh_incarnation(state, s)
-        state = state._replace(
-            registry=_set(state.registry, s, Registration(inc, TTL)),
-            registered=registered_with(
-                state.registered, *((s, inc, w) for w in range(config.bounds.workers))
-            ),
-        )
+        state = _register(state._replace(registry=_set(state.registry, s, Registration(inc, TTL))),
+                          config, *((s, inc, w) for w in range(config.bounds.workers)))
         if lost:
             # The claim ran but its reply was lost: the process gives up; the registration
             # stays behind with nobody heart-beating it, and expires (and its lists, empty, are
@@ -733,7 +771,8 @@ def apply(state: State, action: Action, config: Config) -> State:
             garbage = collectable(state, s, proc, state.registry, v, config.bounds)
             if garbage:
                 state = state._replace(
-                    registered=tuple(k for k in state.registered if k not in garbage)
+                    registered=tuple(k for k in state.registered if k not in garbage),
+                    fresh=tuple(k for k in state.fresh if k not in garbage),
                 )
         return _finish_pass(with_process(state, s, i, proc._replace(drains=drains)), s, i, config)
 
@@ -848,6 +887,7 @@ def apply(state: State, action: Action, config: Config) -> State:
             records=(None,) * len(state.records),
             registry=(None,) * len(state.registry),
             registered=(),
+            fresh=(),
             recoveries=(0,) * len(state.recoveries),  # the counts were in Redis too
             processes=processes,
             status=status,
@@ -855,7 +895,7 @@ def apply(state: State, action: Action, config: Config) -> State:
         ))
 
     if name == "advance_clock":
-        return state._replace(
+        state = state._replace(
             registry=tuple(
                 None
                 if r is None
@@ -865,8 +905,29 @@ def apply(state: State, action: Action, config: Config) -> State:
                 for s, r in enumerate(state.registry)
             )
         )
+        if config.bounds.registration_ages:
+            state = _aged(state, config)
+        return state
 
     raise ValueError(f"unknown action {action!r}")
+
+
+def _aged(state: State, config: Config) -> State:
+    """``Bounds.registration_ages``: a tick ages every registration (none is fresh any more)
+    and, if takes are served or time out within the grace (``take_wait_bounded``), ends every
+    pending take: whatever was not served timed out (Redis answered nil), and its worker is idle
+    again; its production loop sends the take again, which is an ``arm`` (or a ``take``) that
+    registers the list again."""
+    state = state._replace(fresh=())
+    if not config.bounds.take_wait_bounded:
+        return state
+    processes = state.processes
+    for s, procs in enumerate(processes):
+        for i, proc in enumerate(procs):
+            if any(wk.phase == ARMED for wk in proc.workers):
+                state = with_process(state, s, i, proc._replace(workers=tuple(
+                    Worker(IDLE) if wk.phase == ARMED else wk for wk in proc.workers)))
+    return state
 
 
 def _cancelled_before_send(state: State, action: Action, config: Config) -> State:
@@ -919,22 +980,21 @@ def _take_from_queue(
         # (ARMED) registered when it was sent.
         key = (s, proc.inc, w)
         if v.registry_heals and proc.workers[w].phase != ARMED:
-            state = state._replace(registered=registered_with(state.registered, key))
+            state = _register(state, config, key)
         state = state._replace(lists=with_list(state.lists, key, (t, *list_of(state, key))))
     # else BLPOP (or design 14's composite): the task leaves Redis with the reply
     return state, t
 
 
-def _take_suspect(state: State, s: int, i: int, w: int) -> tuple[State, int]:
+def _take_suspect(state: State, s: int, i: int, w: int, config: Config) -> tuple[State, int]:
     """One script (TAKE_SUSPECT): ZADD registry <now> own-list, LMOVE suspects own-list RIGHT
     LEFT, HSET the processing record.  The process's suspect slot is taken before it is sent and
     is freed only once this worker is clean again (idle, its list known empty)."""
     proc = state.processes[s][i]
     t = state.suspects[-1]
     key = (s, proc.inc, w)
-    state = state._replace(
+    state = _register(state, config, key)._replace(
         suspects=state.suspects[:-1],
-        registered=registered_with(state.registered, key),
         lists=with_list(state.lists, key, (t, *list_of(state, key))),
         records=_set(state.records, t, key),
     )

@@ -142,6 +142,10 @@ class State(NamedTuple):
     #: times are abstracted away (time only delays a promotion), so any member may come due first,
     #: and a member is there at most once (ZADD of a member already there only moves its score).
     scheduled: tuple[int, ...] = ()
+    #: only with ``Bounds.registration_ages``: the registered lists whose last registration (ZADD,
+    #: score = now) was since the clock last advanced, i.e. younger than the registry's grace
+    #: (one tick there).  The garbage collection spares them.  Always () without the flag.
+    fresh: tuple[ListKey, ...] = ()
 
 
 class Bounds(NamedTuple):
@@ -179,6 +183,16 @@ class Bounds(NamedTuple):
     #: False: no such fault (the other bounds' state space); ``taskcustody verify --async`` turns
     #: it on for its model check and its stateful run.
     cancels_before_send: bool = False
+    #: registrations have an age (``State.fresh``), the registry's grace being one tick: a
+    #: registration is fresh when made and old once the clock advances; the garbage collection
+    #: forgets only old ones (what the implementation checks: the registration's score against
+    #: now - grace).  With ``take_wait_bounded`` a tick also ends every pending take (``ARMED``):
+    #: Redis served it before, or timed it out, and the production loop sends it again (``arm``,
+    #: which registers the list again).  False: the abstraction of the other bounds, in which a
+    #: pending take itself spares its list (``protocol.collectable``).  The loop-driven stateful
+    #: run turns it on (its harness's grace is one tick), so that Redis and the model agree on
+    #: which registrations the collection may forget.
+    registration_ages: bool = False
 
 
 def list_of(state: State, key: ListKey) -> tuple[int, ...]:
@@ -206,6 +220,7 @@ def initial_state(bounds: Bounds) -> State:
     drain done (there was nothing to drain) and its workers idle."""
     workers = tuple(Worker(IDLE) for _ in range(bounds.workers))
     early = bounds.tasks - bounds.late_tasks
+    registered = tuple((s, 0, w) for s in range(bounds.servers) for w in range(bounds.workers))
     return State(
         # LPUSH 0, then 1, then 2: task 0 sits at the right end and is taken first.
         queue=tuple(reversed(range(early))),
@@ -218,12 +233,12 @@ def initial_state(bounds: Bounds) -> State:
         ),
         faults=0,
         stalled_ever=False,
-        registered=tuple(
-            (s, 0, w) for s in range(bounds.servers) for w in range(bounds.workers)
-        ),
+        registered=registered,
         status=(ENQUEUED,) * early + (WAITING,) * bounds.late_tasks,
         recoveries=(0,) * bounds.tasks,
         executions=(0,) * bounds.tasks,
+        # (the claims registered the lists just now)
+        fresh=registered if bounds.registration_ages else (),
     )
 
 

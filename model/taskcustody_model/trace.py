@@ -135,6 +135,7 @@ def render_stats(result: CheckResult) -> str:
         + (f" late-tasks={b.late_tasks}" if b.late_tasks else "")
         + (" redis-faults" if b.redis_faults else "")
         + ("" if b.take_wait_bounded else " takes-may-outwait-the-grace")
+        + (" registration-ages" if b.registration_ages else "")
         + (" handler-failures" if b.handler_failures else "")
         + "\n"
         f"{result.states_generated} states generated, {result.distinct_states} distinct states "

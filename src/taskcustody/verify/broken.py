@@ -212,8 +212,11 @@ class RegisterOnceServer(_DemoServer):
 class GcWhenEmptyServer(Server):
     """9. The registry's garbage collection forgets a dead list as soon as it is empty, however
     young its registration (no grace): a take sent before the owner was judged dead can still
-    fill it. The stateful run cannot show this one: its takes never wait on an empty queue (its
-    grace is 0 already, see `harness.VERIFY_SETTINGS`); the model check finds it."""
+    fill it. The step-driven stateful run cannot show this one: its takes never wait on an empty
+    queue (its grace is 0 already, see `harness.VERIFY_SETTINGS`); the model check finds it, and
+    the loop-driven run (registrations that age, a grace of one tick) catches the same bug in the
+    real implementation (the named mutant `gc-when-empty`;
+    tests/stateful/test_registration_ages.py drives this class through it)."""
 
     def sweep(self) -> RecoveryReport:
         return recovery.sweep(self.client, self.keys, self.clock.now(), self.identity,

@@ -113,8 +113,10 @@ class Design:
 
 
 _STEPPED_BY_THE_MODEL_ONLY = (
-    "the stateful run's takes never wait on an empty queue (its grace is 0 already, see "
-    "`harness.VERIFY_SETTINGS`), so it cannot leave a take pending while the list is forgotten")
+    "the step-driven run's takes never wait on an empty queue (its grace is 0 already, see "
+    "`harness.VERIFY_SETTINGS`), so it cannot leave a take pending while the list is forgotten; "
+    "the loop-driven part of the correct design's run (registrations that age, a grace of one "
+    "tick) catches the named mutant of the same name in the real implementation")
 
 DESIGNS: tuple[Design, ...] = (
     Design("blpop-take", 1, Pinned("no-loss", 1),
@@ -181,7 +183,9 @@ DESIGNS: tuple[Design, ...] = (
            demo="GcWhenEmptyServer",
            stateful=None,
            no_stateful=_STEPPED_BY_THE_MODEL_ONLY,
-           mutant=False),
+           # the named mutant is caught by the loop-driven part of `taskcustody verify`, whose
+           # registrations age (`Bounds.registration_ages`: a grace of one tick)
+           mutant=True),
     Design("recoveries-not-counted", 10, Pinned("bounded-executions", 8, POISON_BOUNDS),
            demo="RecoveriesNotCountedServer",
            # observed: 7 steps since the composite step's rule (2026-12-01; 2 before, with other

@@ -86,6 +86,11 @@ class Harness(Stepping):
             self.settings = dataclasses.replace(
                 self.settings, retry_backoff=TICK, retry_backoff_max=8 * TICK,
                 max_attempts=self.bounds.faults + 2)
+        if self.bounds.registration_ages:
+            # The model's registrations age by ticks (`Bounds.registration_ages`): a grace of one
+            # tick, so that the collection forgets exactly the registrations the model calls old
+            # (a registration's score is the clock's time, which moves a tick at a time).
+            self.settings = dataclasses.replace(self.settings, registry_grace=TICK)
         self.keys = keys or QueueKeys("verify", prefix="tcv")
         self.real_redis = real_redis
         self.clock = ManualClock(start=1_000.0)

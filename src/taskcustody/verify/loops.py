@@ -25,8 +25,12 @@ the queue empty (after a reconcile, or another actor's step just before it) regi
 and blocks one block timeout (50 ms): the model's `arm`, which leaves the worker armed
 (`WorkerSlot.armed`) until its next take; sent again while armed, it changes nothing the model
 sees. A take of a suspect that finds none registers the list too, which no model action does
-alone: it is one step with the take from the queue that follows it. Sweeps that would forget an
-armed worker's list are not driven (`sparing_armed`).
+alone: it is one step with the take from the queue that follows it. Registrations age
+(`machine.LOOP_BOUNDS` has `Bounds.registration_ages`, and the harness's grace is one tick): the
+armed worker's list is fresh, and every sweep, in the model and in Redis, spares it; a tick ends
+the wait (in the model the worker is idle again, its take timed out), and the loop's next take
+registers the list again (another `arm`). So every sweep is driven, and one that forgets a
+registration younger than the grace is caught.
 
 What is driven here: the plain worker's loop (`Worker.run`: register, `run_until_stopped`,
 `run_once` with its reconcile, take, record, execute, release or `release_and_take`, `finish` once
@@ -40,7 +44,7 @@ import threading
 from collections.abc import Callable
 from typing import Protocol
 
-from taskcustody_model import Action, apply, enabled_actions, is_live, list_of, prune
+from taskcustody_model import Action, apply, enabled_actions, list_of
 from taskcustody_model.state import ARMED, IDLE, RECORDED, RUNNING, TAKEN
 
 from .. import envelope, scripts
@@ -65,6 +69,8 @@ TAKES = ("BLMOVE", "BRPOPLPUSH")
 #: What other actors may do between two commands of the loop.
 INTERLEAVED = ("take", "record", "release", "release_and_take", "reconcile", "enqueue",
                "advance_clock", "sweep")
+#: The loop's commands that register its list (ZADD, score = the time they were built at).
+REGISTERING = ("take", "take_suspect", "release_and_take")
 #: At most this many interleaved steps per drive, and this many loop commands before it is stopped.
 MAX_INTERLEAVED = 3
 MAX_COMMANDS = 8
@@ -120,25 +126,10 @@ def drivable(h: Harness) -> list[tuple[int, int, int]]:
     return found
 
 
-def sparing_armed(h: Harness, actions: list[Action]) -> list[Action]:
-    """`actions` without the sweeps (and their lost replies) that would forget the list of a
-    worker its production loop left armed (`arm`: its take found the queue empty), its process no
-    longer live. The model spares that list: its take is pending, and a pending take is served or
-    times out within the registry's grace (`Bounds.take_wait_bounded`; the model check covers
-    it). The harness cannot: its takes never wait (a take on an empty queue times out at once,
-    where production's loop sends it again), and its grace is 0 (`VERIFY_SETTINGS`: its clock is
-    the model's ticks), so Redis would forget the list the model keeps. That sweep is not driven
-    here."""
-    armed = [(s, slot.model_inc, w) for s, procs in enumerate(h.procs) for slot in procs
-             for w, ws in enumerate(slot.workers) if ws.armed and not ws.crashed
-             and not ws.stopped]
-    return sparing(h, actions, armed)
-
-
 def sparing(h: Harness, actions: list[Action], keys: list[tuple[int, int, int]]) -> list[Action]:
     """`actions` without the sweeps (and their lost replies) that would forget the registration
-    of one of the lists `keys` (model keys), its owner no longer live (`sparing_armed`; the
-    prefetching loop's driver spares its slots' lists so, verify/prefetch_loop.py)."""
+    of one of the lists `keys` (model keys), its owner no longer live: the prefetching loop's
+    driver spares its slots' lists so (verify/prefetch_loop.py)."""
     if not keys:
         return actions
     state = h.state
@@ -382,7 +373,7 @@ class LoopDriver:
         finally:
             suspects._holder = holder
         if not acquired:
-            self._interleave()
+            self._interleave(name)
         return acquired
 
     def _path(self, name: str, mode: bytes) -> list[Action]:
@@ -433,10 +424,17 @@ class LoopDriver:
         raise Mismatch("loop", f"worker {self.w} of s{self.s}'s loop did {name} where the model "
                                f"allows only {', '.join(allowed) or 'nothing'}")
 
-    def _interleave(self) -> None:
+    def _interleave(self, name: str) -> None:
+        """Other actors' steps before the loop's command of model action `name`, which is built
+        already: a take's registration carries the time it was built at. So no tick comes
+        between a registering command and its send when registrations age: a take reaches
+        Redis within the grace of the registration it carries, the assumption the registry's
+        collection rests on (docs/protocol.md, section 8)."""
+        registers = self.h.bounds.registration_ages and name in REGISTERING
         while self.interleaved < MAX_INTERLEAVED:
             options = [a for a in self.h.enabled() if a.name in INTERLEAVED and not a.is_fault
-                       and (a.server, a.proc, a.worker) != (self.s, self.i, self.w)]
+                       and (a.server, a.proc, a.worker) != (self.s, self.i, self.w)
+                       and not (registers and a.name == "advance_clock")]
             chosen = self.choices.interleave(options) if options else None
             if chosen is None:
                 return

@@ -50,8 +50,11 @@ PIPELINE_BOUNDS = Bounds(tasks=3, servers=2, workers=2, faults=3)
 #: with poison-pill detection so that a suspect's retry is scheduled too.
 #: The loop-driven machine's (`drive_loops`): the default's, without Redis's own faults (a wipe
 #: flushes the script cache; the driver does not yet map a release's EVAL fallback to its lost
-#: reply).
-LOOP_BOUNDS = Bounds(tasks=3, servers=2, workers=2, faults=3, late_tasks=1, max_recoveries=1)
+#: reply), and with registrations that age (`Bounds.registration_ages`; its harness's grace is one
+#: tick): a take its production loop leaves pending on an empty queue spares its list as long as
+#: the registration sent with it is younger than the grace, in the model and in Redis alike.
+LOOP_BOUNDS = Bounds(tasks=3, servers=2, workers=2, faults=3, late_tasks=1, max_recoveries=1,
+                     registration_ages=True)
 RETRY_BOUNDS = Bounds(tasks=3, servers=2, workers=2, faults=3, max_recoveries=1,
                       handler_failures=True)
 #: The asyncio machine's (`verify --async`): the default's, with asyncio's own fault, a worker
@@ -145,11 +148,6 @@ def build_machine(
     class Harness(harness_base):  # type: ignore[valid-type,misc]
         def __init__(self, *args: Any, **kwargs: Any) -> None:
             super().__init__(*args, **{**user_settings, **kwargs})
-
-        def enabled(self) -> list[Action]:
-            actions = super().enabled()
-            # (with production loops: no sweep that would forget an armed worker's list)
-            return loops.sparing_armed(self, actions) if drive_loops else actions
 
     class CustodyMachine(RuleBasedStateMachine):
         """The model drives the real implementation."""

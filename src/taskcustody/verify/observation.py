@@ -50,6 +50,7 @@ from ..envelope import Task, decode
 from ..keys import ListOwner, QueueKeys
 from ..recovery import parse_record
 from ..server import Server
+from ..settings import Settings
 from ..worker import Outcome, Worker
 
 #: One model tick of the clock, in seconds. Server TTL = the model's TTL in ticks.
@@ -138,6 +139,7 @@ class Observation:
     bounds: Bounds
     config: Config
     clock: ManualClock
+    settings: Settings
     #: the model's state: the prediction `check` compares with
     state: State
     procs: list[list[ProcSlot]]
@@ -206,7 +208,7 @@ class Observation:
         keys = self.keys
         pipe = self.admin.pipeline(transaction=False)
         pipe.lrange(keys.queue, 0, -1)
-        pipe.zrange(keys.inflight_registry, 0, -1)
+        pipe.zrange(keys.inflight_registry, 0, -1, withscores=True)
         pipe.hgetall(keys.processing)
         pipe.hgetall(keys.commit_log)
         pipe.zrange(keys.servers, 0, -1, withscores=True)
@@ -220,7 +222,13 @@ class Observation:
         n = self.bounds.tasks
         tid = self._tid
         queue = tuple(tid(r) for r in queue_raw)
-        registered = tuple(sorted(self._model_key(_text(k)) for k in registry_raw))
+        registered = tuple(sorted(self._model_key(_text(k)) for k, _ in registry_raw))
+        # With `Bounds.registration_ages`: the registrations younger than the grace (one tick)
+        fresh: tuple[ListKey, ...] = ()
+        if self.bounds.registration_ages:
+            cutoff = self.clock.now() - self.settings.registry_grace
+            fresh = tuple(sorted(self._model_key(_text(k)) for k, at in registry_raw
+                                 if float(at) > cutoff))
         lists: list[tuple[ListKey, tuple[int, ...]]] = []
         for k in sorted(_text(k) for k in list_keys):
             owner = keys.owner_of(k)
@@ -278,7 +286,7 @@ class Observation:
             queue=queue, suspects=self.observe_queue(keys.suspects), lists=tuple(lists),
             records=tuple(records), committed=tuple(committed),
             registry=tuple(registry), processes=processes, faults=self.state.faults,
-            stalled_ever=self.state.stalled_ever, registered=registered,
+            stalled_ever=self.state.stalled_ever, registered=registered, fresh=fresh,
             status=tuple(status), recoveries=tuple(recoveries),
             # a ghost of the model (handler starts), not Redis state: see `check`
             executions=self.state.executions,

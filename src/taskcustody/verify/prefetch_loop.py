@@ -13,7 +13,7 @@ slot by slot:
 - a take pipeline (TAKE_AND_RECORD per slot, from the queue): per slot in order, `take` then
   `record` while the queue holds a task, nothing once it is empty (the script only registers the
   list again, which the model already has: the driver spares our lists' registrations, as
-  `loops.sparing_armed` does). A slot the model holds dirty (or holding a task) must not be in it:
+  the worker loop once did). A slot the model holds dirty (or holding a task) must not be in it:
   `Mismatch("loop", ...)`;
 - the suspect's take (TAKE_AND_RECORD from the suspects list, the lead alone): `take_suspect`,
   `record`; nothing when no suspect waits;

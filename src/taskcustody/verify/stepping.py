@@ -60,6 +60,7 @@ from taskcustody_model import (
     with_process,
 )
 from taskcustody_model.state import (
+    ARMED,
     CLAIMED,
     ENQUEUED,
     IDLE,
@@ -335,6 +336,15 @@ class Stepping(Observation):
         for slot in beating:
             slot.server.heartbeat()
         self.model_step(action)
+        # With `Bounds.registration_ages` a tick ends every pending take (the model's `arm`):
+        # a worker its production loop left armed is idle again (its loop would send the take
+        # again: a new `arm`).
+        for s, slots in enumerate(self.procs):
+            for i, slot in enumerate(slots):
+                for w, ws in enumerate(slot.workers):
+                    if ws.armed and (i >= len(self.state.processes[s]) or self.state.processes[
+                            s][i].workers[w].phase != ARMED):
+                        ws.armed = False
 
     def _redis_wipe(self) -> None:
         """Redis restarts empty. On the Redis side: this run's keys deleted (all of Redis is
@@ -684,8 +694,11 @@ class Stepping(Observation):
         queue_before = self.state.queue, self.state.suspects
         me = self.state.processes[s][i]
         pruned = prune(self.state.registry)
+        # (with `Bounds.registration_ages` the grace is a tick: fresh registrations are not
+        # candidates; else it is 0, and none is fresh)
         gc_candidates = [k for k in self.state.registered
-                         if k[:2] != (s, me.inc) and not is_live(pruned, k)]
+                         if k[:2] != (s, me.inc) and not is_live(pruned, k)
+                         and k not in self.state.fresh]
         self.model_step(action)
         self._order_drains(s, i)
         procs = self.state.processes[s]
@@ -721,8 +734,8 @@ class Stepping(Observation):
                         if between:
                             plan[(self._real_key(key), moves_of[key])] = between
         # Now the implementation. A sweep's first EVAL is the prune; then, if the registry holds
-        # lists of owners that are not live, one garbage collection per batch of them (the
-        # harness's grace is 0: every registration is old enough); then the drains.
+        # lists of owners that are not live (and old enough), one garbage collection per batch
+        # of them; then the drains.
         evals_before = 0
         if command == "sweep":
             evals_before = 1 + -(-len(gc_candidates) // recovery.BATCH)
@@ -860,6 +873,11 @@ class Stepping(Observation):
             if taken >= limit:
                 raise Mismatch("eventual", f"not quiescent after {limit} recovery steps")
             options = [a for a in self.enabled() if not a.is_fault]
+            if self.bounds.registration_ages:
+                # (a sweep that only spares fresh registrations changes nothing: not a step
+                # towards the end; the next tick ages them)
+                options = [a for a in options if a.name != "sweep"
+                           or apply(self.state, a, self.config) != self.state]
             if not options:
                 raise Mismatch("eventual", "no recovery step is enabled, and the run is not done")
             options.sort(key=lambda a: self.PRIORITY.index(a.name))
