@@ -3,6 +3,7 @@ counterexample, parts the budget did not reach skipped, and counts that agree wi
 
 from __future__ import annotations
 
+import re
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -59,7 +60,8 @@ def test_a_passing_run_has_one_passing_case_per_part() -> None:
     props = {p.get("name"): p.get("value") for p in suite.iter("property")}
     assert props["design"] == "correct" and props["partial"] == "false"
     out = [c.findtext("system-out") for c in suite.iter("testcase")]
-    assert (out[1] or "").startswith("covered: 3 examples run (3 asked for), ")
+    # (Hypothesis may run one more than asked for, as the draws fall: the count is not pinned)
+    assert re.match(r"covered: \d+ examples run \(3 asked for\), ", out[1] or ""), out[1]
     assert "faults of 13 kinds" in (out[3] or "")
 
 
