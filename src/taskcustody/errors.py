@@ -17,6 +17,11 @@ class ServerIdHeld(TaskCustodyError):
     """Another live process holds this server id (its heartbeat deadline lies in the future)."""
 
 
+class StoppedBeforeStart(TaskCustodyError):
+    """Stopped (SIGTERM/SIGINT, or `stop`) while waiting for the server id to be free: nothing was
+    claimed, taken or registered, so there is nothing to release."""
+
+
 class Superseded(TaskCustodyError):
     """A newer incarnation claimed our server id while we were stalled: we must stop taking."""
 

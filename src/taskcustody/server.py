@@ -18,7 +18,7 @@ from . import recovery, scheduled, scripts
 from .clock import Clock, RedisClock
 from .cluster import redirect_kind
 from .connection import check_server
-from .errors import RedisOutOfMemory, ServerIdHeld, Superseded
+from .errors import RedisOutOfMemory, ServerIdHeld, StoppedBeforeStart, Superseded
 from .keys import ListOwner, QueueKeys, check_name
 from .logs import client_url
 from .oom import OomSpell, is_oom
@@ -275,6 +275,9 @@ class Server:
             except ServerIdHeld:
                 if waited >= patience:
                     raise
+                if waited == 0:
+                    log.info("server id %r is held by a live process: waiting up to %gs for its "
+                             "lease to lapse", self.server_id, patience)
             except redis.ResponseError as exc:
                 self._wait_out_oom(exc, "claiming the server id")
                 continue
@@ -282,6 +285,9 @@ class Server:
                 self.oom.recovered()
                 return incarnation
             self.stop_event.wait(step)
+            if self.stop_event.is_set():
+                raise StoppedBeforeStart(
+                    f"stopped while waiting for server id {self.server_id!r} to be free")
             waited += step
 
     def _wait_out_oom(self, exc: redis.ResponseError, doing: str) -> None:
@@ -353,10 +359,17 @@ class Server:
 
     def run(self, until_idle: bool = False, install_signals: bool = False,
             wait_for_id: float = 0.0) -> None:
-        """Run until stopped (SIGTERM/SIGINT with `install_signals`, or `stop_event`)."""
-        workers = self.start(wait_for_id)
+        """Run until stopped (SIGTERM/SIGINT with `install_signals`, or `stop_event`).
+
+        The signal handlers come first: a SIGTERM while we wait for the id (`wait_for_id`) or
+        drain our debris is a graceful stop, not the default action's death."""
         if install_signals:
             self._install_signal_handlers()
+        try:
+            workers = self.start(wait_for_id)
+        except StoppedBeforeStart as exc:
+            log.info("%s: exiting", exc)
+            return
         threads = [
             threading.Thread(target=self._supervise, args=(w, until_idle),
                              name=f"taskcustody-{w.owner.worker_id}", daemon=True)

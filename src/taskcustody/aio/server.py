@@ -20,6 +20,7 @@ import redis.asyncio
 
 from .. import scripts
 from ..clock import Clock
+from ..errors import StoppedBeforeStart
 from ..keys import ListOwner, QueueKeys
 from ..server import Server
 from ..settings import Settings
@@ -143,9 +144,15 @@ class AsyncServer:
         """Run until stopped (`stop`, SIGTERM/SIGINT with `install_signals`) or, with
         `until_idle`, until every worker found the queue empty. (`start`ed already: its
         workers are run.)"""
-        workers = self.workers or await self.start(wait_for_id)
+        # The signal handlers first, as the threaded server's `run`: a SIGTERM while `start`
+        # waits for the id is a graceful stop.
         if install_signals:
             self._install_signal_handlers()
+        try:
+            workers = self.workers or await self.start(wait_for_id)
+        except StoppedBeforeStart as exc:
+            log.info("%s: exiting", exc)
+            return
         loops = {asyncio.create_task(self._supervise(w, until_idle),
                                      name=f"taskcustody-{w.owner.worker_id}"): w
                  for w in workers}
