@@ -121,7 +121,8 @@ def test_without_a_budget_every_part_runs_to_the_end() -> None:
                             fault_coverage=False))
     assert result.ok and not result.partial
     assert [p.outcome for p in result.parts] == [PASSED, PASSED, PASSED]
-    assert result.stats.examples == 4
+    # (at least those asked for: Hypothesis may run a few more, as the draws fall)
+    assert result.stats.examples >= 4
 
 
 def test_a_counterexample_found_is_shrunk_and_reported_even_once_the_budget_is_spent() -> None:
