@@ -44,7 +44,7 @@ import threading
 from collections.abc import Callable
 from typing import Protocol
 
-from taskcustody_model import Action, apply, enabled_actions, list_of
+from taskcustody_model import Action, apply, enabled_actions, is_live, list_of, prune
 from taskcustody_model.state import ARMED, IDLE, RECORDED, RUNNING, TAKEN
 
 from .. import envelope, scripts

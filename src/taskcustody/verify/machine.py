@@ -55,6 +55,11 @@ PIPELINE_BOUNDS = Bounds(tasks=3, servers=2, workers=2, faults=3)
 #: the registration sent with it is younger than the grace, in the model and in Redis alike.
 LOOP_BOUNDS = Bounds(tasks=3, servers=2, workers=2, faults=3, late_tasks=1, max_recoveries=1,
                      registration_ages=True)
+#: The prefetching loop's and the server loop's machines: the worker loop's, without registrations
+#: that age. Their drivers do not map ages yet (a prefetching take pipeline registers every slot's
+#: list again, which no model action does), so their harness's grace is 0 and the sweeps that
+#: would forget a slot's list are not driven there (`prefetch_loop`'s use of `loops.sparing`).
+UNAGED_LOOP_BOUNDS = LOOP_BOUNDS._replace(registration_ages=False)
 RETRY_BOUNDS = Bounds(tasks=3, servers=2, workers=2, faults=3, max_recoveries=1,
                       handler_failures=True)
 #: The asyncio machine's (`verify --async`): the default's, with asyncio's own fault, a worker
@@ -130,7 +135,9 @@ def build_machine(
     (`aio.AsyncWorker`, stepped by verify/aio.py), with cancellations among their faults."""
     run_stats = stats if stats is not None else RunStats()
     factory = server_factory(implementation)
-    the_bounds = bounds or (LOOP_BOUNDS if drive_loops else default_bounds(prefetching, asyncio))
+    the_bounds = bounds or (
+        (LOOP_BOUNDS if loop_kind == "worker" else UNAGED_LOOP_BOUNDS) if drive_loops
+        else default_bounds(prefetching, asyncio))
     # The class's source text is part of the seed of its derandomized runs (Hypothesis digests
     # the machine class), and those runs are pinned (tests/stateful, the README's figures): an
     # edit of the class body, a comment included, moves every one of them

@@ -407,7 +407,7 @@ class PrefetchLoopDriver(LoopDriver):
         with self._as_the_model_sees():
             return super()._check(name, mode)
 
-    def _interleave(self) -> None:
+    def _interleave(self, name: str = "") -> None:
         ours = [(self.s, self.h.state.processes[self.s][self.i].inc, w) for w in self.slots]
         while self.interleaved < MAX_INTERLEAVED:
             options = [a for a in self.h.enabled() if a.name in INTERLEAVED and not a.is_fault

@@ -253,7 +253,7 @@ class ServerLoopDriver:
                                   f"{h.describe(action)} (by its background thread)",
                                   action.is_fault, actor_of(action, h.state)))
 
-    def _interleave(self) -> None:
+    def _interleave(self, name: str = "") -> None:
         while self.interleaved < MAX_INTERLEAVED:
             options = [a for a in self.h.enabled() if a.name in INTERLEAVED and not a.is_fault
                        and not (a.name == "sweep" and (a.server, a.proc) == (self.s, self.i))]
