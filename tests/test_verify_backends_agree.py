@@ -106,8 +106,12 @@ def test_transport_retries_are_caught_on_a_real_server_only(
     assert _run(None, examples=RETRY_EXAMPLES, refusals=False).failure is None
     caught = _run(server.url, examples=RETRY_EXAMPLES, refusals=False).failure
     # A command sent twice: a take or a drain that runs twice (the state differs from the
-    # model's), or a claim that runs twice and then refuses the id to its own process.
-    assert caught is not None and caught.kind in ("conformance", "ServerIdHeld"), caught
+    # model's), or a claim that runs twice and then refuses the id to its own process; or a
+    # command whose injected drop the retry hid (its reply read on the second try: the harness
+    # says the dropped reply did not surface).
+    assert caught is not None, "the real server's run caught no retried command"
+    assert caught.kind in ("conformance", "ServerIdHeld") or (
+        caught.kind == "fault" and "did not surface" in caught.message), caught
 
 
 def test_every_real_server_only_class_names_tests_that_exist() -> None:

@@ -226,6 +226,8 @@ def canonical(state: State, n_workers: int) -> State:
             break
     registered_ = (state.registered if same_slots
                    else tuple(sorted(rekey(k) for k in state.registered)))
+    fresh_ = (state.fresh if same_slots or not state.fresh
+              else tuple(sorted(rekey(k) for k in state.fresh)))
     if same_tasks:
         # the tasks keep their names: every place that holds only tasks is kept as it is
         return State(
@@ -243,6 +245,7 @@ def canonical(state: State, n_workers: int) -> State:
             faults=state.faults,
             stalled_ever=state.stalled_ever,
             registered=registered_,
+            fresh=fresh_,
             status=state.status,
             recoveries=state.recoveries,
             executions=state.executions,
@@ -271,7 +274,7 @@ def canonical(state: State, n_workers: int) -> State:
         faults=state.faults,
         stalled_ever=state.stalled_ever,
         registered=registered_,
-        fresh=tuple(sorted(rekey(k) for k in state.fresh)) if state.fresh else (),
+        fresh=fresh_,
         status=tuple(new_status) if state.status else (),
         recoveries=tuple(new_recoveries) if state.recoveries else (),
         executions=tuple(new_executions) if state.executions else (),

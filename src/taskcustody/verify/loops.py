@@ -126,6 +126,21 @@ def drivable(h: Harness) -> list[tuple[int, int, int]]:
     return found
 
 
+def sparing_armed(h: Harness, actions: list[Action]) -> list[Action]:
+    """`actions` without the sweeps (and their lost replies) that would forget the list of a
+    worker a production loop left armed (`arm`: its take found the queue empty), its process no
+    longer live, where registrations do not age (the prefetching and server loops' machines,
+    `machine.UNAGED_LOOP_BOUNDS`). The model spares that list (its take is pending); a harness
+    whose grace is 0 would let Redis forget it. With `Bounds.registration_ages` every sweep is
+    driven instead."""
+    if h.bounds.registration_ages:
+        return actions
+    armed = [(s, slot.model_inc, w) for s, procs in enumerate(h.procs) for slot in procs
+             for w, ws in enumerate(slot.workers) if ws.armed and not ws.crashed
+             and not ws.stopped]
+    return sparing(h, actions, armed)
+
+
 def sparing(h: Harness, actions: list[Action], keys: list[tuple[int, int, int]]) -> list[Action]:
     """`actions` without the sweeps (and their lost replies) that would forget the registration
     of one of the lists `keys` (model keys), its owner no longer live: the prefetching loop's

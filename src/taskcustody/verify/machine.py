@@ -156,6 +156,12 @@ def build_machine(
         def __init__(self, *args: Any, **kwargs: Any) -> None:
             super().__init__(*args, **{**user_settings, **kwargs})
 
+        def enabled(self) -> list[Action]:
+            actions = super().enabled()
+            # (production loops whose registrations do not age: no sweep that would forget an
+            # armed worker's list)
+            return loops.sparing_armed(self, actions) if drive_loops else actions
+
     class CustodyMachine(RuleBasedStateMachine):
         """The model drives the real implementation."""
 
