@@ -41,7 +41,7 @@ driver), the server's background thread by verify/server_loop.py (issue 14, poin
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Protocol
 
 from taskcustody_model import Action, apply, enabled_actions, is_live, list_of, prune
@@ -51,7 +51,7 @@ from .. import envelope, scripts
 from ..worker import Worker
 from .faults import command_args
 from .harness import Harness, actor_of
-from .observation import Mismatch, StepRecord, WorkerSlot
+from .observation import Mismatch, ProcSlot, StepRecord, WorkerSlot
 
 #: The commands a worker's loop sends, as model actions: on its own connection by (name, script
 #: hash), on its process's pool by name (a reconcile's first command is the LLEN of its bound; the
@@ -111,19 +111,29 @@ def drivable(h: Harness) -> list[tuple[int, int, int]]:
     """(server, process, worker) of each worker whose loop can be driven now: it holds nothing in
     the harness's hands, its process runs (claimed, drained, not superseded), and the model lets it
     take or reconcile."""
-    enabled = {(a.name, a.server, a.proc, a.worker) for a in h.enabled() if not a.is_fault}
+    enabled = enabled_steps(h)
     found = []
+    for s, i, slot in running_slots(h):
+        for w, ws in enumerate(slot.workers):
+            if ws.worker is None or ws.crashed or ws.stopped or ws.task is not None:
+                continue
+            if ("take", s, i, w) in enabled or ("reconcile", s, i, w) in enabled:
+                found.append((s, i, w))
+    return found
+
+
+def enabled_steps(h: Harness) -> set[tuple[str, int, int, int]]:
+    """(name, server, process, worker) of each step the model enables now, faults left out."""
+    return {(a.name, a.server, a.proc, a.worker) for a in h.enabled() if not a.is_fault}
+
+
+def running_slots(h: Harness) -> Iterator[tuple[int, int, ProcSlot]]:
+    """(server, process, slot) of each process that runs (claimed, drained, not superseded)."""
     for s, procs in enumerate(h.procs):
         for i, slot in enumerate(procs):
-            if i >= len(h.state.processes[s]) or h.state.processes[s][i].phase != RUNNING \
-                    or slot.server.superseded:
-                continue
-            for w, ws in enumerate(slot.workers):
-                if ws.worker is None or ws.crashed or ws.stopped or ws.task is not None:
-                    continue
-                if ("take", s, i, w) in enabled or ("reconcile", s, i, w) in enabled:
-                    found.append((s, i, w))
-    return found
+            if i < len(h.state.processes[s]) and h.state.processes[s][i].phase == RUNNING \
+                    and not slot.server.superseded:
+                yield s, i, slot
 
 
 def sparing(h: Harness, actions: list[Action], keys: list[tuple[int, int, int]]) -> list[Action]:

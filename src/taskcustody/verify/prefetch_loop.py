@@ -39,14 +39,23 @@ from contextlib import contextmanager
 from typing import Protocol
 
 from taskcustody_model import Action, apply, enabled_actions, list_of
-from taskcustody_model.state import ARMED, DIRTY, IDLE, RECORDED, RUNNING, State
+from taskcustody_model.state import ARMED, DIRTY, IDLE, RECORDED, State
 
 from .. import envelope, scripts
 from ..prefetch import PrefetchingWorker
 from ..worker import Worker
 from .faults import command_args
 from .harness import Harness, actor_of
-from .loops import INTERLEAVED, MAX_INTERLEAVED, Choices, LoopDriver, _Stop, sparing
+from .loops import (
+    INTERLEAVED,
+    MAX_INTERLEAVED,
+    Choices,
+    LoopDriver,
+    _Stop,
+    enabled_steps,
+    running_slots,
+    sparing,
+)
 from .observation import Mismatch, StepRecord
 
 #: At most this many writes of the loop (pipelines, reconciles, the lead's commands) before it is
@@ -68,20 +77,15 @@ def drivable(h: Harness) -> list[tuple[int, int, tuple[int, ...]]]:
     prefetching worker: it runs (not superseded), each slot holds nothing in the harness's hands
     and its list is registered (the model's take pipeline re-registers nothing), and the model
     lets one of them take or reconcile."""
-    enabled = {(a.name, a.server, a.proc, a.worker) for a in h.enabled() if not a.is_fault}
+    enabled = enabled_steps(h)
     found = []
-    for s, procs in enumerate(h.procs):
-        for i, slot in enumerate(procs):
-            if i >= len(h.state.processes[s]) or h.state.processes[s][i].phase != RUNNING \
-                    or slot.server.superseded:
-                continue
-            inc = h.state.processes[s][i].inc
-            free = tuple(w for w, ws in enumerate(slot.workers)
-                         if ws.worker is not None and not ws.crashed and not ws.stopped
-                         and ws.task is None and (s, inc, w) in h.state.registered)
-            if any(("take", s, i, w) in enabled or ("reconcile", s, i, w) in enabled
-                   for w in free):
-                found.append((s, i, free))
+    for s, i, slot in running_slots(h):
+        inc = h.state.processes[s][i].inc
+        free = tuple(w for w, ws in enumerate(slot.workers)
+                     if ws.worker is not None and not ws.crashed and not ws.stopped
+                     and ws.task is None and (s, inc, w) in h.state.registered)
+        if any(("take", s, i, w) in enabled or ("reconcile", s, i, w) in enabled for w in free):
+            found.append((s, i, free))
     return found
 
 
