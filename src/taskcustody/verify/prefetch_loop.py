@@ -284,11 +284,7 @@ class PrefetchLoopDriver(LoopDriver):
             self.h.counts["prefetch-loop-suspect-takes"] += 1
         positions = [j for j in range(len(order)) if plain[j] and self._walk(
             plain[:j] + [lost_walk(k) for k in range(j, len(order))]) is not None]
-        lost = self.pchoices.lose_at(positions) if positions else None
-        if lost is not None:
-            self.h.injector.arm("EVALSHA", connection=self.pw._conn if self.pw else None,
-                                skip=lost)
-            self.h.counts["dropped-reply:prefetch-loop"] += 1
+        lost = self._lose_from(positions)
         for k, w in enumerate(order):
             gone = lost is not None and k >= lost
             for a in lost_walk(k) if gone else plain[k]:
@@ -298,6 +294,17 @@ class PrefetchLoopDriver(LoopDriver):
             elif plain[k]:
                 self.pending.append((w, "held"))
         self._sent(len(commands))
+
+    def _lose_from(self, positions: list[int]) -> int | None:
+        """The slot of the pipeline (among `positions`, where the model allows it) whose reply is
+        lost, and every later one's: the injector armed to drop them, and counted; None if none
+        is."""
+        lost = self.pchoices.lose_at(positions) if positions else None
+        if lost is not None:
+            self.h.injector.arm("EVALSHA", connection=self.pw._conn if self.pw else None,
+                                skip=lost)
+            self.h.counts["dropped-reply:prefetch-loop"] += 1
+        return lost
 
     def _release_pipeline(self, commands: list[list[bytes]]) -> None:
         order = [self.by_key[a[3].decode()] for a in commands]
@@ -313,11 +320,7 @@ class PrefetchLoopDriver(LoopDriver):
         lossy = [[Action("dropped_reply", s, i, w, "release")] for w in order]
         positions = [j for j in range(len(order))
                      if self._walk(plain[:j] + lossy[j:]) is not None]
-        lost = self.pchoices.lose_at(positions) if positions else None
-        if lost is not None:
-            self.h.injector.arm("EVALSHA", connection=self.pw._conn if self.pw else None,
-                                skip=lost)
-            self.h.counts["dropped-reply:prefetch-loop"] += 1
+        lost = self._lose_from(positions)
         for k, w in enumerate(order):
             for a in lossy[k] if lost is not None and k >= lost else plain[k]:
                 self._model(a)
