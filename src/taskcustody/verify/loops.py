@@ -42,7 +42,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterator
-from typing import Protocol
+from typing import Any, Protocol
 
 from taskcustody_model import Action, apply, enabled_actions, is_live, list_of, prune
 from taskcustody_model.state import ARMED, IDLE, RECORDED, RUNNING, TAKEN
@@ -134,6 +134,27 @@ def running_slots(h: Harness) -> Iterator[tuple[int, int, ProcSlot]]:
             if i < len(h.state.processes[s]) and h.state.processes[s][i].phase == RUNNING \
                     and not slot.server.superseded:
                 yield s, i, slot
+
+
+def interleave(driver: Any, options: Callable[[], list[Action]],
+               step: Callable[[Action], None] | None = None) -> None:
+    """Other actors' steps, while the `driver` (a loop's or the background thread's) has
+    interleaved fewer than `MAX_INTERLEAVED` in its run: each chosen by its choices among
+    `options()` (asked again after every step; none, or none chosen, ends it) and performed and
+    checked (`step`; by default the harness's step, then its check)."""
+    while driver.interleaved < MAX_INTERLEAVED:
+        now = options()
+        chosen = driver.choices.interleave(now) if now else None
+        if chosen is None:
+            return
+        driver.interleaved += 1
+        if step is None:
+            driver.h.step(chosen)
+            driver.h.check()
+        else:
+            step(chosen)
+        # a superseded process that exits renumbers those after it, on both sides
+        driver.i = driver.h.procs[driver.s].index(driver.slot)
 
 
 def sparing(h: Harness, actions: list[Action], keys: list[tuple[int, int, int]]) -> list[Action]:
@@ -441,17 +462,9 @@ class LoopDriver:
         Redis within the grace of the registration it carries, the assumption the registry's
         collection rests on (docs/protocol.md, section 8)."""
         registers = self.h.bounds.registration_ages and name in REGISTERING
-        while self.interleaved < MAX_INTERLEAVED:
-            options = [a for a in self.h.enabled() if a.name in INTERLEAVED and not a.is_fault
-                       and (a.server, a.proc, a.worker) != (self.s, self.i, self.w)
-                       and not (registers and a.name == "advance_clock")]
-            chosen = self.choices.interleave(options) if options else None
-            if chosen is None:
-                return
-            self.interleaved += 1
-            self.h.step(chosen)
-            self.h.check()
-            # a superseded process that exits renumbers those after it, on both sides
-            self.i = self.h.procs[self.s].index(self.slot)
+        interleave(self, lambda: [
+            a for a in self.h.enabled() if a.name in INTERLEAVED and not a.is_fault
+            and (a.server, a.proc, a.worker) != (self.s, self.i, self.w)
+            and not (registers and a.name == "advance_clock")])
 
 

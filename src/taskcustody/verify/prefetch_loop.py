@@ -48,11 +48,11 @@ from .faults import command_args
 from .harness import Harness, actor_of
 from .loops import (
     INTERLEAVED,
-    MAX_INTERLEAVED,
     Choices,
     LoopDriver,
     _Stop,
     enabled_steps,
+    interleave,
     running_slots,
     sparing,
 )
@@ -416,15 +416,13 @@ class PrefetchLoopDriver(LoopDriver):
 
     def _interleave(self, name: str = "") -> None:
         ours = [(self.s, self.h.state.processes[self.s][self.i].inc, w) for w in self.slots]
-        while self.interleaved < MAX_INTERLEAVED:
-            options = [a for a in self.h.enabled() if a.name in INTERLEAVED and not a.is_fault
-                       and not ((a.server, a.proc) == (self.s, self.i) and a.worker in self.slots)]
-            options = sparing(self.h, options, ours)
-            chosen = self.choices.interleave(options) if options else None
-            if chosen is None:
-                return
-            self.interleaved += 1
+
+        def step(chosen: Action) -> None:
             with self._as_the_model_sees():
                 self.h.step(chosen)
                 self.h.check()
-            self.i = self.h.procs[self.s].index(self.slot)
+
+        interleave(self, lambda: sparing(self.h, [
+            a for a in self.h.enabled() if a.name in INTERLEAVED and not a.is_fault
+            and not ((a.server, a.proc) == (self.s, self.i) and a.worker in self.slots)], ours),
+            step)
