@@ -24,6 +24,7 @@ from taskcustody import (
     ManualClock,
     QueueKeys,
     Server,
+    Settings,
     scripts,
 )
 from taskcustody.aio import AsyncPrefetchingWorker
@@ -42,6 +43,14 @@ from tests.support.aio import (
 
 PREFETCH = 4
 SETTINGS = dataclasses.replace(TEST_SETTINGS, prefetch=PREFETCH)
+
+
+async def _started(client: redis.asyncio.Redis, keys: QueueKeys,
+                   settings: Settings) -> tuple[AsyncServer, AsyncPrefetchingWorker]:
+    """`started_server`'s server and worker: a prefetching one."""
+    server, worker = await started_server(client, keys, settings)
+    assert isinstance(worker, AsyncPrefetchingWorker)
+    return server, worker
 
 
 async def _queued(client: redis.asyncio.Redis, keys: QueueKeys) -> dict[str, int]:
@@ -162,8 +171,7 @@ def test_shutdown_cancels_a_batch_still_running_after_the_grace_and_releases_eve
 def test_shutdown_reconciles_the_lists_a_take_pipeline_cancelled_in_flight_filled(
         backend: Backend, keys: QueueKeys) -> None:
     async def test(client: redis.asyncio.Redis) -> None:
-        server, worker = await started_server(client, keys, SETTINGS)
-        assert isinstance(worker, AsyncPrefetchingWorker)
+        server, worker = await _started(client, keys, SETTINGS)
         gate = worker.conn = Gate(
             worker.conn, lambda a: a[1] == scripts.TAKE_AND_RECORD_SCRIPT.sha
             and a[3] == keys.queue, hold="reply")
@@ -190,8 +198,7 @@ def test_shutdown_ends_an_idle_blocking_take_whose_cancellation_was_swallowed(
     settings = blocking(SETTINGS)
 
     async def test(client: redis.asyncio.Redis) -> None:
-        server, worker = await started_server(client, keys, settings)
-        assert isinstance(worker, AsyncPrefetchingWorker)
+        server, worker = await _started(client, keys, settings)
         lead = worker.lead
         gate = lead.conn = Gate(lead.conn, named(lead.take_command), hold="send", swallow=True)
         run = asyncio.create_task(server.run())
@@ -213,8 +220,7 @@ def test_shutdown_ends_a_take_pipeline_whose_cancellation_was_swallowed(
     settings = blocking(SETTINGS)
 
     async def test(client: redis.asyncio.Redis) -> None:
-        server, worker = await started_server(client, keys, settings)
-        assert isinstance(worker, AsyncPrefetchingWorker)
+        server, worker = await _started(client, keys, settings)
         gate = worker.conn = Gate(
             worker.conn, lambda a: a[1] == scripts.TAKE_AND_RECORD_SCRIPT.sha
             and a[3] == keys.queue, hold="send", swallow=True)
