@@ -5,10 +5,8 @@ SIGTERM stops it cleanly."""
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
@@ -17,6 +15,7 @@ import pytest
 from taskcustody import Producer, QueueKeys, connect, get_result
 from taskcustody.aio import is_async_handler
 from tests.support.redis_server import RedisServerProcess
+from tests.support.worker_command import worker_argv, worker_env
 
 HANDLER = textwrap.dedent('''
     import asyncio
@@ -48,12 +47,10 @@ def test_the_worker_command_runs_an_async_def_handler_on_the_asyncio_server(
     client.flushall()
     keys = QueueKeys("cli-async")
     ids = [Producer(client, keys).enqueue({"n": n}) for n in range(20)]
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
     proc = subprocess.Popen(
-        [sys.executable, "-m", "taskcustody.cli", "worker", "asynctasks:handle", "--queue",
-         "cli-async", "--redis-url", real_redis.url, "--workers", "4", "--block-timeout", "0.2",
-         "--prefetch", str(prefetch)],
-        cwd=tmp_path, env=env, stderr=subprocess.PIPE, text=True)
+        worker_argv("asynctasks:handle", "cli-async", real_redis.url, "--workers", "4",
+                    "--block-timeout", "0.2", "--prefetch", str(prefetch)),
+        cwd=tmp_path, env=worker_env(), stderr=subprocess.PIPE, text=True)
     try:
         results = [get_result(client, keys, task_id, timeout=30) for task_id in ids]
     finally:
@@ -69,11 +66,9 @@ def test_the_worker_command_runs_an_async_def_handler_on_the_asyncio_server(
 def test_an_async_handler_with_what_the_asyncio_api_does_not_serve_is_one_line_exit_1(
         real_redis: RedisServerProcess, tmp_path: Path) -> None:
     (tmp_path / "asynctasks.py").write_text(HANDLER)
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
     result = subprocess.run(
-        [sys.executable, "-m", "taskcustody.cli", "worker", "asynctasks:handle", "--queue",
-         "cli-async", "--redis-url", real_redis.url, "--min-replicas", "1"],
-        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
+        worker_argv("asynctasks:handle", "cli-async", real_redis.url, "--min-replicas", "1"),
+        cwd=tmp_path, env=worker_env(), capture_output=True, text=True, timeout=60)
     assert result.returncode == 1
     assert result.stderr.strip().splitlines() == [
         "Error: an async def handler: min_replicas is not supported by the asyncio API yet: "

@@ -16,7 +16,6 @@ import dataclasses
 import threading
 from typing import Any
 
-import pytest
 import redis.asyncio
 
 from taskcustody import (
@@ -32,21 +31,26 @@ from taskcustody.aio import AsyncPrefetchingWorker
 from taskcustody.envelope import decode
 from tests.conftest import TEST_SETTINGS, Backend
 from tests.helpers import all_custody, commits
-from tests.support.aio import Gate, async_client, finishes, named
+from tests.support.aio import (
+    Gate,
+    blocking,
+    finishes,
+    named,
+    run_with_client,
+    skip_on_fakeredis,
+    started_server,
+)
 
 PREFETCH = 4
 SETTINGS = dataclasses.replace(TEST_SETTINGS, prefetch=PREFETCH)
 
 
-def _run(backend: Backend, test: Any, settings: Settings = SETTINGS) -> None:
-    async def main() -> None:
-        client = async_client(backend, settings)
-        try:
-            await test(client)
-        finally:
-            await client.aclose()
-
-    asyncio.run(main())
+async def _started(client: redis.asyncio.Redis, keys: QueueKeys,
+                   settings: Settings) -> tuple[AsyncServer, AsyncPrefetchingWorker]:
+    """`started_server`'s server and worker: a prefetching one."""
+    server, worker = await started_server(client, keys, settings)
+    assert isinstance(worker, AsyncPrefetchingWorker)
+    return server, worker
 
 
 async def _queued(client: redis.asyncio.Redis, keys: QueueKeys) -> dict[str, int]:
@@ -76,18 +80,16 @@ def test_n_prefetching_workers_in_one_process_commit_every_task_once(
         assert await client.zcard(keys.servers) == 0
         assert await client.zcard(keys.inflight_registry) == 0
 
-    _run(backend, test)
+    run_with_client(test, backend, SETTINGS)
     done = commits(backend.client(), keys)
     assert len(done) == 100 and set(done.values()) == {1}
 
 
 def test_shutdown_cancels_idle_takes_and_lets_a_batch_finish_with_its_prefetched_tasks(
         backend: Backend, keys: QueueKeys) -> None:
-    if not backend.real:
-        pytest.skip("fakeredis's async blocking commands ignore cancellation (pinned in "
-                    "tests/test_fakeredis_gaps.py)")
+    skip_on_fakeredis(backend)
     # Takes that would block for 20 s: the run returns long before, so they were cancelled.
-    settings = dataclasses.replace(SETTINGS, block_timeout=20.0, shutdown_grace=30.0)
+    settings = blocking(SETTINGS)
     started, finish = asyncio.Event(), asyncio.Event()
     ran: list[int] = []
 
@@ -127,7 +129,7 @@ def test_shutdown_cancels_idle_takes_and_lets_a_batch_finish_with_its_prefetched
         assert await _in_custody(client, server) == 0
         assert await client.zcard(keys.servers) == 0
 
-    _run(backend, test, settings)
+    run_with_client(test, backend, settings)
 
 
 def test_shutdown_cancels_a_batch_still_running_after_the_grace_and_releases_every_task(
@@ -163,16 +165,13 @@ def test_shutdown_cancels_a_batch_still_running_after_the_grace_and_releases_eve
         assert await client.hlen(keys.processing) == 0
         assert await client.zcard(keys.servers) == 0
 
-    _run(backend, test, settings)
+    run_with_client(test, backend, settings)
 
 
 def test_shutdown_reconciles_the_lists_a_take_pipeline_cancelled_in_flight_filled(
         backend: Backend, keys: QueueKeys) -> None:
     async def test(client: redis.asyncio.Redis) -> None:
-        server = AsyncServer(client, keys, "aio-1", lambda p: p, workers=1, settings=SETTINGS,
-                             clock=ManualClock())
-        (worker,) = await server.start()
-        assert isinstance(worker, AsyncPrefetchingWorker)
+        server, worker = await _started(client, keys, SETTINGS)
         gate = worker.conn = Gate(
             worker.conn, lambda a: a[1] == scripts.TAKE_AND_RECORD_SCRIPT.sha
             and a[3] == keys.queue, hold="reply")
@@ -189,22 +188,17 @@ def test_shutdown_reconciles_the_lists_a_take_pipeline_cancelled_in_flight_fille
         assert sorted(back) == sorted(ids)
         assert await client.zcard(keys.servers) == 0
 
-    _run(backend, test)
+    run_with_client(test, backend, SETTINGS)
 
 
 def test_shutdown_ends_an_idle_blocking_take_whose_cancellation_was_swallowed(
         backend: Backend, keys: QueueKeys) -> None:
-    if not backend.real:
-        pytest.skip("fakeredis's async blocking commands ignore cancellation (pinned in "
-                    "tests/test_fakeredis_gaps.py)")
+    skip_on_fakeredis(backend)
     # A take that would block for 20 s: the run returns long before, so it was cut.
-    settings = dataclasses.replace(SETTINGS, block_timeout=20.0, shutdown_grace=30.0)
+    settings = blocking(SETTINGS)
 
     async def test(client: redis.asyncio.Redis) -> None:
-        server = AsyncServer(client, keys, "aio-1", lambda p: p, workers=1, settings=settings,
-                             clock=ManualClock())
-        (worker,) = await server.start()
-        assert isinstance(worker, AsyncPrefetchingWorker)
+        server, worker = await _started(client, keys, settings)
         lead = worker.lead
         gate = lead.conn = Gate(lead.conn, named(lead.take_command), hold="send", swallow=True)
         run = asyncio.create_task(server.run())
@@ -217,21 +211,16 @@ def test_shutdown_ends_an_idle_blocking_take_whose_cancellation_was_swallowed(
         assert await _in_custody(client, server) == 0 and not worker.dirty
         assert await client.zcard(keys.servers) == 0
 
-    _run(backend, test, settings)
+    run_with_client(test, backend, settings)
 
 
 def test_shutdown_ends_a_take_pipeline_whose_cancellation_was_swallowed(
         backend: Backend, keys: QueueKeys) -> None:
-    if not backend.real:
-        pytest.skip("fakeredis's async blocking commands ignore cancellation (pinned in "
-                    "tests/test_fakeredis_gaps.py)")
-    settings = dataclasses.replace(SETTINGS, block_timeout=20.0, shutdown_grace=30.0)
+    skip_on_fakeredis(backend)
+    settings = blocking(SETTINGS)
 
     async def test(client: redis.asyncio.Redis) -> None:
-        server = AsyncServer(client, keys, "aio-1", lambda p: p, workers=1, settings=settings,
-                             clock=ManualClock())
-        (worker,) = await server.start()
-        assert isinstance(worker, AsyncPrefetchingWorker)
+        server, worker = await _started(client, keys, settings)
         gate = worker.conn = Gate(
             worker.conn, lambda a: a[1] == scripts.TAKE_AND_RECORD_SCRIPT.sha
             and a[3] == keys.queue, hold="send", swallow=True)
@@ -253,7 +242,7 @@ def test_shutdown_ends_a_take_pipeline_whose_cancellation_was_swallowed(
             assert await client.get(keys.result(task_id)) is None  # never run
         assert await client.zcard(keys.servers) == 0
 
-    _run(backend, test, settings)
+    run_with_client(test, backend, settings)
 
 
 def test_a_threaded_and_an_asyncio_prefetching_server_serve_one_queue_each_task_once(
@@ -288,7 +277,7 @@ def test_a_threaded_and_an_asyncio_prefetching_server_serve_one_queue_each_task_
         await server.run(until_idle=True)
         await asyncio.to_thread(thread.join)
 
-    _run(backend, test)
+    run_with_client(test, backend, SETTINGS)
     done = commits(sync_client, keys)
     assert len(done) == n and set(done.values()) == {1}
     every = ran["sync"] + ran["async"]

@@ -12,25 +12,21 @@ import dataclasses
 import threading
 from typing import Any
 
-import pytest
 import redis.asyncio
 
-from taskcustody import AsyncProducer, AsyncServer, ManualClock, QueueKeys, Server, Settings
+from taskcustody import AsyncProducer, AsyncServer, ManualClock, QueueKeys, Server
 from taskcustody.envelope import decode
 from tests.conftest import TEST_SETTINGS, Backend
 from tests.helpers import commits
-from tests.support.aio import Gate, async_client, finishes, named
-
-
-def _run(backend: Backend, test: Any, settings: Settings = TEST_SETTINGS) -> None:
-    async def main() -> None:
-        client = async_client(backend, settings)
-        try:
-            await test(client)
-        finally:
-            await client.aclose()
-
-    asyncio.run(main())
+from tests.support.aio import (
+    Gate,
+    blocking,
+    finishes,
+    named,
+    run_with_client,
+    skip_on_fakeredis,
+    started_server,
+)
 
 
 def test_n_async_workers_in_one_process_commit_every_task_once(backend: Backend,
@@ -60,7 +56,7 @@ def test_n_async_workers_in_one_process_commit_every_task_once(backend: Backend,
         assert await client.zcard(keys.servers) == 0
         assert await client.zcard(keys.inflight_registry) == 0
 
-    _run(backend, test)
+    run_with_client(test, backend)
     done = commits(backend.client(), keys)
     assert len(done) == 60 and set(done.values()) == {1}
     assert overlap > 1  # the workers ran concurrently
@@ -68,11 +64,9 @@ def test_n_async_workers_in_one_process_commit_every_task_once(backend: Backend,
 
 def test_shutdown_cancels_idle_takes_at_once_and_lets_a_running_handler_finish(
         backend: Backend, keys: QueueKeys) -> None:
-    if not backend.real:
-        pytest.skip("fakeredis's async blocking commands ignore cancellation (pinned in "
-                    "tests/test_fakeredis_gaps.py)")
+    skip_on_fakeredis(backend)
     # Takes that would block for 20 s: the run returns long before, so they were cancelled.
-    settings = dataclasses.replace(TEST_SETTINGS, block_timeout=20.0, shutdown_grace=30.0)
+    settings = blocking(TEST_SETTINGS)
     started, finish = asyncio.Event(), asyncio.Event()
 
     async def handler(payload: Any) -> Any:
@@ -104,7 +98,7 @@ def test_shutdown_cancels_idle_takes_at_once_and_lets_a_running_handler_finish(
         for worker in server.workers:
             assert await client.llen(worker.list_key) == 0
 
-    _run(backend, test, settings)
+    run_with_client(test, backend, settings)
 
 
 def test_shutdown_cancels_a_handler_still_running_after_the_grace_and_releases_its_task(
@@ -136,15 +130,13 @@ def test_shutdown_cancels_a_handler_still_running_after_the_grace_and_releases_i
             assert await client.llen(worker.list_key) == 0
         assert await client.zcard(keys.servers) == 0
 
-    _run(backend, test)
+    run_with_client(test, backend)
 
 
 def test_shutdown_reconciles_a_list_a_take_cancelled_with_its_reply_in_flight_filled(
         backend: Backend, keys: QueueKeys) -> None:
     async def test(client: redis.asyncio.Redis) -> None:
-        server = AsyncServer(client, keys, "aio-1", lambda p: p, workers=1,
-                             settings=TEST_SETTINGS, clock=ManualClock())
-        (worker,) = await server.start()
+        server, worker = await started_server(client, keys, TEST_SETTINGS)
         gate = worker.conn = Gate(worker.conn, named(worker.take_command), hold="reply")
         task_id = await AsyncProducer(client, keys).enqueue("p")
         run = asyncio.create_task(server.run())
@@ -157,21 +149,17 @@ def test_shutdown_reconciles_a_list_a_take_cancelled_with_its_reply_in_flight_fi
         assert decode(raw).id == task_id
         assert await client.zcard(keys.servers) == 0
 
-    _run(backend, test)
+    run_with_client(test, backend)
 
 
 def test_shutdown_ends_an_idle_take_whose_cancellation_was_swallowed(
         backend: Backend, keys: QueueKeys) -> None:
-    if not backend.real:
-        pytest.skip("fakeredis's async blocking commands ignore cancellation (pinned in "
-                    "tests/test_fakeredis_gaps.py)")
+    skip_on_fakeredis(backend)
     # A take that would block for 20 s: the run returns long before, so it was cut.
-    settings = dataclasses.replace(TEST_SETTINGS, block_timeout=20.0, shutdown_grace=30.0)
+    settings = blocking(TEST_SETTINGS)
 
     async def test(client: redis.asyncio.Redis) -> None:
-        server = AsyncServer(client, keys, "aio-1", lambda p: p, workers=1, settings=settings,
-                             clock=ManualClock())
-        (worker,) = await server.start()
+        server, worker = await started_server(client, keys, settings)
         gate = worker.conn = Gate(worker.conn, named(worker.take_command), hold="send",
                                   swallow=True)
         run = asyncio.create_task(server.run())
@@ -184,15 +172,13 @@ def test_shutdown_ends_an_idle_take_whose_cancellation_was_swallowed(
         assert await client.llen(worker.list_key) == 0 and not worker.dirty
         assert await client.zcard(keys.servers) == 0
 
-    _run(backend, test, settings)
+    run_with_client(test, backend, settings)
 
 
 def test_shutdown_cutting_a_take_with_its_reply_in_flight_leaves_the_worker_dirty(
         backend: Backend, keys: QueueKeys) -> None:
     async def test(client: redis.asyncio.Redis) -> None:
-        server = AsyncServer(client, keys, "aio-1", lambda p: p, workers=1,
-                             settings=TEST_SETTINGS, clock=ManualClock())
-        (worker,) = await server.start()
+        server, worker = await started_server(client, keys, TEST_SETTINGS)
         gate = worker.conn = Gate(worker.conn, named(worker.take_command), hold="read",
                                   swallow=True)
         task_id = await AsyncProducer(client, keys).enqueue("p")
@@ -210,7 +196,7 @@ def test_shutdown_cutting_a_take_with_its_reply_in_flight_leaves_the_worker_dirt
         assert await client.get(keys.result(task_id)) is None  # never run
         assert await client.zcard(keys.servers) == 0
 
-    _run(backend, test)
+    run_with_client(test, backend)
 
 
 def test_a_threaded_and_an_asyncio_server_serve_one_queue_each_task_committed_once(
@@ -245,7 +231,7 @@ def test_a_threaded_and_an_asyncio_server_serve_one_queue_each_task_committed_on
         await server.run(until_idle=True)
         await asyncio.to_thread(thread.join)
 
-    _run(backend, test)
+    run_with_client(test, backend)
     done = commits(sync_client, keys)
     assert len(done) == n and set(done.values()) == {1}
     assert ran["sync"] | ran["async"] == set(range(n))

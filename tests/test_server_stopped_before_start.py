@@ -8,10 +8,8 @@ only after `start`, so that SIGTERM killed the process (exit -15)."""
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
-import sys
 import textwrap
 import threading
 from pathlib import Path
@@ -21,6 +19,7 @@ import redis
 
 from taskcustody import QueueKeys, Server, Settings, connect
 from tests.support.redis_server import RedisServerProcess
+from tests.support.worker_command import worker_argv, worker_env
 
 HANDLERS = textwrap.dedent('''
     def handle(payload):
@@ -58,12 +57,10 @@ def test_sigterm_while_waiting_for_the_id_exits_0_and_claims_nothing(
     keys = QueueKeys("stop-before-start")
     _hold_the_id(real_redis.url, keys, "held")
     held = _registrations(client, keys)
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
     proc = subprocess.Popen(
-        [sys.executable, "-m", "taskcustody.cli", "worker", handler, "--queue",
-         "stop-before-start", "--redis-url", real_redis.url, "--server-id", "held",
-         "--wait-for-id", "600"],
-        cwd=tmp_path, env=env, stderr=subprocess.PIPE, text=True)
+        worker_argv(handler, "stop-before-start", real_redis.url, "--server-id", "held",
+                    "--wait-for-id", "600"),
+        cwd=tmp_path, env=worker_env(), stderr=subprocess.PIPE, text=True)
     try:
         assert proc.stderr is not None
         seen: list[str] = []

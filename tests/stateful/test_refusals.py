@@ -46,6 +46,14 @@ def _run(backend: Backend, examples: int) -> RunStats:
     return stats
 
 
+def _refusal_message(backend: Backend) -> str:
+    """The message of the `refusal` mismatch that a run of 30 examples must fail with."""
+    with pytest.raises(Mismatch) as failure:
+        _run(backend, 30)
+    assert failure.value.kind == "refusal"
+    return failure.value.message
+
+
 def test_the_implementation_refuses_each_kind_of_attempt(backend: Backend) -> None:
     """The real implementation meets every kind of attempt and refuses each (else `_run` raises
     the `refusal` mismatch): the test that kills the named mutants `claim-ignores-live-holder`
@@ -64,10 +72,7 @@ def test_an_implementation_that_accepts_what_it_must_refuse_fails(
     # after the test above has met the mutant)
     assert source.count(refusing) == 1
     monkeypatch.setattr(scripts, name, source.replace(refusing, accepting))
-    with pytest.raises(Mismatch) as failure:
-        _run(backend, 30)
-    assert failure.value.kind == "refusal"
-    assert ("claim" if kind == "claim_held" else "drain") in failure.value.message
+    assert ("claim" if kind == "claim_held" else "drain") in _refusal_message(backend)
 
 
 def test_a_superseded_process_whose_heartbeat_takes_its_id_back_fails(
@@ -86,10 +91,7 @@ def test_a_superseded_process_whose_heartbeat_takes_its_id_back_fails(
         heartbeat(self)
 
     monkeypatch.setattr(Server, "heartbeat", takes_the_id_back)
-    with pytest.raises(Mismatch) as failure:
-        _run(backend, 30)
-    assert failure.value.kind == "refusal"
-    assert "superseded" in failure.value.message
+    assert "superseded" in _refusal_message(backend)
 
 
 def test_verify_fails_an_implementation_that_claims_a_held_id(
@@ -117,10 +119,7 @@ def test_a_superseded_process_that_goes_on_after_a_refused_heartbeat_fails(
             heartbeat(self)
 
     monkeypatch.setattr(Server, "heartbeat", goes_on)
-    with pytest.raises(Mismatch) as failure:
-        _run(backend, 30)
-    assert failure.value.kind == "refusal"
-    assert "went on" in failure.value.message
+    assert "went on" in _refusal_message(backend)
 
 
 def test_every_kind_is_attempted_in_every_example_it_is_in_reach(backend: Backend) -> None:

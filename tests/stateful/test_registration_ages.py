@@ -23,18 +23,23 @@ from taskcustody.verify.machine import LOOP_BOUNDS
 from tests.conftest import Backend
 
 
-class _Choices:
-    """The loop driver's choices: just before the loop's take, worker 1 of server 1 takes the
-    queue's last task (so the loop's take finds the queue empty); nothing else."""
-
-    def __init__(self) -> None:
-        self.stepped = False
+class _Steady:
+    """Loop driver choices that never stop the loop nor lose a reply (subclasses say what to
+    interleave)."""
 
     def stop(self) -> bool:
         return False
 
     def lose(self, action: Action) -> bool:
         return False
+
+
+class _Choices(_Steady):
+    """The loop driver's choices: just before the loop's take, worker 1 of server 1 takes the
+    queue's last task (so the loop's take finds the queue empty); nothing else."""
+
+    def __init__(self) -> None:
+        self.stepped = False
 
     def interleave(self, options: list[Action]) -> Action | None:
         if self.stepped:
@@ -103,19 +108,13 @@ def test_a_sweep_that_ignores_the_registration_age_is_caught(backend: Backend) -
         h.close()
 
 
-class _Ticks:
+class _Ticks(_Steady):
     """The loop driver's choices: a tick whenever one is offered (at most one), nothing else;
     records the options offered before each of the loop's commands."""
 
     def __init__(self) -> None:
         self.offered: list[list[str]] = []
         self.ticked = False
-
-    def stop(self) -> bool:
-        return False
-
-    def lose(self, action: Action) -> bool:
-        return False
 
     def interleave(self, options: list[Action]) -> Action | None:
         self.offered.append([a.name for a in options])

@@ -4,13 +4,15 @@ that holds one command where the test says, so that a cancellation lands exactly
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections import deque
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+import pytest
 import redis.asyncio
 
-from taskcustody import Settings
+from taskcustody import AsyncServer, ManualClock, QueueKeys, Settings
 from taskcustody.aio import connect_async, connect_fake_async
 from tests.conftest import TEST_SETTINGS, Backend
 
@@ -25,16 +27,41 @@ def async_client(backend: Backend, settings: Settings = TEST_SETTINGS) -> redis.
 
 
 def run_with_client(test: Callable[[redis.asyncio.Redis], Awaitable[None]],
-                    backend: Backend) -> None:
-    """Run `test(client)` in a new event loop, with an asyncio client of `backend` closed after."""
+                    backend: Backend, settings: Settings = TEST_SETTINGS) -> None:
+    """Run `test(client)` in a new event loop, with an asyncio client of `backend` (made with
+    `settings`) closed after."""
     async def main() -> None:
-        client = async_client(backend)
+        client = async_client(backend, settings)
         try:
             await test(client)
         finally:
             await client.aclose()
 
     asyncio.run(main())
+
+
+def skip_on_fakeredis(backend: Backend) -> None:
+    """Skips a test that cancels a blocking command on fakeredis, whose async blocking commands
+    ignore cancellation (pinned in tests/test_fakeredis_gaps.py)."""
+    if not backend.real:
+        pytest.skip("fakeredis's async blocking commands ignore cancellation (pinned in "
+                    "tests/test_fakeredis_gaps.py)")
+
+
+def blocking(settings: Settings) -> Settings:
+    """`settings` with takes that block for 20 s and a grace of 30 s: a run that returns long
+    before cancelled or cut its takes."""
+    return dataclasses.replace(settings, block_timeout=20.0, shutdown_grace=30.0)
+
+
+async def started_server(client: redis.asyncio.Redis, keys: QueueKeys,
+                         settings: Settings) -> tuple[AsyncServer, Any]:
+    """An `AsyncServer` of one worker whose handler returns its payload, started (registered,
+    not yet running), and its worker."""
+    server = AsyncServer(client, keys, "aio-1", lambda p: p, workers=1, settings=settings,
+                         clock=ManualClock())
+    (worker,) = await server.start()
+    return server, worker
 
 
 def named(name: str, sha: str | None = None) -> Match:

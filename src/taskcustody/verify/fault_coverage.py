@@ -117,21 +117,39 @@ def judge(counts: Mapping[str, int], kinds: Sequence[str], minimum: int = MINIMU
 
 def coverage_lines(cov: Coverage) -> list[str]:
     """The terminal report's section: every kind's count, marked where it falls short."""
-    lines = [f"fault coverage (each kind >= {cov.minimum}, each lost reply >= 1/{cov.ratio} "
-             f"of {REFERENCE}): {'met' if cov.ok else 'NOT MET'}"]
-    short = {line.split(" ", 1)[0] for line in cov.short}
-    for k, n in cov.counts.items():
-        lines.append(f"    {k:32} {n:8,}" + ("   <- short" if k in short else ""))
-    return lines
+    return count_lines(f"fault coverage (each kind >= {cov.minimum}, each lost reply >= "
+                       f"1/{cov.ratio} of {REFERENCE})", cov.counts, cov.short)
 
 
 def coverage_html(cov: Coverage) -> str:
+    return count_html("Fault coverage", f"each kind at least {cov.minimum} times, each lost "
+                      f"reply at least 1/{cov.ratio} of {REFERENCE}", cov.counts, cov.short)
+
+
+def _short_kinds(short: Sequence[str]) -> set[str]:
+    """The kinds named by a gate's shortfall lines (each line begins with its kind)."""
+    return {line.split(" ", 1)[0] for line in short}
+
+
+def count_lines(heading: str, counts: Mapping[str, int], short: Sequence[str]) -> list[str]:
+    """A coverage gate's terminal section: `heading` and the verdict, then every kind's count,
+    marked where it falls short (`short`: the gate's shortfall lines). Shared with the refusal
+    gate (`refusal_aiming.coverage_lines`)."""
+    lines = [f"{heading}: {'NOT MET' if short else 'met'}"]
+    marked = _short_kinds(short)
+    for k, n in counts.items():
+        lines.append(f"    {k:32} {n:8,}" + ("   <- short" if k in marked else ""))
+    return lines
+
+
+def count_html(title: str, requirement: str, counts: Mapping[str, int],
+               short: Sequence[str]) -> str:
+    """A coverage gate's HTML section: `title`, what it requires and the verdict, and a table of
+    every kind's count, marked where it falls short. Shared with the refusal gate."""
     e = html.escape
-    short = {line.split(" ", 1)[0] for line in cov.short}
+    marked = _short_kinds(short)
     rows = "".join(f"<tr><td>{e(k)}</td><td class=\"num\">{n:,}</td>"
-                   f"<td>{'short' if k in short else ''}</td></tr>"
-                   for k, n in cov.counts.items())
-    verdict = "met" if cov.ok else "NOT MET: " + "; ".join(cov.short)
-    return (f"<h2>Fault coverage</h2><p>each kind at least {cov.minimum} times, each lost "
-            f"reply at least 1/{cov.ratio} of {e(REFERENCE)}: {e(verdict)}</p>"
-            f"<table>{rows}</table>")
+                   f"<td>{'short' if k in marked else ''}</td></tr>"
+                   for k, n in counts.items())
+    verdict = "NOT MET: " + "; ".join(short) if short else "met"
+    return f"<h2>{title}</h2><p>{e(requirement)}: {e(verdict)}</p><table>{rows}</table>"

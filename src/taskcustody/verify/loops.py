@@ -41,8 +41,8 @@ driver), the server's background thread by verify/server_loop.py (issue 14, poin
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
-from typing import Protocol
+from collections.abc import Callable, Iterator
+from typing import Any, Protocol
 
 from taskcustody_model import Action, apply, enabled_actions, is_live, list_of, prune
 from taskcustody_model.state import ARMED, IDLE, RECORDED, RUNNING, TAKEN
@@ -51,7 +51,7 @@ from .. import envelope, scripts
 from ..worker import Worker
 from .faults import command_args
 from .harness import Harness, actor_of
-from .observation import Mismatch, StepRecord, WorkerSlot
+from .observation import Mismatch, ProcSlot, StepRecord, WorkerSlot
 
 #: The commands a worker's loop sends, as model actions: on its own connection by (name, script
 #: hash), on its process's pool by name (a reconcile's first command is the LLEN of its bound; the
@@ -111,19 +111,50 @@ def drivable(h: Harness) -> list[tuple[int, int, int]]:
     """(server, process, worker) of each worker whose loop can be driven now: it holds nothing in
     the harness's hands, its process runs (claimed, drained, not superseded), and the model lets it
     take or reconcile."""
-    enabled = {(a.name, a.server, a.proc, a.worker) for a in h.enabled() if not a.is_fault}
+    enabled = enabled_steps(h)
     found = []
+    for s, i, slot in running_slots(h):
+        for w, ws in enumerate(slot.workers):
+            if ws.worker is None or ws.crashed or ws.stopped or ws.task is not None:
+                continue
+            if ("take", s, i, w) in enabled or ("reconcile", s, i, w) in enabled:
+                found.append((s, i, w))
+    return found
+
+
+def enabled_steps(h: Harness) -> set[tuple[str, int, int, int]]:
+    """(name, server, process, worker) of each step the model enables now, faults left out."""
+    return {(a.name, a.server, a.proc, a.worker) for a in h.enabled() if not a.is_fault}
+
+
+def running_slots(h: Harness) -> Iterator[tuple[int, int, ProcSlot]]:
+    """(server, process, slot) of each process that runs (claimed, drained, not superseded)."""
     for s, procs in enumerate(h.procs):
         for i, slot in enumerate(procs):
-            if i >= len(h.state.processes[s]) or h.state.processes[s][i].phase != RUNNING \
-                    or slot.server.superseded:
-                continue
-            for w, ws in enumerate(slot.workers):
-                if ws.worker is None or ws.crashed or ws.stopped or ws.task is not None:
-                    continue
-                if ("take", s, i, w) in enabled or ("reconcile", s, i, w) in enabled:
-                    found.append((s, i, w))
-    return found
+            if i < len(h.state.processes[s]) and h.state.processes[s][i].phase == RUNNING \
+                    and not slot.server.superseded:
+                yield s, i, slot
+
+
+def interleave(driver: Any, options: Callable[[], list[Action]],
+               step: Callable[[Action], None] | None = None) -> None:
+    """Other actors' steps, while the `driver` (a loop's or the background thread's) has
+    interleaved fewer than `MAX_INTERLEAVED` in its run: each chosen by its choices among
+    `options()` (asked again after every step; none, or none chosen, ends it) and performed and
+    checked (`step`; by default the harness's step, then its check)."""
+    while driver.interleaved < MAX_INTERLEAVED:
+        now = options()
+        chosen = driver.choices.interleave(now) if now else None
+        if chosen is None:
+            return
+        driver.interleaved += 1
+        if step is None:
+            driver.h.step(chosen)
+            driver.h.check()
+        else:
+            step(chosen)
+        # a superseded process that exits renumbers those after it, on both sides
+        driver.i = driver.h.procs[driver.s].index(driver.slot)
 
 
 def sparing_armed(h: Harness, actions: list[Action]) -> list[Action]:
@@ -446,17 +477,9 @@ class LoopDriver:
         Redis within the grace of the registration it carries, the assumption the registry's
         collection rests on (docs/protocol.md, section 8)."""
         registers = self.h.bounds.registration_ages and name in REGISTERING
-        while self.interleaved < MAX_INTERLEAVED:
-            options = [a for a in self.h.enabled() if a.name in INTERLEAVED and not a.is_fault
-                       and (a.server, a.proc, a.worker) != (self.s, self.i, self.w)
-                       and not (registers and a.name == "advance_clock")]
-            chosen = self.choices.interleave(options) if options else None
-            if chosen is None:
-                return
-            self.interleaved += 1
-            self.h.step(chosen)
-            self.h.check()
-            # a superseded process that exits renumbers those after it, on both sides
-            self.i = self.h.procs[self.s].index(self.slot)
+        interleave(self, lambda: [
+            a for a in self.h.enabled() if a.name in INTERLEAVED and not a.is_fault
+            and (a.server, a.proc, a.worker) != (self.s, self.i, self.w)
+            and not (registers and a.name == "advance_clock")])
 
 

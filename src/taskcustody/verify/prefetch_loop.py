@@ -39,14 +39,23 @@ from contextlib import contextmanager
 from typing import Protocol
 
 from taskcustody_model import Action, apply, enabled_actions, list_of
-from taskcustody_model.state import ARMED, DIRTY, IDLE, RECORDED, RUNNING, State
+from taskcustody_model.state import ARMED, DIRTY, IDLE, RECORDED, State
 
 from .. import envelope, scripts
 from ..prefetch import PrefetchingWorker
 from ..worker import Worker
 from .faults import command_args
 from .harness import Harness, actor_of
-from .loops import INTERLEAVED, MAX_INTERLEAVED, Choices, LoopDriver, _Stop, sparing
+from .loops import (
+    INTERLEAVED,
+    Choices,
+    LoopDriver,
+    _Stop,
+    enabled_steps,
+    interleave,
+    running_slots,
+    sparing,
+)
 from .observation import Mismatch, StepRecord
 
 #: At most this many writes of the loop (pipelines, reconciles, the lead's commands) before it is
@@ -68,20 +77,15 @@ def drivable(h: Harness) -> list[tuple[int, int, tuple[int, ...]]]:
     prefetching worker: it runs (not superseded), each slot holds nothing in the harness's hands
     and its list is registered (the model's take pipeline re-registers nothing), and the model
     lets one of them take or reconcile."""
-    enabled = {(a.name, a.server, a.proc, a.worker) for a in h.enabled() if not a.is_fault}
+    enabled = enabled_steps(h)
     found = []
-    for s, procs in enumerate(h.procs):
-        for i, slot in enumerate(procs):
-            if i >= len(h.state.processes[s]) or h.state.processes[s][i].phase != RUNNING \
-                    or slot.server.superseded:
-                continue
-            inc = h.state.processes[s][i].inc
-            free = tuple(w for w, ws in enumerate(slot.workers)
-                         if ws.worker is not None and not ws.crashed and not ws.stopped
-                         and ws.task is None and (s, inc, w) in h.state.registered)
-            if any(("take", s, i, w) in enabled or ("reconcile", s, i, w) in enabled
-                   for w in free):
-                found.append((s, i, free))
+    for s, i, slot in running_slots(h):
+        inc = h.state.processes[s][i].inc
+        free = tuple(w for w, ws in enumerate(slot.workers)
+                     if ws.worker is not None and not ws.crashed and not ws.stopped
+                     and ws.task is None and (s, inc, w) in h.state.registered)
+        if any(("take", s, i, w) in enabled or ("reconcile", s, i, w) in enabled for w in free):
+            found.append((s, i, free))
     return found
 
 
@@ -280,11 +284,7 @@ class PrefetchLoopDriver(LoopDriver):
             self.h.counts["prefetch-loop-suspect-takes"] += 1
         positions = [j for j in range(len(order)) if plain[j] and self._walk(
             plain[:j] + [lost_walk(k) for k in range(j, len(order))]) is not None]
-        lost = self.pchoices.lose_at(positions) if positions else None
-        if lost is not None:
-            self.h.injector.arm("EVALSHA", connection=self.pw._conn if self.pw else None,
-                                skip=lost)
-            self.h.counts["dropped-reply:prefetch-loop"] += 1
+        lost = self._lose_from(positions)
         for k, w in enumerate(order):
             gone = lost is not None and k >= lost
             for a in lost_walk(k) if gone else plain[k]:
@@ -294,6 +294,17 @@ class PrefetchLoopDriver(LoopDriver):
             elif plain[k]:
                 self.pending.append((w, "held"))
         self._sent(len(commands))
+
+    def _lose_from(self, positions: list[int]) -> int | None:
+        """The slot of the pipeline (among `positions`, where the model allows it) whose reply is
+        lost, and every later one's: the injector armed to drop them, and counted; None if none
+        is."""
+        lost = self.pchoices.lose_at(positions) if positions else None
+        if lost is not None:
+            self.h.injector.arm("EVALSHA", connection=self.pw._conn if self.pw else None,
+                                skip=lost)
+            self.h.counts["dropped-reply:prefetch-loop"] += 1
+        return lost
 
     def _release_pipeline(self, commands: list[list[bytes]]) -> None:
         order = [self.by_key[a[3].decode()] for a in commands]
@@ -309,11 +320,7 @@ class PrefetchLoopDriver(LoopDriver):
         lossy = [[Action("dropped_reply", s, i, w, "release")] for w in order]
         positions = [j for j in range(len(order))
                      if self._walk(plain[:j] + lossy[j:]) is not None]
-        lost = self.pchoices.lose_at(positions) if positions else None
-        if lost is not None:
-            self.h.injector.arm("EVALSHA", connection=self.pw._conn if self.pw else None,
-                                skip=lost)
-            self.h.counts["dropped-reply:prefetch-loop"] += 1
+        lost = self._lose_from(positions)
         for k, w in enumerate(order):
             for a in lossy[k] if lost is not None and k >= lost else plain[k]:
                 self._model(a)
@@ -409,15 +416,13 @@ class PrefetchLoopDriver(LoopDriver):
 
     def _interleave(self, name: str = "") -> None:
         ours = [(self.s, self.h.state.processes[self.s][self.i].inc, w) for w in self.slots]
-        while self.interleaved < MAX_INTERLEAVED:
-            options = [a for a in self.h.enabled() if a.name in INTERLEAVED and not a.is_fault
-                       and not ((a.server, a.proc) == (self.s, self.i) and a.worker in self.slots)]
-            options = sparing(self.h, options, ours)
-            chosen = self.choices.interleave(options) if options else None
-            if chosen is None:
-                return
-            self.interleaved += 1
+
+        def step(chosen: Action) -> None:
             with self._as_the_model_sees():
                 self.h.step(chosen)
                 self.h.check()
-            self.i = self.h.procs[self.s].index(self.slot)
+
+        interleave(self, lambda: sparing(self.h, [
+            a for a in self.h.enabled() if a.name in INTERLEAVED and not a.is_fault
+            and not ((a.server, a.proc) == (self.s, self.i) and a.worker in self.slots)], ours),
+            step)

@@ -26,13 +26,13 @@ MET" and the counts (`judge`).
 
 from __future__ import annotations
 
-import html
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from taskcustody_model import REFUSALS, Action, Attempt, Config, State, refused_attempts
 
 from .aiming import shortest_walk
+from .fault_coverage import count_html, count_lines
 
 #: The harness steps a walk is made of: enough to hold a task (a live owner's list), to stall a
 #: process until its lease lapses and claim its id anew (a held id, a superseded process) and to
@@ -105,20 +105,10 @@ def judge(counts: Mapping[str, int], minimum: int = MINIMUM) -> RefusalCoverage:
 
 def coverage_lines(cov: RefusalCoverage) -> list[str]:
     """The terminal report's section: every kind's count, marked where it falls short."""
-    lines = [f"refusal coverage (each kind attempted >= {cov.minimum} times): "
-             f"{'met' if cov.ok else 'NOT MET'}"]
-    short = {line.split(" ", 1)[0] for line in cov.short}
-    for k, n in cov.counts.items():
-        lines.append(f"    {k:32} {n:8,}" + ("   <- short" if k in short else ""))
-    return lines
+    return count_lines(f"refusal coverage (each kind attempted >= {cov.minimum} times)",
+                       cov.counts, cov.short)
 
 
 def coverage_html(cov: RefusalCoverage) -> str:
-    e = html.escape
-    short = {line.split(" ", 1)[0] for line in cov.short}
-    rows = "".join(f"<tr><td>{e(k)}</td><td class=\"num\">{n:,}</td>"
-                   f"<td>{'short' if k in short else ''}</td></tr>"
-                   for k, n in cov.counts.items())
-    verdict = "met" if cov.ok else "NOT MET: " + "; ".join(cov.short)
-    return (f"<h2>Refusal coverage</h2><p>each kind of attempt the model refuses made at least "
-            f"{cov.minimum} times: {e(verdict)}</p><table>{rows}</table>")
+    return count_html("Refusal coverage", "each kind of attempt the model refuses made at least "
+                      f"{cov.minimum} times", cov.counts, cov.short)

@@ -36,7 +36,7 @@ from taskcustody_model.state import RUNNING
 
 from ..server import Server
 from .harness import Harness, actor_of
-from .loops import INTERLEAVED, MAX_INTERLEAVED, _Stop
+from .loops import INTERLEAVED, _Stop, interleave
 from .observation import Mismatch, StepRecord
 
 MIN_BEATS = 4
@@ -254,13 +254,6 @@ class ServerLoopDriver:
                                   action.is_fault, actor_of(action, h.state)))
 
     def _interleave(self, name: str = "") -> None:
-        while self.interleaved < MAX_INTERLEAVED:
-            options = [a for a in self.h.enabled() if a.name in INTERLEAVED and not a.is_fault
-                       and not (a.name == "sweep" and (a.server, a.proc) == (self.s, self.i))]
-            chosen = self.choices.interleave(options) if options else None
-            if chosen is None:
-                return
-            self.interleaved += 1
-            self.h.step(chosen)
-            self.h.check()
-            self.i = self.h.procs[self.s].index(self.slot)
+        interleave(self, lambda: [
+            a for a in self.h.enabled() if a.name in INTERLEAVED and not a.is_fault
+            and not (a.name == "sweep" and (a.server, a.proc) == (self.s, self.i))])

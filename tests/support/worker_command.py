@@ -1,0 +1,20 @@
+"""The `taskcustody worker` command as a subprocess, the way the command-line tests start it: in a
+folder the test wrote its handler module into, with this test run's import path."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+
+def worker_argv(handler: str, queue: str, redis_url: str, *options: str) -> list[str]:
+    """`taskcustody worker HANDLER --queue QUEUE --redis-url URL OPTIONS...` as a subprocess's
+    arguments (this interpreter, the package's command module)."""
+    return [sys.executable, "-m", "taskcustody.cli", "worker", handler, "--queue", queue,
+            "--redis-url", redis_url, *options]
+
+
+def worker_env() -> dict[str, str]:
+    """The environment with this test run's `sys.path` as PYTHONPATH: the subprocess imports the
+    package under test (and, run in the test's folder, the handler module written there)."""
+    return dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
