@@ -44,7 +44,7 @@ import threading
 from collections.abc import Callable, Iterator
 from typing import Any, Protocol
 
-from taskcustody_model import Action, apply, enabled_actions, is_live, list_of, prune
+from taskcustody_model import Action, apply, enabled_actions, list_of
 from taskcustody_model.state import ARMED, IDLE, RECORDED, RUNNING, TAKEN
 
 from .. import envelope, scripts
@@ -155,44 +155,6 @@ def interleave(driver: Any, options: Callable[[], list[Action]],
             step(chosen)
         # a superseded process that exits renumbers those after it, on both sides
         driver.i = driver.h.procs[driver.s].index(driver.slot)
-
-
-def sparing_armed(h: Harness, actions: list[Action]) -> list[Action]:
-    """`actions` without the sweeps (and their lost replies) that would forget the list of a
-    worker a production loop left armed (`arm`: its take found the queue empty), its process no
-    longer live, where registrations do not age (the prefetching and server loops' machines,
-    `machine.UNAGED_LOOP_BOUNDS`). The model spares that list (its take is pending); a harness
-    whose grace is 0 would let Redis forget it. With `Bounds.registration_ages` every sweep is
-    driven instead."""
-    if h.bounds.registration_ages:
-        return actions
-    armed = [(s, slot.model_inc, w) for s, procs in enumerate(h.procs) for slot in procs
-             for w, ws in enumerate(slot.workers) if ws.armed and not ws.crashed
-             and not ws.stopped]
-    return sparing(h, actions, armed)
-
-
-def sparing(h: Harness, actions: list[Action], keys: list[tuple[int, int, int]]) -> list[Action]:
-    """`actions` without the sweeps (and their lost replies) that would forget the registration
-    of one of the lists `keys` (model keys), its owner no longer live: the prefetching loop's
-    driver spares its slots' lists so (verify/prefetch_loop.py)."""
-    if not keys:
-        return actions
-    state = h.state
-    registry = prune(state.registry)
-    held = {k for k, _ in state.lists}
-    forgettable = [k for k in keys if k in state.registered and k not in held
-                   and not is_live(registry, k)]
-    if not forgettable:
-        return actions
-
-    def forgets(a: Action) -> bool:
-        if "sweep" not in (a.name, a.command):
-            return False
-        inc = state.processes[a.server][a.proc].inc
-        return any(k[:2] != (a.server, inc) for k in forgettable)
-
-    return [a for a in actions if not forgets(a)]
 
 
 #: Demonstration loops that break the protocol (the test proves the driven run catches them):
@@ -471,15 +433,22 @@ class LoopDriver:
                                f"allows only {', '.join(allowed) or 'nothing'}")
 
     def _interleave(self, name: str) -> None:
-        """Other actors' steps before the loop's command of model action `name`, which is built
-        already: a take's registration carries the time it was built at. So no tick comes
-        between a registering command and its send when registrations age: a take reaches
-        Redis within the grace of the registration it carries, the assumption the registry's
-        collection rests on (docs/protocol.md, section 8)."""
+        """Other actors' steps before the loop's command of model action `name`
+        (`_others`)."""
+        interleave(self, lambda: self._others(name))
+
+    def _others(self, name: str) -> list[Action]:
+        """The steps other actors may take before the loop's command (or write) of model action
+        `name`, which is built already: a take's registration carries the time it was built at.
+        So no tick comes between a registering command and its send when registrations age: a
+        take reaches Redis within the grace of the registration it carries, the assumption the
+        registry's collection rests on (docs/protocol.md, section 8)."""
         registers = self.h.bounds.registration_ages and name in REGISTERING
-        interleave(self, lambda: [
-            a for a in self.h.enabled() if a.name in INTERLEAVED and not a.is_fault
-            and (a.server, a.proc, a.worker) != (self.s, self.i, self.w)
-            and not (registers and a.name == "advance_clock")])
+        return [a for a in self.h.enabled() if a.name in INTERLEAVED and not a.is_fault
+                and not self._drives(a) and not (registers and a.name == "advance_clock")]
+
+    def _drives(self, action: Action) -> bool:
+        """Whether `action` is a step of the worker(s) whose loop this driver runs."""
+        return (action.server, action.proc, action.worker) == (self.s, self.i, self.w)
 
 

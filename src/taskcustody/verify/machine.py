@@ -46,20 +46,17 @@ DEFAULT_BOUNDS = Bounds(tasks=3, servers=2, workers=2, faults=3, late_tasks=1, r
                         max_recoveries=1)
 #: The prefetching machine's: its pipelines' lost replies need the fault budget more than a wipe.
 PIPELINE_BOUNDS = Bounds(tasks=3, servers=2, workers=2, faults=3)
-#: The retrying machine's (handlers may fail: retry delays, the scheduled set and its promotion),
-#: with poison-pill detection so that a suspect's retry is scheduled too.
-#: The loop-driven machine's (`drive_loops`): the default's, without Redis's own faults (a wipe
-#: flushes the script cache; the driver does not yet map a release's EVAL fallback to its lost
-#: reply), and with registrations that age (`Bounds.registration_ages`; its harness's grace is one
-#: tick): a take its production loop leaves pending on an empty queue spares its list as long as
-#: the registration sent with it is younger than the grace, in the model and in Redis alike.
+#: The loop-driven machines' (`drive_loops`: the worker's loop, the prefetching worker's, the
+#: server's background thread): the default's, without Redis's own faults (a wipe flushes the
+#: script cache; the driver does not yet map a release's EVAL fallback to its lost reply), and
+#: with registrations that age (`Bounds.registration_ages`; its harness's grace is one tick): a
+#: take its production loop leaves pending on an empty queue (or a prefetching take pipeline's
+#: slot that found it empty) spares its list as long as the registration sent with it is younger
+#: than the grace, in the model and in Redis alike. So every sweep is driven.
 LOOP_BOUNDS = Bounds(tasks=3, servers=2, workers=2, faults=3, late_tasks=1, max_recoveries=1,
                      registration_ages=True)
-#: The prefetching loop's and the server loop's machines: the worker loop's, without registrations
-#: that age. Their drivers do not map ages yet (a prefetching take pipeline registers every slot's
-#: list again, which no model action does), so their harness's grace is 0 and the sweeps that
-#: would forget a slot's list are not driven there (`prefetch_loop`'s use of `loops.sparing`).
-UNAGED_LOOP_BOUNDS = LOOP_BOUNDS._replace(registration_ages=False)
+#: The retrying machine's (handlers may fail: retry delays, the scheduled set and its promotion),
+#: with poison-pill detection so that a suspect's retry is scheduled too.
 RETRY_BOUNDS = Bounds(tasks=3, servers=2, workers=2, faults=3, max_recoveries=1,
                       handler_failures=True)
 #: The asyncio machine's (`verify --async`): the default's, with asyncio's own fault, a worker
@@ -135,9 +132,7 @@ def build_machine(
     (`aio.AsyncWorker`, stepped by verify/aio.py), with cancellations among their faults."""
     run_stats = stats if stats is not None else RunStats()
     factory = server_factory(implementation)
-    the_bounds = bounds or (
-        (LOOP_BOUNDS if loop_kind == "worker" else UNAGED_LOOP_BOUNDS) if drive_loops
-        else default_bounds(prefetching, asyncio))
+    the_bounds = bounds or (LOOP_BOUNDS if drive_loops else default_bounds(prefetching, asyncio))
     # The class's source text is part of the seed of its derandomized runs (Hypothesis digests
     # the machine class), and those runs are pinned (tests/stateful, the README's figures): an
     # edit of the class body, a comment included, moves every one of them
@@ -155,12 +150,6 @@ def build_machine(
     class Harness(harness_base):  # type: ignore[valid-type,misc]
         def __init__(self, *args: Any, **kwargs: Any) -> None:
             super().__init__(*args, **{**user_settings, **kwargs})
-
-        def enabled(self) -> list[Action]:
-            actions = super().enabled()
-            # (production loops whose registrations do not age: no sweep that would forget an
-            # armed worker's list)
-            return loops.sparing_armed(self, actions) if drive_loops else actions
 
     class CustodyMachine(RuleBasedStateMachine):
         """The model drives the real implementation."""

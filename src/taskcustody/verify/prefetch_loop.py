@@ -46,16 +46,7 @@ from ..prefetch import PrefetchingWorker
 from ..worker import Worker
 from .faults import command_args
 from .harness import Harness, actor_of
-from .loops import (
-    INTERLEAVED,
-    Choices,
-    LoopDriver,
-    _Stop,
-    enabled_steps,
-    interleave,
-    running_slots,
-    sparing,
-)
+from .loops import Choices, LoopDriver, _Stop, enabled_steps, interleave, running_slots
 from .observation import Mismatch, StepRecord
 
 #: At most this many writes of the loop (pipelines, reconciles, the lead's commands) before it is
@@ -74,16 +65,14 @@ class PrefetchChoices(Choices, Protocol):
 
 def drivable(h: Harness) -> list[tuple[int, int, tuple[int, ...]]]:
     """(server, process, slots) of each process whose free workers can be driven as one
-    prefetching worker: it runs (not superseded), each slot holds nothing in the harness's hands
-    and its list is registered (the model's take pipeline re-registers nothing), and the model
-    lets one of them take or reconcile."""
+    prefetching worker: it runs (not superseded), each slot holds nothing in the harness's hands,
+    and the model lets one of them take or reconcile."""
     enabled = enabled_steps(h)
     found = []
     for s, i, slot in running_slots(h):
-        inc = h.state.processes[s][i].inc
         free = tuple(w for w, ws in enumerate(slot.workers)
                      if ws.worker is not None and not ws.crashed and not ws.stopped
-                     and ws.task is None and (s, inc, w) in h.state.registered)
+                     and ws.task is None)
         if any(("take", s, i, w) in enabled or ("reconcile", s, i, w) in enabled for w in free):
             found.append((s, i, free))
     return found
@@ -223,12 +212,14 @@ class PrefetchLoopDriver(LoopDriver):
 
     def _pre(self, name: str) -> None:
         """Before the loop's write: the harness's view brought up to date, the check of what the
-        previous write left, and other actors' steps (`LoopDriver._check`)."""
+        previous write left, and other actors' steps (`LoopDriver._check`), unless the write is
+        one step with the previous one (`joined`)."""
         self.inside = True
         try:
-            self.joined = False
+            joined, self.joined = self.joined, False
             self._track()
-            self._check(name, b"")
+            if not joined:
+                self._check(name, b"")
         finally:
             self.inside = False
 
@@ -255,43 +246,59 @@ class PrefetchLoopDriver(LoopDriver):
         keys = self.h.keys
         suspect = commands[0][3].decode() == keys.suspects
         order = [self.by_key[a[4].decode()] for a in commands]
-        self._pre("take_suspect" if suspect else "take")
+        name = "take_suspect" if suspect else "take"
+        self._pre(name)
         s, i = self.s, self.i
         state = self.h.state
         plain: list[list[Action]] = []
         for w in order:
             phase = state.processes[s][i].workers[w].phase
             if phase not in (IDLE, ARMED):
-                raise self._refused(w, "take_suspect" if suspect else "take", state)
-            source = state.suspects if suspect else state.queue
-            acts = [Action("take_suspect" if suspect else "take", s, i, w),
-                    Action("record", s, i, w)] if source else []
+                raise self._refused(w, name, state)
+            acts = [Action(name, s, i, w), Action("record", s, i, w)] \
+                if (state.suspects if suspect else state.queue) else []
+            if not acts and not suspect and phase == IDLE:
+                # The slot's script found the queue empty: it registered the list all the same
+                # (ZADD, score = when the pipeline was built), the model's `arm` (the slot
+                # armed until a tick ends its take, like a blocking take that waits).
+                acts = [Action("arm", s, i, w)]
             for a in acts:
                 if a not in enabled_actions(state, self.h.config):
                     raise self._refused(w, a.name, state)
                 state = apply(state, a, self.h.config)
             plain.append(acts)
+        # A suspect's take that finds none registered the lead's list all the same, which no
+        # model action does alone; the take pipeline `take_all` sends next registers it too
+        # (`take` or `arm`): the two are one step, nobody steps and nothing is checked between.
+        self.joined = suspect and not plain[0]
+
+        def took(k: int) -> bool:
+            return any(a.name != "arm" for a in plain[k])
 
         def lost_walk(k: int) -> list[Action]:
             w, acts = order[k], plain[k]
-            if not acts:
-                return []
+            if not took(k):
+                return acts  # (an empty slot's script ran all the same: it registered)
             if suspect:
                 return [Action("dropped_reply", s, i, w, "take_suspect")]
             return [*acts, Action("crash_worker", s, i, w), Action("restart_worker", s, i, w)]
 
         if suspect and plain[0]:
             self.h.counts["prefetch-loop-suspect-takes"] += 1
-        positions = [j for j in range(len(order)) if plain[j] and self._walk(
+        positions = [j for j in range(len(order)) if took(j) and self._walk(
             plain[:j] + [lost_walk(k) for k in range(j, len(order))]) is not None]
         lost = self._lose_from(positions)
         for k, w in enumerate(order):
             gone = lost is not None and k >= lost
             for a in lost_walk(k) if gone else plain[k]:
                 self._model(a)
-            if gone:
+            if not took(k):
+                if plain[k]:
+                    self.h.counts["prefetch-loop-arms"] += 1
+                    self.pending.append((w, "armed"))
+            elif gone:
                 self.pending.append((w, "idle"))
-            elif plain[k]:
+            else:
                 self.pending.append((w, "held"))
         self._sent(len(commands))
 
@@ -383,7 +390,9 @@ class PrefetchLoopDriver(LoopDriver):
             else:
                 ws.task = None
                 ws.stage = IDLE
-                if self.h.state.processes[self.s][self.i].workers[w].phase != ARMED:
+                if what == "armed":
+                    ws.armed = True
+                elif self.h.state.processes[self.s][self.i].workers[w].phase != ARMED:
                     ws.armed = False
 
     def _clean_in_the_model(self) -> list[int]:
@@ -415,14 +424,12 @@ class PrefetchLoopDriver(LoopDriver):
             return super()._check(name, mode)
 
     def _interleave(self, name: str = "") -> None:
-        ours = [(self.s, self.h.state.processes[self.s][self.i].inc, w) for w in self.slots]
-
         def step(chosen: Action) -> None:
             with self._as_the_model_sees():
                 self.h.step(chosen)
                 self.h.check()
 
-        interleave(self, lambda: sparing(self.h, [
-            a for a in self.h.enabled() if a.name in INTERLEAVED and not a.is_fault
-            and not ((a.server, a.proc) == (self.s, self.i) and a.worker in self.slots)], ours),
-            step)
+        interleave(self, lambda: self._others(name), step)
+
+    def _drives(self, action: Action) -> bool:
+        return (action.server, action.proc) == (self.s, self.i) and action.worker in self.slots

@@ -73,6 +73,7 @@ from taskcustody_model.state import (
     WAITING,
     WIPED,
     ListKey,
+    Registration,
     State,
 )
 from taskcustody_model.trace import describe_action
@@ -680,6 +681,15 @@ class Stepping(Observation):
             raise Mismatch("claim", f"the model lets server {s} claim its id; Redis refused: "
                                     f"{exc}") from exc
 
+    def _spares_fresh(self, s: int, inc: int, pruned: tuple[Registration | None, ...]) -> bool:
+        """Whether a sweep of server `s`'s incarnation `inc` would forget a registered list but
+        for its fresh registration (`Bounds.registration_ages`): empty, not its own, its owner
+        not live. The sweep where a collection that ignores the age (design 9) forgets what the
+        model keeps."""
+        held = {k for k, _ in self.state.lists}
+        return any(k not in held and k[:2] != (s, inc) and not is_live(pruned, k)
+                   for k in self.state.fresh)
+
     def _pass(self, action: Action, command: str, lost: bool, drop_at: int,
               interleave: Interleave | None = None) -> None:
         """A whole sweep pass or startup drain: the implementation runs it in one call; the
@@ -699,6 +709,8 @@ class Stepping(Observation):
         gc_candidates = [k for k in self.state.registered
                          if k[:2] != (s, me.inc) and not is_live(pruned, k)
                          and k not in self.state.fresh]
+        if command == "sweep" and self._spares_fresh(s, me.inc, pruned):
+            self.counts["sweeps-sparing-fresh"] += 1
         self.model_step(action)
         self._order_drains(s, i)
         procs = self.state.processes[s]
