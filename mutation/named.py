@@ -190,8 +190,9 @@ MUTANTS: tuple[NamedMutant, ...] = (
         "registered custody (design 9): the sweep's garbage collection forgets a dead owner's "
         "empty list however young its registration (the cutoff is now, not now - grace), so a "
         "take sent just before the owner was judged dead can fill a list recovery no longer "
-        "knows; the loop-driven run, whose registrations age (`Bounds.registration_ages`, a grace "
-        "of one tick), sees Redis forget a registration the model keeps",
+        "knows; the loop-driven runs (the worker's, the prefetching worker's and the server's "
+        "loops), whose registrations age (`Bounds.registration_ages`, a grace of one tick), see "
+        "Redis forget a registration the model keeps",
         (
             Edit(
                 RECOVERY,

@@ -18,6 +18,7 @@ from taskcustody.verify.machine import RunStats, build_machine
 from taskcustody.verify.observation import Mismatch
 from taskcustody.verify.run import (
     LOOP_EXAMPLES,
+    LOOP_KINDS,
     LOOPS_PART,
     PASSED,
     Options,
@@ -28,18 +29,24 @@ from tests.conftest import Backend
 
 EXAMPLES = 15
 STEPS = 20
+#: The examples and steps of each loop's machine in `taskcustody verify`'s loops part (its
+#: default steps: 40).
+VERIFY_LOOPS = {kind: {"examples": examples, "steps": steps or Options().steps}
+                for kind, examples, steps in LOOP_KINDS}
 
 
 def _run(backend: Backend, loop: str = "correct", kind: str = "worker",
-         examples: int = EXAMPLES) -> RunStats:
+         examples: int = EXAMPLES, implementation: str = "correct",
+         steps: int = STEPS) -> RunStats:
     """A derandomized run; a failure is raised as found (not shrunk: the test wants the kind of
     failure, fast)."""
     stats = RunStats()
     machine = build_machine(backend.client, real_redis=backend.real, stats=stats,
-                            drive_loops=True, loop=loop, loop_kind=kind)
+                            drive_loops=True, loop=loop, loop_kind=kind,
+                            implementation=implementation)
     with no_local_constants():
         run_state_machine_as_test(machine, settings=settings(
-            stateful_step_count=STEPS, derandomize=True, max_examples=examples, deadline=None,
+            stateful_step_count=steps, derandomize=True, max_examples=examples, deadline=None,
             phases=(Phase.explicit, Phase.generate), report_multiple_bugs=False))
     return stats
 
@@ -99,6 +106,31 @@ def test_a_background_thread_that_stops_sweeping_is_caught(backend: Backend) -> 
         _run(backend, loop="background-sweeps-once", kind="server", examples=8)
 
 
+@pytest.mark.parametrize("kind", ["prefetch", "server"])
+def test_the_prefetch_and_server_loop_machines_drive_the_sweeps_that_would_forget(
+        backend: Backend, kind: str) -> None:
+    """Their registrations age too (`machine.LOOP_BOUNDS`), so no sweep is left out: among those
+    driven are sweeps that would forget a dead owner's empty list but for its fresh registration
+    (a take pending on the empty queue: a prefetching slot's, or a worker's interleaved with the
+    background thread), in the model and in Redis alike."""
+    stats = _run(backend, kind=kind, **VERIFY_LOOPS[kind])
+    assert stats.faults["sweeps-sparing-fresh"] > 0
+    assert stats.tallies["lost"] == 0 and stats.tallies["duplicated"] == 0
+    if kind == "prefetch":
+        # a slot whose script found the queue empty registered its list all the same: `arm`
+        assert stats.faults["prefetch-loop-arms"] > 0
+
+
+@pytest.mark.parametrize("kind", ["prefetch", "server"])
+def test_a_sweep_that_forgets_a_fresh_registration_is_caught_by_the_prefetch_and_server_loops(
+        backend: Backend, kind: str) -> None:
+    """Design 9's bug in the real implementation (`broken.GcWhenEmptyServer`, the named mutant
+    `gc-when-empty`): a sweep that ignores the registration's age forgets the fresh list of a
+    dead owner's pending take, which the model keeps."""
+    with pytest.raises(Mismatch, match=r"conformance: .*registered: model .* != real .*fresh: "):
+        _run(backend, kind=kind, implementation="gc-when-empty", **VERIFY_LOOPS[kind])
+
+
 def test_the_default_verify_run_drives_the_production_loops() -> None:
     """The main job, not only this file, catches a loop that breaks the protocol: the part runs
     unless `--no-loops` says otherwise, with the examples of the default run (`LOOP_EXAMPLES`,
@@ -117,6 +149,8 @@ def test_the_default_verify_run_drives_the_production_loops() -> None:
     assert re.search(r"[1-9][\d,]* writes of the prefetching worker's loop checked",
                      loops.covered), loops.covered
     assert re.search(r"[1-9][\d,]* beats of the server's background thread checked",
+                     loops.covered), loops.covered
+    assert re.search(r"[1-9][\d,]* sweeps that had to spare a fresh registration",
                      loops.covered), loops.covered
 
 

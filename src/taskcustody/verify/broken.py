@@ -214,13 +214,20 @@ class GcWhenEmptyServer(Server):
     young its registration (no grace): a take sent before the owner was judged dead can still
     fill it. The step-driven stateful run cannot show this one: its takes never wait on an empty
     queue (its grace is 0 already, see `harness.VERIFY_SETTINGS`); the model check finds it, and
-    the loop-driven run (registrations that age, a grace of one tick) catches the same bug in the
-    real implementation (the named mutant `gc-when-empty`;
-    tests/stateful/test_registration_ages.py drives this class through it)."""
+    the loop-driven runs (registrations that age, a grace of one tick: the worker's loop's, the
+    prefetching loop's and the server loop's machines) catch the same bug in the real
+    implementation (the named mutant `gc-when-empty`; tests/stateful/test_registration_ages.py
+    and test_production_loops.py drive this class through them)."""
 
     def sweep(self) -> RecoveryReport:
-        return recovery.sweep(self.client, self.keys, self.clock.now(), self.identity,
-                              chunk=self.settings.drain_chunk, grace=0.0)
+        """The server's own sweep, its grace 0 (what it does after the pass is the real one's:
+        poison-pill counting, the suspects' hint)."""
+        settings = self.settings
+        self.settings = dataclasses.replace(settings, registry_grace=0.0)
+        try:
+            return super().sweep()
+        finally:
+            self.settings = settings
 
 
 class RecoveriesNotCountedServer(Server):

@@ -30,7 +30,8 @@ alone: it is one step with the take from the queue that follows it. Registration
 armed worker's list is fresh, and every sweep, in the model and in Redis, spares it; a tick ends
 the wait (in the model the worker is idle again, its take timed out), and the loop's next take
 registers the list again (another `arm`). So every sweep is driven, and one that forgets a
-registration younger than the grace is caught.
+registration younger than the grace is caught. The prefetching loop's machine and the server
+loop's run with the same bounds (`LOOP_BOUNDS`): their sweeps are all driven too.
 
 What is driven here: the plain worker's loop (`Worker.run`: register, `run_until_stopped`,
 `run_once` with its reconcile, take, record, execute, release or `release_and_take`, `finish` once

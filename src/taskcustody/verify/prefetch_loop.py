@@ -11,12 +11,14 @@ the loop's previous write left, may let other actors step, then maps the write t
 slot by slot:
 
 - a take pipeline (TAKE_AND_RECORD per slot, from the queue): per slot in order, `take` then
-  `record` while the queue holds a task, nothing once it is empty (the script only registers the
-  list again, which the model already has: the driver spares our lists' registrations, as
-  the worker loop once did). A slot the model holds dirty (or holding a task) must not be in it:
-  `Mismatch("loop", ...)`;
+  `record` while the queue holds a task; once it is empty, `arm` (the script registered the
+  list all the same, score = when the pipeline was built: registrations age in this machine,
+  `machine.LOOP_BOUNDS`, so the list is fresh, and the slot is armed until a tick, like a
+  blocking take that waits), nothing for a slot armed already. A slot the model holds dirty
+  (or holding a task) must not be in it: `Mismatch("loop", ...)`;
 - the suspect's take (TAKE_AND_RECORD from the suspects list, the lead alone): `take_suspect`,
-  `record`; nothing when no suspect waits;
+  `record`; when no suspect waits, nothing, but it registered the lead's list: it is one step
+  with the take pipeline `take_all` sends next (nobody steps, nothing is checked between);
 - a release pipeline (RELEASE per slot): per slot, `release`;
 - a reconcile (its LLEN on the process's pool, by list key): `reconcile` for a slot the model
   holds dirty; nothing for one it holds idle whose list is empty (after a lost reply
@@ -29,7 +31,11 @@ A reply may be lost at any slot j of a pipeline (and with it every later reply, 
 connection loses them), when the model's fault budget allows it: from slot j on, a take that
 brought a task is, in the model's terms, a take and record whose worker crashed holding it and was
 restarted dirty (verify/prefetching.py says why), a suspect's take its `dropped_reply`, a release
-its `dropped_reply`. Each model action of a write is checked to be enabled when it runs.
+its `dropped_reply` (a slot that found the queue empty is armed all the same: its script ran).
+Each model action of a write is checked to be enabled when it runs. No tick comes before a take
+pipeline (`LoopDriver._others`): it carries the time it was built at. So every sweep is driven,
+also one that would forget a slot's fresh list, and one that forgets it is caught (the named
+mutant `gc-when-empty`).
 """
 
 from __future__ import annotations

@@ -595,7 +595,9 @@ def _loops_part(options: Options, result: Result, make_client: Callable[[], redi
                f"prefetching worker's loop checked ({stats.faults['prefetch-loop-commands']:,} "
                f"commands, {stats.faults['dropped-reply:prefetch-loop']:,} replies lost), "
                f"{stats.faults['server-loop-beats']:,} beats of the server's "
-               f"background thread checked ({stats.faults['server-loop-sweeps']:,} sweeps)")
+               f"background thread checked ({stats.faults['server-loop-sweeps']:,} sweeps), "
+               f"{stats.faults['sweeps-sparing-fresh']:,} sweeps that had to spare a fresh "
+               f"registration")
     if failure is not None:
         if result.failure is None:
             result.failure = failure

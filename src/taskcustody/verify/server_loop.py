@@ -7,7 +7,13 @@ of its steps (`Server.heartbeat`, `Server.promote_due`, `Server.sweep`, patched 
 object for the run). At each hook the `ServerLoopDriver`:
 
 1. checks the state the loop's previous step left (the real state equals the model's);
-2. may let other actors step first (workers, other servers' sweeps, an enqueue, the clock);
+2. may let other actors step first (workers, other servers' sweeps, an enqueue, the clock): among
+   them a worker whose take waits on the empty queue (the model's `arm`, `Harness._arm`) and a
+   stall of another process (a fault, within the budget). Registrations age
+   (`machine.LOOP_BOUNDS`, a grace of one tick), so the thread's sweeps meet design 9's
+   counterexample: a stalled process expires, its worker's take waits on the empty queue (a
+   fresh registration), and the sweep must spare the list, in Redis as in the model; one that
+   forgets a registration younger than the grace (the named mutant `gc-when-empty`) is caught;
 3. performs the step through the harness as the model's action, when the model has one for it
    (`heartbeat`, `sweep` with its passes, the processing sweep), the real call being the loop's
    own (the hook lets the harness's call through); a step that changes nothing the model sees (a
@@ -254,6 +260,12 @@ class ServerLoopDriver:
                                   action.is_fault, actor_of(action, h.state)))
 
     def _interleave(self, name: str = "") -> None:
+        """Other actors' steps (`loops.interleave`), and the two the harness does not offer: a
+        worker's take that waits on the empty queue, another process's stall (module doc)."""
+        h = self.h
         interleave(self, lambda: [
-            a for a in self.h.enabled() if a.name in INTERLEAVED and not a.is_fault
-            and not (a.name == "sweep" and (a.server, a.proc) == (self.s, self.i))])
+            a for a in h.enabled() if a.name in INTERLEAVED and not a.is_fault
+            and not (a.name == "sweep" and (a.server, a.proc) == (self.s, self.i))] + [
+            a for a in enabled_actions(h.state, h.config)
+            if (a.name == "arm" and h.procs[a.server][a.proc].workers[a.worker].worker is not None)
+            or (a.name == "stall_server" and (a.server, a.proc) != (self.s, self.i))])

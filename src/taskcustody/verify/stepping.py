@@ -273,6 +273,8 @@ class Stepping(Observation):
             self._worker_step(action, command, lost, variant)
         elif name == "promote":
             self._promote(action)
+        elif name == "arm":
+            self._arm(action)
         elif name == "crash_worker":
             self._crash_worker(self.procs[s][i].workers[w])
             self.model_step(action)
@@ -381,6 +383,19 @@ class Stepping(Observation):
                     ws.stage = IDLE
                     if slot.server.superseded:
                         ws.stopped = True
+
+    def _arm(self, action: Action) -> None:
+        """A worker's take from the empty queue (`Worker.take_from_queue`): its registration
+        goes with the BLMOVE, which waits one block timeout and finds nothing. The model's
+        `arm`: the worker is armed (its take pending) until a tick ends it or it takes. Not among
+        `enabled` (the step-driven run never leaves a take waiting); the server loop's driver
+        interleaves it (verify/server_loop.py)."""
+        ws = self.procs[action.server][action.proc].workers[action.worker]
+        assert ws.worker is not None
+        if ws.worker.take_from_queue() is not None:
+            raise Mismatch("take", "the model says the queue is empty; the take took a task")
+        self.model_step(action)
+        ws.armed = True
 
     def _crash_worker(self, ws: WorkerSlot) -> None:
         if ws.worker is not None:
