@@ -119,6 +119,9 @@ def test_the_prefetch_and_server_loop_machines_drive_the_sweeps_that_would_forge
     if kind == "prefetch":
         # a slot whose script found the queue empty registered its list all the same: `arm`
         assert stats.faults["prefetch-loop-arms"] > 0
+    else:
+        # a worker's take waited on the empty queue between two of the thread's steps: `arm`
+        assert stats.faults["arms-interleaved"] > 0
 
 
 @pytest.mark.parametrize("kind", ["prefetch", "server"])

@@ -396,6 +396,7 @@ class Stepping(Observation):
             raise Mismatch("take", "the model says the queue is empty; the take took a task")
         self.model_step(action)
         ws.armed = True
+        self.counts["arms-interleaved"] += 1
 
     def _crash_worker(self, ws: WorkerSlot) -> None:
         if ws.worker is not None:
