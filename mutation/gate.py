@@ -150,6 +150,40 @@ PRESENTATION_TESTS = (
 
 LIMITS = "test-limits.json"  # per-test limits for the mutant runs, next to their copies
 
+#: The tests that caught each named mutant in the run that recorded them (`--record-killers`):
+#: a mutant's run starts with them (`--mutation-first`), so with -x it ends at its killer instead
+#: of after every test before it. Only an order: a recorded test that no longer catches its
+#: mutant runs, passes, and the rest of the suite follows as without the file; a survivor still
+#: runs the whole suite. So a stale file can make the gate slower, never change a verdict
+#: (tests/test_mutation_gate_killers.py).
+KILLERS = "mutation/killers.json"
+
+
+def load_killers(root: Path) -> dict[str, list[str]]:
+    path = root / KILLERS
+    if not path.exists():
+        return {}
+    data = json.loads(path.read_text(encoding="utf-8"))
+    return {str(name): [str(test) for test in tests] for name, tests in data.items()}
+
+
+def record_killers(root: Path, results: Sequence[NamedResult]) -> None:
+    """Write the first test that caught each killed mutant into `root`/KILLERS (the others'
+    entries are kept)."""
+    killers = load_killers(root)
+    for r in results:
+        if r.verdict == "killed" and r.caught_by:
+            killers[r.mutant.name] = [r.caught_by[0]["test"]]
+    (root / KILLERS).write_text(json.dumps(dict(sorted(killers.items())), indent=1) + "\n",
+                                encoding="utf-8")
+
+
+def killers_moved(results: Sequence[NamedResult], killers: dict[str, list[str]]) -> list[str]:
+    """The killed mutants whose first failure is not a recorded killer: the file is stale there
+    (the run was slower than it needed to be; the verdict stands)."""
+    return [r.mutant.name for r in results if r.verdict == "killed" and r.caught_by
+            and r.caught_by[0]["test"] not in killers.get(r.mutant.name, [])]
+
 
 @dataclass
 class SuiteRun:
@@ -167,7 +201,7 @@ class SuiteRun:
 
 def run_suite(copy: Path, test_timeout: float, suite_timeout: float,
               pytest_args: Sequence[str] = (), first_failure: bool = False,
-              workers: int = 0) -> SuiteRun:
+              workers: int = 0, first: Sequence[str] = ()) -> SuiteRun:
     """One pytest run in `copy`; `workers` > 1: on that many pytest-xdist workers (the failures
     and durations are the controller's, which sees every worker's reports)."""
     report = copy / ".mutation-report.json"
@@ -181,6 +215,7 @@ def run_suite(copy: Path, test_timeout: float, suite_timeout: float,
            # fake kill that would hide whether the real tests catch the mutant.
            "--ignore=tests/test_named_mutant_anchors.py",
            *(["-x"] if first_failure else []),
+           *(f"--mutation-first={test}" for test in first),
            *(["-n", str(workers)] if workers > 1 else []), *pytest_args]
     started = time.monotonic()
     hung = False
@@ -222,7 +257,7 @@ def clone(snapshot: Path, dest: Path) -> Path:
 
 def run_named(snapshot: Path, workdir: Path, mutant: NamedMutant, test_timeout: float,
               suite_timeout: float, pytest_args: Sequence[str],
-              all_killers: bool = False) -> NamedResult:
+              all_killers: bool = False, first: Sequence[str] = ()) -> NamedResult:
     try:
         texts = apply_edits(mutant, lambda p: (snapshot / p).read_text(encoding="utf-8"))
         for path, text in texts.items():
@@ -235,7 +270,7 @@ def run_named(snapshot: Path, workdir: Path, mutant: NamedMutant, test_timeout: 
     for path, text in texts.items():
         (copy / path).write_text(text, encoding="utf-8")
     run = run_suite(copy, test_timeout, suite_timeout, pytest_args,
-                    first_failure=not all_killers)
+                    first_failure=not all_killers, first=first)
     killers = run.test_failures
     if run.hung:
         verdict, ok = "killed", mutant.equivalence is None
@@ -276,7 +311,8 @@ def independent_of_core(snapshot: Path, folders: Sequence[str]) -> bool:
 def named_gate(snapshot: Path, workdir: Path, jobs: int, test_timeout: float,
                suite_timeout: float, pytest_args: Sequence[str], verbose: bool,
                all_killers: bool = False, with_model_tests: bool = False,
-               only: Sequence[str] = (), full_suite: bool = False) -> bool:
+               only: Sequence[str] = (), full_suite: bool = False,
+               record: bool = False) -> bool:
     """`snapshot`: one copy of the tree taken at the start, so that every run (the unmutated one
     and each mutant's) sees the same code and tests while people keep editing the tree. `only`:
     the names of the mutants to run (default: all)."""
@@ -343,13 +379,22 @@ def named_gate(snapshot: Path, workdir: Path, jobs: int, test_timeout: float,
               if 5 * seconds > test_timeout}
     (workdir / LIMITS).write_text(json.dumps(limits, indent=1), encoding="utf-8")
 
-    print(f"== named mutants: {len(mutants)} mutants, {jobs} at a time", flush=True)
+    killers = load_killers(snapshot)
+    print(f"== named mutants: {len(mutants)} mutants, {jobs} at a time, each starting with the "
+          f"tests that caught it last ({KILLERS}: {len(killers)} recorded)", flush=True)
     with ThreadPoolExecutor(max_workers=jobs) as pool:
         results = list(pool.map(
             lambda m: run_named(snapshot, workdir, m, test_timeout, suite_timeout, pytest_args,
-                                all_killers),
+                                all_killers, killers.get(m.name, [])),
             mutants))
     print_named_table(results, verbose)
+    moved = killers_moved(results, killers)
+    if record:
+        record_killers(ROOT, results)
+        print(f"   recorded the first killer of {len(results)} mutants in {KILLERS}")
+    elif moved:
+        print(f"   {KILLERS} is out of date for {', '.join(moved)} (slower, same verdicts): "
+              "`python -m mutation.gate --named-only --record-killers` writes it again")
     ok = all(r.ok for r in results)
     print(f"named mutants: {'PASS' if ok else 'FAIL'} "
           f"({sum(r.verdict == 'killed' for r in results)} killed, "
@@ -430,6 +475,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                         "with its mutants/) instead of running mutmut: for reviewing survivors")
     parser.add_argument("--pytest-arg", action="append", default=[],
                         help="extra argument for the named mutants' pytest runs")
+    parser.add_argument("--record-killers", action="store_true",
+                        help=f"write the test that caught each mutant into {KILLERS}, which "
+                        "the next runs start each mutant with")
     parser.add_argument("--only", action="append", default=[], metavar="NAME",
                         help="run only this named mutant (repeatable; with --named-only)")
     args = parser.parse_args(argv)
@@ -445,7 +493,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             ok = named_gate(snapshot, workdir / "named", args.jobs, args.test_timeout,
                             args.suite_timeout, args.pytest_arg, args.verbose,
                             args.all_killers, args.with_model_tests, args.only,
-                            args.full_suite) and ok
+                            args.full_suite, args.record_killers) and ok
         if not args.named_only:
             from mutation.mutmut_gate import mutmut_gate
 

@@ -7,6 +7,10 @@
   fixture that joins a thread the mutant never ends) is reported as caught by that test, in that
   phase, instead of hanging the gate. `--mutation-limits PATH` raises the limit per test (the gate
   derives it from the test's duration on the unmutated copy: the model's deep searches are slow).
+- `--mutation-first NODEID` (repeatable): run these tests before the rest, in the order given.
+  The gate passes the tests that caught the mutant in its last recorded run
+  (mutation/killers.json), so that with -x a mutant ends at its killer without the tests before
+  it; a killer that no longer catches it only costs its own run, then the suite goes on as usual.
 
 The timeout is raised only inside a phase (see `_Alarm`), never in pytest's own code between
 phases: a raise there ends the whole run as pytest's INTERNALERROR (exit 3) with no test named,
@@ -44,6 +48,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="fail any test running longer than this many seconds (0: no limit)")
     group.addoption("--mutation-limits", default=None,
                     help="JSON {node id: seconds}: per-test limits that override the timeout")
+    group.addoption("--mutation-first", action="append", default=[], metavar="NODEID",
+                    help="run this test before the others (repeatable, in the order given)")
 
 
 def _first_line(report: Any) -> str:
@@ -79,7 +85,9 @@ def _order(item: pytest.Item) -> int:
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     if config.getoption("--mutation-report"):
-        items.sort(key=_order)  # stable: the suite's order within each group
+        first = {nodeid: i for i, nodeid in enumerate(config.getoption("--mutation-first"))}
+        # stable: the suite's order within each group
+        items.sort(key=lambda item: (first.get(item.nodeid, len(first)), _order(item)))
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:

@@ -1,4 +1,9 @@
-"""The named-mutant runs' per-test limit (mutation/pytest_plugin.py): a hang anywhere in a test,
+"""The named-mutant runs' plugin (mutation/pytest_plugin.py).
+
+Its order: the tests given by --mutation-first run before the others, and a run with -x still
+goes on past one of them that passes (the gate's recorded killers are an order, not a selection).
+
+Its per-test limit: a hang anywhere in a test,
 its setup, its call or its teardown, ends as that phase's failure, named in the report, and the
 alarm never raises in pytest's own code (that ended the run as an INTERNALERROR, exit 3, with no
 test named, and the gate counted a killed mutant as an error).
@@ -13,14 +18,18 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 LIMIT = 0.3
-#: Far below the plugin's hard limit (the limit + 15 s): a run that ends by the soft limit is
-#: done long before; one left to the hard limit fails here by timeout instead of waiting.
-RUN_TIMEOUT = 12.0
+#: Only a bound on a run that never ends. Which limit ended a run is read from its report, not
+#: from the clock: the soft limit's failure says MutantTimeout, the hard limit's (the limit + 15 s)
+#: says "hung past" (`assert_timed_out`). A bound of 12 s, meant to tell the two apart by time,
+#: failed runs that had only started slowly on a loaded 2-core machine (load 6: pytest's own
+#: start-up took most of it).
+RUN_TIMEOUT = 120.0
 
 
 @dataclass
@@ -30,7 +39,8 @@ class Run:
     output: str
 
 
-def run_plugin(tmp_path: Path, test_source: str, conftest: str = "") -> Run:
+def run_plugin(tmp_path: Path, test_source: str, conftest: str = "",
+               extra: Sequence[str] = ()) -> Run:
     (tmp_path / "test_hang.py").write_text(test_source, encoding="utf-8")
     (tmp_path / "conftest.py").write_text(conftest, encoding="utf-8")
     report = tmp_path / "report.json"
@@ -38,7 +48,7 @@ def run_plugin(tmp_path: Path, test_source: str, conftest: str = "") -> Run:
     proc = subprocess.run(
         [sys.executable, "-m", "pytest", "-p", "mutation.pytest_plugin", "-p", "no:cacheprovider",
          f"--mutation-report={report}", f"--mutation-test-timeout={LIMIT:g}", "-q",
-         "--rootdir", str(tmp_path), str(tmp_path / "test_hang.py")],
+         "--rootdir", str(tmp_path), *extra, str(tmp_path / "test_hang.py")],
         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=RUN_TIMEOUT, check=False)
     failures = json.loads(report.read_text(encoding="utf-8"))["failures"] if report.exists() else []
     return Run(proc.returncode, failures, proc.stdout + proc.stderr)
@@ -125,3 +135,27 @@ def test_an_alarm_due_outside_a_phase_ends_no_run(tmp_path: Path) -> None:
     # The test itself finished inside its phase: it passes (the tick came after its call).
     assert run.returncode == 0, run.output
     assert run.failures == []
+
+
+ORDERED = """\
+import pytest
+
+@pytest.mark.parametrize("n", [1, 2, 3, 4])
+def test_fails_from_two(n):
+    assert n < 2
+"""
+ORDERED_ID = "test_hang.py::test_fails_from_two"
+
+
+def test_the_first_tests_run_before_the_others(tmp_path: Path) -> None:
+    run = run_plugin(tmp_path, ORDERED, extra=["-x", f"--mutation-first={ORDERED_ID}[4]"])
+    # -x: the run ends at its first failure, which is the test named first, not [2]
+    assert [f["test"] for f in run.failures] == ["test_hang.py::test_fails_from_two[4]"]
+
+
+def test_a_first_test_that_passes_lets_the_run_go_on(tmp_path: Path) -> None:
+    run = run_plugin(tmp_path, ORDERED, extra=["-x", f"--mutation-first={ORDERED_ID}[1]",
+                                               "--mutation-first=no_such.py::test"])
+    # a recorded killer that no longer fails: the suite's own order follows, up to [2]
+    assert run.returncode == 1, run.output
+    assert [f["test"] for f in run.failures] == ["test_hang.py::test_fails_from_two[2]"]
