@@ -67,6 +67,7 @@ def canonical(state: State, n_workers: int, *, plain: bool = False) -> State:
     # whether the renaming leaves every incarnation and worker index as it is (then only the
     # servers' order and the tasks' names can change)
     same_slots = not plain
+    two = n_workers == 2 and not plain
     for s in range(n_servers):
         order: list[int] = []
         reg = registry[s]
@@ -94,7 +95,7 @@ def canonical(state: State, n_workers: int, *, plain: bool = False) -> State:
             for p in procs:
                 if p.inc == inc:
                     holder = p  # (the last one, as a dict by incarnation keeps it)
-            if n_workers == 2 and not plain:
+            if two:
                 # the usual case: the two signatures below, compared as tuples are (element by
                 # element, up to the first that differs), each element computed only if needed
                 swap = _second_first(holder, s, inc, lists, recs, registered)
@@ -126,8 +127,8 @@ def canonical(state: State, n_workers: int, *, plain: bool = False) -> State:
         for proc in processes[s]:
             wm = worker_map[(s, proc.inc)]
             new_inc = inc_map[s][proc.inc]
-            if not plain and new_inc == proc.inc and (n_workers == 1 or wm[0] == 0) and (
-                    n_workers <= 2 or wm == sorted(wm)):
+            if new_inc == proc.inc and (n_workers == 1 or wm[0] == 0) and (
+                    n_workers <= 2 or wm == sorted(wm)) and not plain:
                 row.append(proc)  # nothing of it renamed here
                 continue
             workers: list[Worker] = list(proc.workers)
@@ -154,7 +155,7 @@ def canonical(state: State, n_workers: int, *, plain: bool = False) -> State:
             )
             for s in range(n_servers)
         ]
-        if plain or len(set(sigs_s)) < n_servers:
+        if len(set(sigs_s)) < n_servers or plain:
             for s in range(n_servers):
                 imap = inc_map[s]
 
@@ -225,11 +226,10 @@ def canonical(state: State, n_workers: int, *, plain: bool = False) -> State:
         ):
             name[t] = len(name)
     same_tasks = not plain
-    if same_tasks:
-        for t in range(n_tasks):
-            if name[t] != t:
-                same_tasks = False
-                break
+    for t in range(n_tasks):
+        if name[t] != t:
+            same_tasks = False
+            break
     registered_ = (state.registered if same_slots
                    else tuple(sorted(rekey(k) for k in state.registered)))
     fresh_ = (state.fresh if same_slots or not state.fresh
