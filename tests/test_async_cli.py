@@ -15,7 +15,12 @@ import pytest
 from taskcustody import Producer, QueueKeys, connect, get_result
 from taskcustody.aio import is_async_handler
 from tests.support.redis_server import RedisServerProcess
-from tests.support.worker_command import worker_argv, worker_env
+from tests.support.worker_command import (
+    start_worker,
+    worker_argv,
+    worker_env,
+    write_handler_module,
+)
 
 HANDLER = textwrap.dedent('''
     import asyncio
@@ -42,15 +47,13 @@ def test_is_async_handler_tells_async_def_from_def() -> None:
 @pytest.mark.parametrize("prefetch", [1, 4])
 def test_the_worker_command_runs_an_async_def_handler_on_the_asyncio_server(
         real_redis: RedisServerProcess, tmp_path: Path, prefetch: int) -> None:
-    (tmp_path / "asynctasks.py").write_text(HANDLER)
+    write_handler_module(tmp_path, "asynctasks:handle", HANDLER)
     client = connect(real_redis.url)
     client.flushall()
     keys = QueueKeys("cli-async")
     ids = [Producer(client, keys).enqueue({"n": n}) for n in range(20)]
-    proc = subprocess.Popen(
-        worker_argv("asynctasks:handle", "cli-async", real_redis.url, "--workers", "4",
-                    "--block-timeout", "0.2", "--prefetch", str(prefetch)),
-        cwd=tmp_path, env=worker_env(), stderr=subprocess.PIPE, text=True)
+    proc = start_worker(tmp_path, "asynctasks:handle", "cli-async", real_redis.url,
+                        "--workers", "4", "--block-timeout", "0.2", "--prefetch", str(prefetch))
     try:
         results = [get_result(client, keys, task_id, timeout=30) for task_id in ids]
     finally:
@@ -65,7 +68,7 @@ def test_the_worker_command_runs_an_async_def_handler_on_the_asyncio_server(
 @pytest.mark.real_redis
 def test_an_async_handler_with_what_the_asyncio_api_does_not_serve_is_one_line_exit_1(
         real_redis: RedisServerProcess, tmp_path: Path) -> None:
-    (tmp_path / "asynctasks.py").write_text(HANDLER)
+    write_handler_module(tmp_path, "asynctasks:handle", HANDLER)
     result = subprocess.run(
         worker_argv("asynctasks:handle", "cli-async", real_redis.url, "--min-replicas", "1"),
         cwd=tmp_path, env=worker_env(), capture_output=True, text=True, timeout=60)

@@ -32,13 +32,17 @@ from taskcustody.envelope import decode
 from tests.conftest import TEST_SETTINGS, Backend
 from tests.helpers import all_custody, commits
 from tests.support.aio import (
-    Gate,
+    Match,
+    a_swallowed_idle_take_is_cut,
     blocking,
     finishes,
-    named,
+    gated,
+    in_custody,
     run_with_client,
     skip_on_fakeredis,
     started_server,
+    stopped_at,
+    suspects,
 )
 
 PREFETCH = 4
@@ -55,10 +59,6 @@ async def _started(client: redis.asyncio.Redis, keys: QueueKeys,
 
 async def _queued(client: redis.asyncio.Redis, keys: QueueKeys) -> dict[str, int]:
     return {decode(raw).id: decode(raw).attempts for raw in await client.lrange(keys.queue, 0, -1)}
-
-
-async def _in_custody(client: redis.asyncio.Redis, server: AsyncServer) -> int:
-    return sum([await client.llen(k) for w in server.workers for k in w.list_keys])
 
 
 def test_n_prefetching_workers_in_one_process_commit_every_task_once(
@@ -126,7 +126,7 @@ def test_shutdown_cancels_idle_takes_and_lets_a_batch_finish_with_its_prefetched
         assert sorted(ran) == [0, 1, 2]
         for task_id in ids:
             assert await client.get(keys.result(task_id)) is not None
-        assert await _in_custody(client, server) == 0
+        assert await in_custody(client, server) == 0
         assert await client.zcard(keys.servers) == 0
 
     run_with_client(test, backend, settings)
@@ -161,8 +161,38 @@ def test_shutdown_cancels_a_batch_still_running_after_the_grace_and_releases_eve
         # never reached, requeued as they were (the threaded worker's NOT_REACHED).
         assert await client.get(keys.result(ids[0])) == b"0"
         assert await _queued(client, keys) == {ids[1]: 1, ids[2]: 0, ids[3]: 0}
-        assert await _in_custody(client, server) == 0
+        assert await in_custody(client, server) == 0
         assert await client.hlen(keys.processing) == 0
+        assert await client.zcard(keys.servers) == 0
+
+    run_with_client(test, backend, settings)
+
+
+def _take_pipeline(keys: QueueKeys) -> Match:
+    """Matches the take pipeline's takes from the queue (a prefetching worker's batch)."""
+    return lambda a: a[1] == scripts.TAKE_AND_RECORD_SCRIPT.sha and a[3] == keys.queue
+
+
+def _stopped_at_the_take_pipeline(backend: Backend, keys: QueueKeys, settings: Settings,
+                                  hold: str, swallow: bool) -> None:
+    """Two tasks queued; the shutdown lands at the idle worker's take pipeline (its takes held at
+    `hold`; the cancellation swallowed there with `swallow`). The lists the takes filled are
+    reconciled before deregistering: the tasks are back where recovery puts a counted task, never
+    run."""
+    async def test(client: redis.asyncio.Redis) -> None:
+        server, worker = await _started(client, keys, settings)
+        gate = gated(worker, _take_pipeline(keys), hold, swallow)
+        ids = await AsyncProducer(client, keys).enqueue_many(range(2))
+
+        async def idle() -> None:
+            assert not worker.busy
+
+        await stopped_at(server, gate, idle)
+        assert not worker.dirty
+        assert await in_custody(client, server) == 0
+        assert await suspects(client, keys) == sorted(ids)
+        for task_id in ids:
+            assert await client.get(keys.result(task_id)) is None  # never run
         assert await client.zcard(keys.servers) == 0
 
     run_with_client(test, backend, settings)
@@ -170,79 +200,24 @@ def test_shutdown_cancels_a_batch_still_running_after_the_grace_and_releases_eve
 
 def test_shutdown_reconciles_the_lists_a_take_pipeline_cancelled_in_flight_filled(
         backend: Backend, keys: QueueKeys) -> None:
-    async def test(client: redis.asyncio.Redis) -> None:
-        server, worker = await _started(client, keys, SETTINGS)
-        gate = worker.conn = Gate(
-            worker.conn, lambda a: a[1] == scripts.TAKE_AND_RECORD_SCRIPT.sha
-            and a[3] == keys.queue, hold="reply")
-        ids = await AsyncProducer(client, keys).enqueue_many(range(2))
-        run = asyncio.create_task(server.run())
-        await gate.reached.wait()  # the takes ran: the first reply is held, the worker idle
-        assert not worker.busy
-        server.stop()  # cancels the take pipeline with its replies in flight
-        await finishes(run)
-        assert not worker.dirty
-        assert await _in_custody(client, server) == 0
-        # reconciled before deregistering: back where recovery puts a counted task
-        back = [decode(raw).id for raw in await client.lrange(keys.suspects, 0, -1)]
-        assert sorted(back) == sorted(ids)
-        assert await client.zcard(keys.servers) == 0
-
-    run_with_client(test, backend, SETTINGS)
+    # the takes ran, the first reply held: the shutdown cancels the pipeline with its replies
+    # in flight
+    _stopped_at_the_take_pipeline(backend, keys, SETTINGS, "reply", swallow=False)
 
 
 def test_shutdown_ends_an_idle_blocking_take_whose_cancellation_was_swallowed(
         backend: Backend, keys: QueueKeys) -> None:
-    skip_on_fakeredis(backend)
-    # A take that would block for 20 s: the run returns long before, so it was cut.
-    settings = blocking(SETTINGS)
-
-    async def test(client: redis.asyncio.Redis) -> None:
-        server, worker = await _started(client, keys, settings)
-        lead = worker.lead
-        gate = lead.conn = Gate(lead.conn, named(lead.take_command), hold="send", swallow=True)
-        run = asyncio.create_task(server.run())
-        await gate.reached.wait()  # the queue was empty: the lead's blocking take, about to go
-        # Its cancellation is swallowed there without a trace (as by Python 3.10's wait_for in
-        # redis-py's send) and the take is sent: only the shutdown's interrupt can end it.
-        server.stop()
-        await finishes(run)  # a guard: the take would hold it 20 s
-        assert gate.swallowed
-        assert await _in_custody(client, server) == 0 and not worker.dirty
-        assert await client.zcard(keys.servers) == 0
-
-    run_with_client(test, backend, settings)
+    # the queue is empty: the lead's blocking take
+    a_swallowed_idle_take_is_cut(backend, keys, SETTINGS, lambda worker: worker.lead)
 
 
 def test_shutdown_ends_a_take_pipeline_whose_cancellation_was_swallowed(
         backend: Backend, keys: QueueKeys) -> None:
     skip_on_fakeredis(backend)
-    settings = blocking(SETTINGS)
-
-    async def test(client: redis.asyncio.Redis) -> None:
-        server, worker = await _started(client, keys, settings)
-        gate = worker.conn = Gate(
-            worker.conn, lambda a: a[1] == scripts.TAKE_AND_RECORD_SCRIPT.sha
-            and a[3] == keys.queue, hold="send", swallow=True)
-        ids = await AsyncProducer(client, keys).enqueue_many(range(2))
-        run = asyncio.create_task(server.run())
-        await gate.reached.wait()  # the take pipeline, about to be sent: the worker idle
-        assert not worker.busy
-        # Its cancellation is swallowed and the takes sent: without the interrupt the worker
-        # would go on (to a batch, or to the lead's blocking take when the queue is empty).
-        server.stop()
-        await finishes(run)  # a guard: a blocking take would hold it 20 s
-        assert gate.swallowed
-        assert not worker.dirty
-        assert await _in_custody(client, server) == 0
-        # dirty, so reconciled before deregistering: back where recovery puts a counted task
-        back = [decode(raw).id for raw in await client.lrange(keys.suspects, 0, -1)]
-        assert sorted(back) == sorted(ids)
-        for task_id in ids:
-            assert await client.get(keys.result(task_id)) is None  # never run
-        assert await client.zcard(keys.servers) == 0
-
-    run_with_client(test, backend, settings)
+    # The pipeline about to be sent: its cancellation is swallowed and the takes sent; without
+    # the interrupt the worker would go on (to a batch, or to the lead's blocking take when the
+    # queue is empty, which would hold the run 20 s), so it is dirty and reconciled.
+    _stopped_at_the_take_pipeline(backend, keys, blocking(SETTINGS), "send", swallow=True)
 
 
 def test_a_threaded_and_an_asyncio_prefetching_server_serve_one_queue_each_task_once(

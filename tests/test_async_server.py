@@ -19,13 +19,16 @@ from taskcustody.envelope import decode
 from tests.conftest import TEST_SETTINGS, Backend
 from tests.helpers import commits
 from tests.support.aio import (
-    Gate,
+    a_swallowed_idle_take_is_cut,
     blocking,
     finishes,
+    gated,
     named,
     run_with_client,
     skip_on_fakeredis,
     started_server,
+    stopped_at,
+    suspects,
 )
 
 
@@ -137,16 +140,14 @@ def test_shutdown_reconciles_a_list_a_take_cancelled_with_its_reply_in_flight_fi
         backend: Backend, keys: QueueKeys) -> None:
     async def test(client: redis.asyncio.Redis) -> None:
         server, worker = await started_server(client, keys, TEST_SETTINGS)
-        gate = worker.conn = Gate(worker.conn, named(worker.take_command), hold="reply")
+        # the take runs, its reply is held, the worker idle: the shutdown cancels the take with
+        # its reply in flight
+        gate = gated(worker, named(worker.take_command), hold="reply")
         task_id = await AsyncProducer(client, keys).enqueue("p")
-        run = asyncio.create_task(server.run())
-        await gate.reached.wait()  # the take ran: its reply is held, the worker idle
-        server.stop()  # cancels the idle take with its reply in flight
-        await finishes(run)
+        await stopped_at(server, gate)
         assert await client.llen(worker.list_key) == 0 and not worker.dirty
         # reconciled before deregistering: back where recovery puts a counted task
-        (raw,) = await client.lrange(keys.suspects, 0, -1)
-        assert decode(raw).id == task_id
+        assert await suspects(client, keys) == [task_id]
         assert await client.zcard(keys.servers) == 0
 
     run_with_client(test, backend)
@@ -154,45 +155,25 @@ def test_shutdown_reconciles_a_list_a_take_cancelled_with_its_reply_in_flight_fi
 
 def test_shutdown_ends_an_idle_take_whose_cancellation_was_swallowed(
         backend: Backend, keys: QueueKeys) -> None:
-    skip_on_fakeredis(backend)
-    # A take that would block for 20 s: the run returns long before, so it was cut.
-    settings = blocking(TEST_SETTINGS)
-
-    async def test(client: redis.asyncio.Redis) -> None:
-        server, worker = await started_server(client, keys, settings)
-        gate = worker.conn = Gate(worker.conn, named(worker.take_command), hold="send",
-                                  swallow=True)
-        run = asyncio.create_task(server.run())
-        await gate.reached.wait()  # the idle worker's blocking take, about to be sent
-        # Its cancellation is swallowed there without a trace (as by Python 3.10's wait_for in
-        # redis-py's send) and the take is sent: only the shutdown's interrupt can end it.
-        server.stop()
-        await finishes(run)  # a guard: the take would hold it 20 s
-        assert gate.swallowed
-        assert await client.llen(worker.list_key) == 0 and not worker.dirty
-        assert await client.zcard(keys.servers) == 0
-
-    run_with_client(test, backend, settings)
+    a_swallowed_idle_take_is_cut(backend, keys, TEST_SETTINGS, lambda worker: worker)
 
 
 def test_shutdown_cutting_a_take_with_its_reply_in_flight_leaves_the_worker_dirty(
         backend: Backend, keys: QueueKeys) -> None:
     async def test(client: redis.asyncio.Redis) -> None:
         server, worker = await started_server(client, keys, TEST_SETTINGS)
-        gate = worker.conn = Gate(worker.conn, named(worker.take_command), hold="read",
-                                  swallow=True)
+        # the take is sent and runs, its reply unread; the shutdown's cancellation is swallowed
+        # there, and its interrupt closes the connection under the read
+        gate = gated(worker, named(worker.take_command), hold="read", swallow=True)
         task_id = await AsyncProducer(client, keys).enqueue("p")
-        run = asyncio.create_task(server.run())
-        await gate.reached.wait()  # the take was sent and has run: its reply is unread
-        assert await client.llen(worker.list_key) == 1 and not worker.busy
-        # The cancellation is swallowed; the interrupt closes the connection under the read.
-        server.stop()
-        await finishes(run)
-        assert gate.swallowed
+
+        async def held() -> None:
+            assert await client.llen(worker.list_key) == 1 and not worker.busy
+
+        await stopped_at(server, gate, held)
         assert await client.llen(worker.list_key) == 0 and not worker.dirty
         # dirty, so reconciled before deregistering: back where recovery puts a counted task
-        (raw,) = await client.lrange(keys.suspects, 0, -1)
-        assert decode(raw).id == task_id
+        assert await suspects(client, keys) == [task_id]
         assert await client.get(keys.result(task_id)) is None  # never run
         assert await client.zcard(keys.servers) == 0
 

@@ -9,7 +9,6 @@ only after `start`, so that SIGTERM killed the process (exit -15)."""
 from __future__ import annotations
 
 import signal
-import subprocess
 import textwrap
 import threading
 from pathlib import Path
@@ -19,7 +18,7 @@ import redis
 
 from taskcustody import QueueKeys, Server, Settings, connect
 from tests.support.redis_server import RedisServerProcess
-from tests.support.worker_command import worker_argv, worker_env
+from tests.support.worker_command import start_worker, write_handler_module
 
 HANDLERS = textwrap.dedent('''
     def handle(payload):
@@ -51,16 +50,14 @@ def _registrations(client: redis.Redis, keys: QueueKeys) -> tuple[object, ...]:
 @pytest.mark.parametrize("handler", ["stoptasks:handle", "stoptasks:ahandle"])
 def test_sigterm_while_waiting_for_the_id_exits_0_and_claims_nothing(
         real_redis: RedisServerProcess, tmp_path: Path, handler: str) -> None:
-    (tmp_path / "stoptasks.py").write_text(HANDLERS)
+    write_handler_module(tmp_path, handler, HANDLERS)
     client = connect(real_redis.url)
     client.flushall()
     keys = QueueKeys("stop-before-start")
     _hold_the_id(real_redis.url, keys, "held")
     held = _registrations(client, keys)
-    proc = subprocess.Popen(
-        worker_argv(handler, "stop-before-start", real_redis.url, "--server-id", "held",
-                    "--wait-for-id", "600"),
-        cwd=tmp_path, env=worker_env(), stderr=subprocess.PIPE, text=True)
+    proc = start_worker(tmp_path, handler, "stop-before-start", real_redis.url,
+                        "--server-id", "held", "--wait-for-id", "600")
     try:
         assert proc.stderr is not None
         seen: list[str] = []

@@ -21,10 +21,13 @@ from tests.support.redis_server import RedisServerProcess
 #: Enough examples for the derandomized run to drop and cancel the replies of takes and
 #: releases, and to cancel both before their send, few enough for CI (re-measured when the
 #: machine's `execute` rule was deleted, which moved every draw: at 80 no take was cancelled
-#: before its send; at 120 each kind fires, 2 of them at the least).
+#: before its send; at 120 each kind fires, 2 of them at the least; again when the refusal
+#: machine's walk moved to `aiming.walked`, 2026-12-03, on fakeredis: at 120 each kind fires, 5
+#: times at the least, a take's reply cancelled in flight).
 EXAMPLES = 120
 #: The same for the prefetching worker's pipelines: a lost reply in a take and in a release
-#: pipeline (at 40, none in a release pipeline; at 80, 1 and 12).
+#: pipeline (at 40, none in a release pipeline; at 80, 1 and 12; re-measured 2026-12-03 as
+#: above: 37 and 10).
 PREFETCH_EXAMPLES = 80
 
 

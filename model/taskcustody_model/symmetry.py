@@ -17,7 +17,7 @@ from collections.abc import Callable
 from .state import Drain, ListKey, Process, Registration, State, Worker
 
 
-def canonical(state: State, n_workers: int) -> State:
+def canonical(state: State, n_workers: int, *, plain: bool = False) -> State:
     """The representative of ``state``'s class (names chosen as the module docstring says).
 
     Written for speed (it runs for every successor the checker has not met as such): one pass
@@ -26,8 +26,12 @@ def canonical(state: State, n_workers: int) -> State:
     names the renaming leaves as they are kept as it is (the renamed copy would be equal).
     What it must keep is the representative itself, not only which states it merges: the
     checker's pinned figures (``tests/model/test_checker_figures.py``) depend on the tie-breaks.
-    ``tests/model/test_symmetry.py`` compares it with the plain version it was optimised from
-    (``tests/model/reference_canonical.py``) on every successor of searches at small bounds."""
+
+    ``plain=True`` (for tests) takes none of the fast paths: every name is mapped, even where the
+    renaming leaves it as it is, two workers are sorted by their whole signatures as more are, and
+    the servers by theirs; it is the version this one was optimised from (``symmetry.py`` at
+    00aef7a), and ``tests/model/test_symmetry.py`` holds the fast paths to it on every successor
+    of searches at small bounds."""
     registry = state.registry
     processes = state.processes
     n_servers = len(registry)
@@ -62,7 +66,8 @@ def canonical(state: State, n_workers: int) -> State:
     workers_range = range(n_workers)
     # whether the renaming leaves every incarnation and worker index as it is (then only the
     # servers' order and the tasks' names can change)
-    same_slots = True
+    same_slots = not plain
+    two = n_workers == 2 and not plain
     for s in range(n_servers):
         order: list[int] = []
         reg = registry[s]
@@ -90,7 +95,7 @@ def canonical(state: State, n_workers: int) -> State:
             for p in procs:
                 if p.inc == inc:
                     holder = p  # (the last one, as a dict by incarnation keeps it)
-            if n_workers == 2:
+            if two:
                 # the usual case: the two signatures below, compared as tuples are (element by
                 # element, up to the first that differs), each element computed only if needed
                 swap = _second_first(holder, s, inc, lists, recs, registered)
@@ -123,7 +128,7 @@ def canonical(state: State, n_workers: int) -> State:
             wm = worker_map[(s, proc.inc)]
             new_inc = inc_map[s][proc.inc]
             if new_inc == proc.inc and (n_workers == 1 or wm[0] == 0) and (
-                    n_workers <= 2 or wm == sorted(wm)):
+                    n_workers <= 2 or wm == sorted(wm)) and not plain:
                 row.append(proc)  # nothing of it renamed here
                 continue
             workers: list[Worker] = list(proc.workers)
@@ -150,7 +155,7 @@ def canonical(state: State, n_workers: int) -> State:
             )
             for s in range(n_servers)
         ]
-        if len(set(sigs_s)) < n_servers:
+        if len(set(sigs_s)) < n_servers or plain:
             for s in range(n_servers):
                 imap = inc_map[s]
 
@@ -178,7 +183,8 @@ def canonical(state: State, n_workers: int) -> State:
         ns = server_map[s]
         if reg is not None:
             new_inc = inc_map[s][reg.inc]
-            new_registry[ns] = reg if new_inc == reg.inc else Registration(new_inc, reg.deadline)
+            new_registry[ns] = (reg if new_inc == reg.inc and not plain
+                                else Registration(new_inc, reg.deadline))
         new_local[ns] = local[s]
     if same_slots:
         # no list key is renamed: the keys keep their order, and records their keys
@@ -219,7 +225,7 @@ def canonical(state: State, n_workers: int) -> State:
                            recoveries[t], executions[t]),
         ):
             name[t] = len(name)
-    same_tasks = True
+    same_tasks = not plain
     for t in range(n_tasks):
         if name[t] != t:
             same_tasks = False

@@ -14,6 +14,7 @@ import redis.asyncio
 
 from taskcustody import AsyncServer, ManualClock, QueueKeys, Settings
 from taskcustody.aio import connect_async, connect_fake_async
+from taskcustody.envelope import decode
 from tests.conftest import TEST_SETTINGS, Backend
 
 Match = Callable[[tuple[Any, ...]], bool]
@@ -172,6 +173,60 @@ async def finishes(task: asyncio.Task[Any], guard: float = 10.0) -> None:
     if not done:
         raise AssertionError(f"still running after {guard} s:\n{task_stacks()}")
     task.result()
+
+
+def gated(holder: Any, match: Match, hold: str = "reply", swallow: bool = False) -> Gate:
+    """A `Gate` (`match`, `hold`, `swallow`) on `holder.conn` (a worker, or a prefetching
+    worker's lead), put in its place."""
+    gate = holder.conn = Gate(holder.conn, match, hold, swallow)
+    return gate
+
+
+async def stopped_at(server: AsyncServer, gate: Gate,
+                     held: Callable[[], Awaitable[None]] | None = None) -> None:
+    """Run `server` until `gate` holds its command, check `held` there (what is true while the
+    command is held), then stop the server and await its run (`finishes`: a hang fails, as a take
+    that blocks 20 s would). A swallowing gate must have swallowed the shutdown's cancellation:
+    it landed there."""
+    run = asyncio.create_task(server.run())
+    await gate.reached.wait()
+    if held is not None:
+        await held()
+    server.stop()
+    await finishes(run)
+    assert gate.swallowed == gate.swallow
+
+
+async def in_custody(client: redis.asyncio.Redis, server: AsyncServer) -> int:
+    """How many tasks `server`'s workers' in-flight lists hold (every slot's, for a prefetching
+    worker)."""
+    return sum([await client.llen(k) for w in server.workers for k in w.list_keys])
+
+
+async def suspects(client: redis.asyncio.Redis, keys: QueueKeys) -> list[str]:
+    """The ids of the tasks in the suspects list (where recovery and the shutdown's reconcile put
+    a task taken into a list whose worker may not have seen it), sorted."""
+    return sorted(decode(raw).id for raw in await client.lrange(keys.suspects, 0, -1))
+
+
+def a_swallowed_idle_take_is_cut(backend: Backend, keys: QueueKeys, settings: Settings,
+                                 taker: Callable[[Any], Any]) -> None:
+    """The shutdown ends a blocking take on an empty queue whose cancellation was swallowed
+    (as by Python 3.10's `wait_for` in redis-py's send), without a trace, and the take sent: only
+    the shutdown's interrupt can end it, and a run that returns long before the take's 20 s block
+    was cut; nothing is left in custody and the server deregistered. `taker(worker)`: whose
+    blocking take it is (the worker itself, or a prefetching worker's lead)."""
+    skip_on_fakeredis(backend)
+    settings = blocking(settings)
+
+    async def test(client: redis.asyncio.Redis) -> None:
+        server, worker = await started_server(client, keys, settings)
+        taking = taker(worker)
+        await stopped_at(server, gated(taking, named(taking.take_command), "send", swallow=True))
+        assert await in_custody(client, server) == 0 and not worker.dirty
+        assert await client.zcard(keys.servers) == 0
+
+    run_with_client(test, backend, settings)
 
 
 

@@ -200,36 +200,14 @@ def with_faults_also_aimed(base: type[RuleBasedStateMachine], kinds: Sequence[st
     that a test asserting that these kinds fired does not depend on which examples the base's
     draws happen to reach (tests/stateful/test_conformance.py); and a rule that aims at a sweep
     whose drain moves a task out of a list whose owner (a stalled process's worker) can step
-    right then, and lets it step between the moves (`drain_with_owner_steps`)."""
-    aiming = with_aimed_faults(base, kinds, copies)
+    right then, and lets it step between the moves (`with_drain_aimed`)."""
+    aiming = with_drain_aimed(with_aimed_faults(base, kinds, copies))
 
     class AlsoAimingMachine(aiming):  # type: ignore[valid-type, misc]
         """... with the base's fault rules on (its `_has`, not the aiming one's)."""
 
         def _has(self, name: str, command: str = "") -> bool:
             return bool(base._has(self, name, command))  # type: ignore[attr-defined]
-
-        @precondition(lambda self: not self.h.steps_during_drains
-                      and not getattr(self, "_no_drain_walk", False))
-        @rule()
-        def aim_at_a_drain_with_its_owner_stepping(self) -> None:
-            walk = shortest_walk(self.h.state, self.h.config,
-                                 lambda s: drain_with_owner_steps(s, self.h.config) is not None,
-                                 lambda a: a.name in _DRAIN_WALK)
-            if walk is None:
-                self._no_drain_walk = True  # (not again in this example)
-                return
-            for action in walk:
-                if action not in self.h.enabled():
-                    return
-                self._step(action)
-                self.failed = True
-                self.h.check()
-                self.failed = False
-            sweep = drain_with_owner_steps(self.h.state, self.h.config)
-            if sweep is None:
-                return
-            self._step(sweep, interleave=lambda options: options[0])
 
     AlsoAimingMachine.__name__ = f"AlsoAiming{base.__name__}"
     return AlsoAimingMachine
@@ -304,16 +282,26 @@ def aim_at_a_drain(machine: Any) -> None:
     if walk is None:
         machine._no_drain_walk = True  # (not again in this example)
         return
-    for action in walk:
-        if action not in machine.h.enabled():
-            return
-        machine._step(action)
-        machine.failed = True
-        machine.h.check()
-        machine.failed = False
+    if not walked(machine, walk):
+        return
     sweep = drain_with_owner_steps(machine.h.state, machine.h.config)
     if sweep is not None:
         machine._step(sweep, interleave=lambda options: options[0])
+
+
+def walked(machine: Any, walk: Sequence[Action]) -> bool:
+    """Performs `walk` (planned on the model) on `machine`'s implementation, step by step, every
+    property checked after each step; False if a step of it is not enabled when its turn comes
+    (the harness re-ordered what it read back): the walk ends there. Shared by the aiming rules
+    here and the refusal machine's (`machine.with_refusals`)."""
+    for action in walk:
+        if action not in machine.h.enabled():
+            return False
+        machine._step(action)
+        machine.failed = True  # every property, after every step of the walk
+        machine.h.check()
+        machine.failed = False
+    return True
 
 
 def with_drain_aimed(base: type[RuleBasedStateMachine]) -> type[RuleBasedStateMachine]:

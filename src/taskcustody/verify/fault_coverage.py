@@ -77,18 +77,26 @@ def required_kinds(bounds: Bounds) -> tuple[str, ...]:
 
 
 @dataclass
-class Coverage:
-    """The counts of the kinds a run requires, and what falls short."""
+class CountGate:
+    """A coverage gate's verdict: the counts of the kinds it requires, the least each needed,
+    and what falls short. Shared with the refusal gate (`refusal_aiming.RefusalCoverage`)."""
 
     counts: dict[str, int]
-    minimum: int = MINIMUM
-    ratio: int = RATIO
-    #: one line per shortfall: the kind, its count, and what it needed
+    minimum: int
+    #: one line per shortfall, beginning with its kind (`count_lines`, `count_html` mark it):
+    #: the kind, its count, and what it needed
     short: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
         return not self.short
+
+
+@dataclass(kw_only=True)
+class Coverage(CountGate):
+    """The counts of the fault kinds and lost replies a run requires, and what falls short."""
+
+    ratio: int = RATIO
 
     def summary(self) -> str:
         """One line: the verdict and, if it fails, every shortfall."""
@@ -104,7 +112,7 @@ def judge(counts: Mapping[str, int], kinds: Sequence[str], minimum: int = MINIMU
     """The gate: each of `kinds` at least `minimum` times in `counts`, and each lost reply at
     least a `ratio`-th of the take's."""
     own = {k: int(counts.get(k, 0)) for k in kinds}
-    cov = Coverage(own, minimum, ratio)
+    cov = Coverage(own, minimum, ratio=ratio)
     reference = own.get(REFERENCE, 0)
     for k, n in own.items():
         if n < minimum:

@@ -32,6 +32,7 @@ from ..keys import QueueKeys
 from ..settings import Settings
 from . import loops, prefetch_loop, server_loop
 from . import prefetching as pipelines
+from .aiming import walked
 from .broken import server_factory
 from .harness import Harness, StepRecord
 from .harness import Harness as _Harness
@@ -566,13 +567,8 @@ def with_refusals(base: type[RuleBasedStateMachine]) -> type[RuleBasedStateMachi
                 self._out_of_reach = {*getattr(self, "_out_of_reach", ()), kind}
             else:
                 return
-            for action in walk:
-                if action not in self.h.enabled():  # (the harness re-ordered what it read back)
-                    return
-                self._step(action)
-                self.failed = True  # every property, after every step of the walk
-                self.h.check()
-                self.failed = False
+            if not walked(self, walk):
+                return
             options = [a for a in self.h.refused() if a.name == kind]
             if not options:
                 return

@@ -52,7 +52,15 @@ from ..prefetch import PrefetchingWorker
 from ..worker import Worker
 from .faults import command_args
 from .harness import Harness, actor_of
-from .loops import Choices, LoopDriver, _Stop, enabled_steps, interleave, running_slots
+from .loops import (
+    BROKEN_LOOPS,
+    Choices,
+    LoopDriver,
+    _Stop,
+    enabled_steps,
+    interleave,
+    running_slots,
+)
 from .observation import Mismatch, StepRecord
 
 #: At most this many writes of the loop (pipelines, reconciles, the lead's commands) before it is
@@ -86,20 +94,10 @@ def drivable(h: Harness) -> list[tuple[int, int, tuple[int, ...]]]:
 
 #: Demonstration loops that break the protocol (the test proves the driven run catches them).
 def _skips_reconcile(pw: PrefetchingWorker) -> None:
-    """The cycle never reconciles its dirty slots: it takes for them all the same."""
-
-    def run_once(timeout: float | None = None) -> bool:
-        batch, error = pw.take_all()
-        if not batch.raws:
-            if error is not None:
-                pw._raise(error)
-            return pw.lead.run_once(timeout)
-        pw.handle(batch)
-        if error is not None:
-            pw._raise(error)
-        return True
-
-    setattr(pw, "run_once", run_once)  # noqa: B010 (one object's method)
+    """The cycle never reconciles its dirty slots: each forgets it was dirty (the plain loop's
+    broken reconcile, slot by slot) and takes all the same."""
+    for slot in pw.slots:
+        BROKEN_LOOPS["loop-skips-reconcile"](slot)
 
 
 BROKEN_PREFETCH_LOOPS: dict[str, Callable[[PrefetchingWorker], None]] = {

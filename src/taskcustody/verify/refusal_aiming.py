@@ -27,12 +27,11 @@ MET" and the counts (`judge`).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 
 from taskcustody_model import REFUSALS, Action, Attempt, Config, State, refused_attempts
 
 from .aiming import shortest_walk
-from .fault_coverage import count_html, count_lines
+from .fault_coverage import CountGate, count_html, count_lines
 
 #: The harness steps a walk is made of: enough to hold a task (a live owner's list), to stall a
 #: process until its lease lapses and claim its id anew (a held id, a superseded process) and to
@@ -75,17 +74,8 @@ def walk_to_refusal(state: State, config: Config, kind: str) -> list[Action] | N
                          lambda a: a.name in WALK, MAX_DEPTH, MAX_STATES)
 
 
-@dataclass
-class RefusalCoverage:
+class RefusalCoverage(CountGate):
     """How often each kind of refused attempt was made, and what falls short."""
-
-    counts: dict[str, int]
-    minimum: int = MINIMUM
-    short: list[str] = field(default_factory=list)
-
-    @property
-    def ok(self) -> bool:
-        return not self.short
 
     def summary(self) -> str:
         counts = ", ".join(f"{k} {n}" for k, n in self.counts.items())
