@@ -178,6 +178,42 @@ def record_killers(root: Path, results: Sequence[NamedResult]) -> None:
                                 encoding="utf-8")
 
 
+#: The per-test limits of the last recorded unmutated run (`--record-killers`), for a run that
+#: skips the unmutated run (`--confirm-kills`).
+RECORDED_LIMITS = "mutation/test-limits.json"
+
+
+def load_recorded_limits(root: Path) -> dict[str, float]:
+    path = root / RECORDED_LIMITS
+    if not path.exists():
+        return {}
+    return {str(k): float(v) for k, v in json.loads(path.read_text(encoding="utf-8")).items()}
+
+
+def confirm_kills(base: Path, results: Sequence[NamedResult], test_timeout: float,
+                  suite_timeout: float, pytest_args: Sequence[str], jobs: int) -> bool:
+    """Run, on the unmutated copy `base`, every test that was a mutant's first failure: each must
+    pass there, or that kill proves nothing (the test fails without the mutant too). With
+    `--confirm-kills` this replaces the run of the whole suite on the unmutated copy: a kill
+    counts only once its test is confirmed, and a survivor needs no baseline (it passed the
+    whole suite with the mutant in)."""
+    tests = sorted({r.caught_by[0]["test"] for r in results
+                    if r.verdict == "killed" and r.caught_by})
+    if not tests:
+        return True
+    run = run_suite(base, test_timeout, suite_timeout, [*pytest_args, *tests],
+                    workers=jobs if len(tests) > 1 else 0)
+    failed = sorted({f["test"] for f in run.failures})
+    if run.returncode != 0 or run.hung:
+        print(f"named mutants: FAIL: tests that killed mutants fail on the unmutated copy too "
+              f"(exit {run.returncode}): {failed[:10]}; log: {run.log}")
+        print(_tail(run.log))
+        return False
+    print(f"   confirmed: the {len(tests)} tests that caught the mutants pass on the unmutated "
+          f"copy ({run.seconds:.1f} s)", flush=True)
+    return True
+
+
 def killers_moved(results: Sequence[NamedResult], killers: dict[str, list[str]]) -> list[str]:
     """The killed mutants whose first failure is not a recorded killer: the file is stale there
     (the run was slower than it needed to be; the verdict stands)."""
@@ -312,7 +348,7 @@ def named_gate(snapshot: Path, workdir: Path, jobs: int, test_timeout: float,
                suite_timeout: float, pytest_args: Sequence[str], verbose: bool,
                all_killers: bool = False, with_model_tests: bool = False,
                only: Sequence[str] = (), full_suite: bool = False,
-               record: bool = False) -> bool:
+               record: bool = False, confirm_only: bool = False) -> bool:
     """`snapshot`: one copy of the tree taken at the start, so that every run (the unmutated one
     and each mutant's) sees the same code and tests while people keep editing the tree. `only`:
     the names of the mutants to run (default: all)."""
@@ -362,21 +398,33 @@ def named_gate(snapshot: Path, workdir: Path, jobs: int, test_timeout: float,
     pytest_args += ["-m", markers]
     base = clone(snapshot, workdir / "unmutated")
     check_imports_from(base)
-    print("== named mutants: the suite on the unmutated copy", flush=True)
-    # The unmutated run has no per-test limit but the suite's; each test's limit under a mutant
-    # is then the larger of --test-timeout and five times its own duration here.
-    # On `jobs` cores, as the mutants after it run `jobs` at a time: the run is long (the whole
-    # suite but what is left out above) and nothing else runs beside it.
-    baseline = run_suite(base, suite_timeout, suite_timeout, pytest_args, workers=jobs)
-    if baseline.returncode != 0 or baseline.hung:
-        print(f"named mutants: FAIL: the suite is red on the unmutated copy (exit "
-              f"{baseline.returncode}); failures: "
-              f"{[f['test'] for f in baseline.failures][:10]}; log: {baseline.log}")
-        print(_tail(baseline.log))
-        return False
-    print(f"   green in {baseline.seconds:.1f} s", flush=True)
-    limits = {test: 5 * seconds for test, seconds in baseline.durations.items()
-              if 5 * seconds > test_timeout}
+    if confirm_only:
+        # The caller ran the whole suite green just before (CI: the README's test command), so
+        # the unmutated run is not repeated: each kill is confirmed afterwards by its test
+        # passing on the unmutated copy (`confirm_kills`), and the per-test limits are those of
+        # the last recorded unmutated run.
+        limits = load_recorded_limits(snapshot)
+        print(f"== named mutants: no whole-suite run on the unmutated copy (--confirm-kills); "
+              f"per-test limits from {RECORDED_LIMITS} ({len(limits)} tests)", flush=True)
+    else:
+        print("== named mutants: the suite on the unmutated copy", flush=True)
+        # The unmutated run has no per-test limit but the suite's; each test's limit under a
+        # mutant is then the larger of --test-timeout and five times its own duration here.
+        # On `jobs` cores, as the mutants after it run `jobs` at a time: the run is long (the
+        # whole suite but what is left out above) and nothing else runs beside it.
+        baseline = run_suite(base, suite_timeout, suite_timeout, pytest_args, workers=jobs)
+        if baseline.returncode != 0 or baseline.hung:
+            print(f"named mutants: FAIL: the suite is red on the unmutated copy (exit "
+                  f"{baseline.returncode}); failures: "
+                  f"{[f['test'] for f in baseline.failures][:10]}; log: {baseline.log}")
+            print(_tail(baseline.log))
+            return False
+        print(f"   green in {baseline.seconds:.1f} s", flush=True)
+        limits = {test: 5 * seconds for test, seconds in baseline.durations.items()
+                  if 5 * seconds > test_timeout}
+        if record:
+            (ROOT / RECORDED_LIMITS).write_text(
+                json.dumps(dict(sorted(limits.items())), indent=1) + "\n", encoding="utf-8")
     (workdir / LIMITS).write_text(json.dumps(limits, indent=1), encoding="utf-8")
 
     killers = load_killers(snapshot)
@@ -388,6 +436,8 @@ def named_gate(snapshot: Path, workdir: Path, jobs: int, test_timeout: float,
                                 all_killers, killers.get(m.name, [])),
             mutants))
     print_named_table(results, verbose)
+    confirmed = not confirm_only or confirm_kills(base, results, test_timeout, suite_timeout,
+                                                  pytest_args, jobs)
     moved = killers_moved(results, killers)
     if record:
         record_killers(ROOT, results)
@@ -395,7 +445,7 @@ def named_gate(snapshot: Path, workdir: Path, jobs: int, test_timeout: float,
     elif moved:
         print(f"   {KILLERS} is out of date for {', '.join(moved)} (slower, same verdicts): "
               "`python -m mutation.gate --named-only --record-killers` writes it again")
-    ok = all(r.ok for r in results)
+    ok = all(r.ok for r in results) and confirmed
     print(f"named mutants: {'PASS' if ok else 'FAIL'} "
           f"({sum(r.verdict == 'killed' for r in results)} killed, "
           f"{sum(r.verdict == 'equivalent' for r in results)} reviewed equivalent, "
@@ -478,6 +528,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--record-killers", action="store_true",
                         help=f"write the test that caught each mutant into {KILLERS}, which "
                         "the next runs start each mutant with")
+    parser.add_argument("--confirm-kills", action="store_true",
+                        help="skip the whole-suite run on the unmutated copy (for a caller that "
+                        "just ran the suite green, as CI does) and confirm instead that each "
+                        f"test that caught a mutant passes there; limits from {RECORDED_LIMITS}")
     parser.add_argument("--only", action="append", default=[], metavar="NAME",
                         help="run only this named mutant (repeatable; with --named-only)")
     args = parser.parse_args(argv)
@@ -493,7 +547,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             ok = named_gate(snapshot, workdir / "named", args.jobs, args.test_timeout,
                             args.suite_timeout, args.pytest_arg, args.verbose,
                             args.all_killers, args.with_model_tests, args.only,
-                            args.full_suite, args.record_killers) and ok
+                            args.full_suite, args.record_killers,
+                            args.confirm_kills) and ok
         if not args.named_only:
             from mutation.mutmut_gate import mutmut_gate
 
