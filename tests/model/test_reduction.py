@@ -117,7 +117,7 @@ def test_the_eligible_steps_commute_and_change_no_property(label: str) -> None:
 @pytest.mark.parametrize("name", ["sweep-drains-live", "unbounded-drain", "gc-when-empty",
                                   "register-once", "composite-commits-unheld"])
 def test_the_claims_hold_for_broken_designs_too(name: str) -> None:
-    _claims_hold(SMALL["2x1x2-1fault-2ppi"], name)
+    _claims_hold(SMALL["2x2x1-1fault-2ppi"], name)
 
 
 @pytest.mark.parametrize("name", sorted(VARIANTS))
