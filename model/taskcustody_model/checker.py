@@ -10,6 +10,9 @@
   heuristic: a non-fault step never spends fault budget, so every state a fault-free continuation
   can reach from an explored state was itself explored, and the recovery graph is closed inside
   the explored set.  An explored state that cannot reach a done state is a violation.
+- With ``reduce`` (``reduction.py``), a state whose fault budget is spent may be expanded by one
+  step that commutes with every other: the explored graph is then a subgraph, and that module
+  argues why every verdict, the eventual one included, is the same.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from .graph import reaching
 from .invariants import check_invariants, check_transition, is_done
 from .parallel import search as parallel_search
 from .protocol import Action, Config, apply, enabled_actions
+from .reduction import ample
 from .state import Bounds, State
 from .symmetry import canonical, exact_canonical
 from .variants import variant as variant_named
@@ -69,6 +73,9 @@ class CheckResult:
     seconds: float
     violation: Trace | None
     property: str | None  # name of the violated property, None when ok
+    #: the figures are the partial-order-reduced search's (``reduction.py``); a violation's
+    #: never are (it is searched again without the reduction)
+    reduced: bool = False
 
     @builtins.property  # (a field above is named "property")
     def states_per_second(self) -> float:
@@ -82,6 +89,7 @@ def check(
     progress_every: float = 2.0,
     eventual: bool = True,
     jobs: int = 1,
+    reduce: bool = False,
 ) -> CheckResult:
     """Explore every state reachable within ``bounds`` under ``variant``; check all properties.
 
@@ -92,18 +100,29 @@ def check(
     (its states are tuples of ints, its bookkeeping dicts, lists and arrays), so each of the
     collector's passes only walked the ever-growing set of stored states again (1.1x to 1.3x CPU
     at 3 tasks, 2 x 2, 1 fault, interpreted; the compiled model gained 1.64x at the CI bound with
-    it on and 2.22x with it off, README).  It is switched back on afterwards."""
+    it on and 2.22x with it off, README).  It is switched back on afterwards.
+
+    ``reduce``: the partial-order reduction of ``reduction.py`` (same verdict; fewer states where
+    the fault budget is spent). ``model-check`` reduces unless told ``--no-reduce``; it is off
+    here, so that the figures pinned of the unreduced search stay what they are. When the
+    reduced search finds a violation, the search runs again without it, so a counterexample is
+    a shortest one and its figures are the unreduced search's.
+    (The parallel search, ``jobs`` > 1, does not reduce.)"""
     was_enabled = gc.isenabled()
     gc.disable()
     try:
-        return _search(bounds, variant, progress, progress_every, eventual, jobs)
+        reduce = reduce and jobs == 1
+        result = _search(bounds, variant, progress, progress_every, eventual, jobs, reduce)
+        if reduce and not result.ok:
+            result = _search(bounds, variant, progress, progress_every, eventual, jobs, False)
+        return result
     finally:
         if was_enabled:
             gc.enable()
 
 
 def _search(bounds: Bounds, variant: str, progress: Callable[[Progress], None] | None,
-            progress_every: float, eventual: bool, jobs: int) -> CheckResult:
+            progress_every: float, eventual: bool, jobs: int, reduce: bool) -> CheckResult:
     config = Config(bounds, variant_named(variant))
     n_workers = bounds.workers
     start = time.monotonic()
@@ -146,6 +165,7 @@ def _search(bounds: Bounds, variant: str, progress: Callable[[Progress], None] |
             seconds=time.monotonic() - start,
             violation=violation,
             property=None if violation is None else violation.property,
+            reduced=reduce,
         )
 
     head = 0
@@ -162,7 +182,12 @@ def _search(bounds: Bounds, variant: str, progress: Callable[[Progress], None] |
                 )
             )
         d1 = depth[sid] + 1
-        for action in enabled_actions(st, config):
+        actions = enabled_actions(st, config)
+        if reduce:
+            alone = ample(st, actions, config)
+            if alone is not None:
+                actions = [alone]
+        for action in actions:
             nxt = apply(st, action, config)
             generated += 1
             bad = check_transition(st, action, config)

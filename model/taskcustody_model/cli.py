@@ -66,6 +66,10 @@ def _sim_progress(p: SimulationProgress) -> None:
 @click.option("--steps", "max_steps", type=click.IntRange(min=1), default=None,
               help="with --simulate: stop after this many steps")
 @click.option("--seed", type=int, default=0, show_default=True, help="with --simulate")
+@click.option("--reduce/--no-reduce", default=True, show_default=True,
+              help="the partial-order reduction once the fault budget is spent (same verdict, "
+                   "fewer states; a counterexample is searched again without it, for a shortest "
+                   "one; not with --jobs)")
 @click.option("--jobs", type=click.IntRange(1, 64), default=1, show_default=True,
               help="search in this many processes (a violation is searched again in one, for "
                    "its shortest trace)")
@@ -74,7 +78,7 @@ def model_check(
     drain_steps: bool | None, late_tasks: int, redis_faults: bool, takes_outwait_grace: bool,
     max_recoveries: int | None, handler_failures: bool, variant: str, full_trace: bool,
     no_eventual: bool, simulate: bool, seconds: float | None, max_steps: int | None, seed: int,
-    jobs: int,
+    reduce: bool, jobs: int,
 ) -> None:
     """Exhaustively check the custody protocol model, or with --simulate walk it at random
     (exit 0: all properties hold within the bounds, or on every walk; 1: a counterexample is
@@ -97,7 +101,8 @@ def model_check(
     if not simulate:
         if seconds is not None or max_steps is not None:
             raise click.BadParameter("only with --simulate", param_hint="--seconds/--steps")
-        result = check(bounds, variant, progress=_progress, eventual=not no_eventual, jobs=jobs)
+        result = check(bounds, variant, progress=_progress, eventual=not no_eventual, jobs=jobs,
+                       reduce=reduce and jobs == 1)
         click.echo(render_stats(result))
         violation = result.violation
     else:

@@ -12,8 +12,8 @@ from pathlib import Path
 from .native import STAMP, source_digest
 
 #: the modules the search spends its time in (the rest stays interpreted)
-COMPILED = ("state", "variants", "protocol", "invariants", "symmetry", "graph", "checker",
-            "parallel")
+COMPILED = ("state", "variants", "protocol", "invariants", "symmetry", "graph", "reduction",
+            "checker", "parallel")
 
 
 def build(out: Path) -> Path:

@@ -139,7 +139,8 @@ def render_stats(result: CheckResult) -> str:
         + (" handler-failures" if b.handler_failures else "")
         + "\n"
         f"{result.states_generated} states generated, {result.distinct_states} distinct states "
-        f"found, depth {result.depth}, {result.seconds:.1f}s "
+        f"found{' (partial-order reduced)' if result.reduced else ''}, depth {result.depth}, "
+        f"{result.seconds:.1f}s "
         f"({result.states_per_second:.0f} distinct states/s)"
     )
 
