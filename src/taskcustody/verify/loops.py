@@ -54,6 +54,11 @@ from .faults import command_args
 from .harness import Harness, actor_of
 from .observation import Mismatch, ProcSlot, StepRecord, WorkerSlot
 
+#: An upper bound on Redis's answer to a command already sent (`LoopDriver._answered`): not a
+#: timing assumption, a real server answers in microseconds; only a server that stopped answering
+#: reaches it.
+ANSWER_SECONDS = 30.0
+
 #: The commands a worker's loop sends, as model actions: on its own connection by (name, script
 #: hash), on its process's pool by name (a reconcile's first command is the LLEN of its bound; the
 #: chunks after it are part of the same model action). Others (the connection's handshake, the
@@ -359,6 +364,23 @@ class LoopDriver:
             ws.task = ws.outcome = None
             ws.stage = IDLE
 
+    def _answered(self) -> None:
+        """On a real server, wait until Redis has answered what the loop sent without reading the
+        reply (the record: its reply is read with the next command's), before reading Redis back
+        from another connection. Otherwise that read races the worker's own socket: the model
+        has the record and Redis, not having run it yet, has none (a `records` mismatch seen in a
+        CI run, and in 1 of 39 runs of the real worker loop's test with both cores busy). The
+        step-driven run reads the reply (`Worker.flush`); the loop must read its own, so this
+        only waits for it to arrive and leaves it unread (`can_read` buffers, consumes nothing).
+        fakeredis runs a command as it is sent: nothing to wait for there."""
+        conn = getattr(self.worker, "_conn", None)
+        if (not self.h.real_redis or not getattr(self.worker, "_unread_replies", 0)
+                or conn is None or getattr(conn, "_sock", None) is None):
+            return
+        if not conn.can_read(timeout=ANSWER_SECONDS):
+            raise Mismatch("loop", f"Redis did not answer the worker's unread command within "
+                                   f"{ANSWER_SECONDS:g} s")
+
     def _check(self, name: str, mode: bytes) -> bool:
         """`Harness.check`, just before the loop's command of model action `name` is sent, then
         other actors' steps. A take of a suspect (alone or in a release's script) takes the
@@ -377,6 +399,7 @@ class LoopDriver:
             if not self.checked:
                 if self.h.injector.armed:
                     raise Mismatch("fault", "a reply the driver dropped did not surface")
+                self._answered()
                 self.h.check()
                 self.checked = True
         finally:
