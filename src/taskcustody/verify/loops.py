@@ -163,6 +163,25 @@ def interleave(driver: Any, options: Callable[[], list[Action]],
         driver.i = driver.h.procs[driver.s].index(driver.slot)
 
 
+def await_answer(worker: Any, real_redis: bool) -> None:
+    """On a real server, wait until Redis has answered what `worker` sent without reading the
+    reply (the record: its reply is read with the next command's), before Redis is read back
+    from another connection. Otherwise that read races the worker's own socket: the model has
+    the record and Redis, not having run it yet, has none (a `records` mismatch seen in a CI
+    run, and in 1 of 39 runs of the real worker loop's test with both cores busy;
+    tests/regressions/test_loop_check_awaits_the_record.py). The step-driven run reads the reply
+    (`Worker.flush`); a production loop must read its own, so this only waits for it to arrive
+    and leaves it unread (`can_read` buffers, consumes nothing). fakeredis runs a command as it
+    is sent: nothing to wait for there."""
+    conn = getattr(worker, "_conn", None)
+    if (not real_redis or not getattr(worker, "_unread_replies", 0)
+            or conn is None or getattr(conn, "_sock", None) is None):
+        return
+    if not conn.can_read(timeout=ANSWER_SECONDS):
+        raise Mismatch("loop", f"Redis did not answer the worker's unread command within "
+                               f"{ANSWER_SECONDS:g} s")
+
+
 #: Demonstration loops that break the protocol (the test proves the driven run catches them):
 #: each patches one worker before its loop runs.
 def _skips_reconcile(worker: Worker) -> None:
@@ -365,21 +384,8 @@ class LoopDriver:
             ws.stage = IDLE
 
     def _answered(self) -> None:
-        """On a real server, wait until Redis has answered what the loop sent without reading the
-        reply (the record: its reply is read with the next command's), before reading Redis back
-        from another connection. Otherwise that read races the worker's own socket: the model
-        has the record and Redis, not having run it yet, has none (a `records` mismatch seen in a
-        CI run, and in 1 of 39 runs of the real worker loop's test with both cores busy). The
-        step-driven run reads the reply (`Worker.flush`); the loop must read its own, so this
-        only waits for it to arrive and leaves it unread (`can_read` buffers, consumes nothing).
-        fakeredis runs a command as it is sent: nothing to wait for there."""
-        conn = getattr(self.worker, "_conn", None)
-        if (not self.h.real_redis or not getattr(self.worker, "_unread_replies", 0)
-                or conn is None or getattr(conn, "_sock", None) is None):
-            return
-        if not conn.can_read(timeout=ANSWER_SECONDS):
-            raise Mismatch("loop", f"Redis did not answer the worker's unread command within "
-                                   f"{ANSWER_SECONDS:g} s")
+        """`await_answer` for this loop's worker, before the check reads Redis back."""
+        await_answer(self.worker, self.h.real_redis)
 
     def _check(self, name: str, mode: bytes) -> bool:
         """`Harness.check`, just before the loop's command of model action `name` is sent, then
