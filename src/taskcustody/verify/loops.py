@@ -54,7 +54,7 @@ from .faults import command_args
 from .harness import Harness, actor_of
 from .observation import Mismatch, ProcSlot, StepRecord, WorkerSlot
 
-#: An upper bound on Redis's answer to a command already sent (`LoopDriver._answered`): not a
+#: An upper bound on Redis's answer to a command already sent (`await_answer`): not a
 #: timing assumption, a real server answers in microseconds; only a server that stopped answering
 #: reaches it.
 ANSWER_SECONDS = 30.0
@@ -383,10 +383,6 @@ class LoopDriver:
             ws.task = ws.outcome = None
             ws.stage = IDLE
 
-    def _answered(self) -> None:
-        """`await_answer` for this loop's worker, before the check reads Redis back."""
-        await_answer(self.worker, self.h.real_redis)
-
     def _check(self, name: str, mode: bytes) -> bool:
         """`Harness.check`, just before the loop's command of model action `name` is sent, then
         other actors' steps. A take of a suspect (alone or in a release's script) takes the
@@ -405,7 +401,7 @@ class LoopDriver:
             if not self.checked:
                 if self.h.injector.armed:
                     raise Mismatch("fault", "a reply the driver dropped did not surface")
-                self._answered()
+                await_answer(self.worker, self.h.real_redis)
                 self.h.check()
                 self.checked = True
         finally:
