@@ -184,7 +184,9 @@ from taskcustody_model import Bounds, check
 import resource
 bounds = Bounds(**json.loads(sys.argv[1]))
 jobs = int(sys.argv[2])
-how = {"reduce": True} if sys.argv[3] == "reduce" else {}  # an older check() has no reduce
+# "full", or options of the after search joined by "+" ("reduce+fingerprints"): an older
+# check() knows neither
+how = {name: True for name in sys.argv[3].split("+") if name != "full"}
 cpu, wall = time.process_time(), time.monotonic()
 r = check(bounds, jobs=jobs) if jobs > 1 else check(bounds, **how)
 cpu = time.process_time() - cpu
@@ -197,7 +199,7 @@ print(json.dumps({"ok": r.ok, "states": r.distinct_states, "generated": r.states
 
 
 def compare(rev: str, bounds: dict[str, Any], rounds: int, after: str | None = None,
-            jobs: int = 1, reduce: bool = False) -> dict[str, Any]:
+            jobs: int = 1, reduce: bool = False, fingerprints: bool = False) -> dict[str, Any]:
     """The checker of git revision ``rev`` against this tree's, alternating, ``rounds`` times
     each, one fresh process per run: median CPU and wall seconds, and distinct states per CPU
     second. CPU time is the fairer figure on a shared machine (wall time counts the others; CPU
@@ -205,7 +207,8 @@ def compare(rev: str, bounds: dict[str, Any], rounds: int, after: str | None = N
     tree's model (a compiled copy, ``python -m taskcustody_model.native_build DIR``); ``jobs``:
     the processes of the after search; ``reduce``: the after search with the partial-order
     reduction (``taskcustody_model.reduction``: fewer states, so the figure to read is the CPU
-    ratio, the time to exhaust the bound, not states per second)."""
+    ratio, the time to exhaust the bound, not states per second); ``fingerprints``: the after
+    search with hash compaction (``checker.check``'s ``fingerprints``)."""
     import json
     import os
     import subprocess
@@ -225,13 +228,16 @@ def compare(rev: str, bounds: dict[str, Any], rounds: int, after: str | None = N
             for label, tree in trees.items():
                 env = {**os.environ, "PYTHONPATH": str(tree)}
                 n = str(jobs) if label == "after" else "1"
-                how = "reduce" if reduce and label == "after" else "full"
+                options = [name for name, on in (("reduce", reduce),
+                                                 ("fingerprints", fingerprints)) if on]
+                how = "+".join(options) if options and label == "after" else "full"
                 out = subprocess.run([sys.executable, "-c", _ONE_CHECK, json.dumps(bounds), n, how],
                                      check=True, capture_output=True, text=True, env=env)
                 runs[label].append(json.loads(out.stdout))
                 print(label, runs[label][-1], file=sys.stderr, flush=True)
     summary: dict[str, Any] = {"rev": rev, "bounds": bounds, "rounds": rounds,
-                               "after": after or "this tree", "jobs": jobs, "reduce": reduce}
+                               "after": after or "this tree", "jobs": jobs, "reduce": reduce,
+                               "fingerprints": fingerprints}
     for label, rs in runs.items():
         cpu = _median([r["cpu"] for r in rs])
         summary[label] = {"states": rs[0]["states"], "generated": rs[0]["generated"],
@@ -281,13 +287,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--reduce", action="store_true",
                         help="with --compare: the 'after' search with the partial-order "
                         "reduction (compare the CPU ratio: it stores fewer states)")
+    parser.add_argument("--fingerprints", action="store_true",
+                        help="with --compare: the 'after' search with hash compaction")
     parser.add_argument("--bounds", default='{"tasks": 3, "servers": 2, "workers": 2, '
                         '"faults": 2, "processes_per_server": 1}',
                         help="JSON of taskcustody_model.Bounds fields (default: the CI bound)")
     args = parser.parse_args(argv)
     if args.compare:
         print(json.dumps(compare(args.compare, json.loads(args.bounds), args.rounds, args.after,
-                                 args.jobs, args.reduce), indent=1))
+                                 args.jobs, args.reduce, args.fingerprints), indent=1))
         return 0
     designs = args.designs.split(",") if args.designs else None
     if designs is not None:

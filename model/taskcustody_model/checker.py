@@ -13,6 +13,12 @@
 - With ``reduce`` (``reduction.py``), a state whose fault budget is spent may be expanded by one
   step that commutes with every other: the explored graph is then a subgraph, and that module
   argues why every verdict, the eventual one included, is the same.
+- With ``fingerprints`` (hash compaction, as TLC and SPIN offer it), the search keeps a 64-bit
+  fingerprint of each state met instead of the state, and a state only while it waits in the
+  frontier: a few hundred bytes a state instead of kilobytes, for bounds whose states do not fit
+  in memory. Two states with one fingerprint would be taken for one, and the second's futures
+  not explored: the result says how many fingerprints were stored, and the chance of such a
+  collision (``CheckResult.collision_bound``).
 """
 
 from __future__ import annotations
@@ -76,6 +82,18 @@ class CheckResult:
     #: the figures are the partial-order-reduced search's (``reduction.py``); a violation's
     #: never are (it is searched again without the reduction)
     reduced: bool = False
+    #: with ``fingerprints``: how many distinct fingerprints the search stored (canonical states
+    #: and the raw successors looked up before canonicalisation); 0: states were stored exactly.
+    #: A violation's figures never are fingerprinted (it is searched again with states stored).
+    fingerprints: int = 0
+
+    @builtins.property
+    def collision_bound(self) -> float:
+        """An upper bound on the chance that two of the stored fingerprints were equal (so that a
+        state may have gone unexplored), were fingerprints independent and uniform over 2**64
+        values: k(k-1)/2 pairs, each equal with chance 2**-64."""
+        k = self.fingerprints
+        return k * (k - 1) / 2 / 2.0**64
 
     @builtins.property  # (a field above is named "property")
     def states_per_second(self) -> float:
@@ -90,6 +108,7 @@ def check(
     eventual: bool = True,
     jobs: int = 1,
     reduce: bool = False,
+    fingerprints: bool = False,
 ) -> CheckResult:
     """Explore every state reachable within ``bounds`` under ``variant``; check all properties.
 
@@ -107,14 +126,21 @@ def check(
     here, so that the figures pinned of the unreduced search stay what they are. When the
     reduced search finds a violation, the search runs again without it, so a counterexample is
     a shortest one and its figures are the unreduced search's.
-    (The parallel search, ``jobs`` > 1, does not reduce.)"""
+    (The parallel search, ``jobs`` > 1, does not reduce.)
+
+    ``fingerprints``: hash compaction (the module docstring); for a pass only, like ``reduce``:
+    a violation is searched again with every state stored, for its trace and figures. (Not with
+    ``jobs`` > 1.)"""
     was_enabled = gc.isenabled()
     gc.disable()
     try:
         reduce = reduce and jobs == 1
-        result = _search(bounds, variant, progress, progress_every, eventual, jobs, reduce)
-        if reduce and not result.ok:
-            result = _search(bounds, variant, progress, progress_every, eventual, jobs, False)
+        fingerprints = fingerprints and jobs == 1
+        result = _search(bounds, variant, progress, progress_every, eventual, jobs, reduce,
+                         fingerprints)
+        if (reduce or fingerprints) and not result.ok:
+            result = _search(bounds, variant, progress, progress_every, eventual, jobs, False,
+                             False)
         return result
     finally:
         if was_enabled:
@@ -122,7 +148,8 @@ def check(
 
 
 def _search(bounds: Bounds, variant: str, progress: Callable[[Progress], None] | None,
-            progress_every: float, eventual: bool, jobs: int, reduce: bool) -> CheckResult:
+            progress_every: float, eventual: bool, jobs: int, reduce: bool,
+            fingerprints: bool = False) -> CheckResult:
     config = Config(bounds, variant_named(variant))
     n_workers = bounds.workers
     start = time.monotonic()
@@ -144,19 +171,22 @@ def _search(bounds: Bounds, variant: str, progress: Callable[[Progress], None] |
     next_report = start + progress_every
 
     init = canonical(config.initial(), n_workers)
-    index: dict[State, int] = {init: 0}
-    states: list[State] = [init]
+    # the stored states and raw aliases (or, with fingerprints, their hashes) -> state id
+    index: dict[object, int] = {hash(init) if fingerprints else init: 0}
+    # by id; with fingerprints, a state is dropped (None) once it has been expanded
+    states: list[State | None] = [init]
     parent = array("l", [-1])
-    via: list[Action | None] = [None]
+    via: list[Action | None] = [None]  # (with fingerprints: None, no trace is made)
     depth = array("l", [0])
+    done = bytearray([is_done(init)])
     # the non-fault edges, for the eventual property
     rec_src = array("l")
     rec_dst = array("l")
     generated = 1  # the initial state
 
-    def result(violation: Trace | None) -> CheckResult:
+    def result(violation: Trace | None, broken: str | None = None) -> CheckResult:
         return CheckResult(
-            ok=violation is None,
+            ok=violation is None and broken is None,
             variant=variant,
             bounds=bounds,
             distinct_states=len(states),
@@ -164,14 +194,18 @@ def _search(bounds: Bounds, variant: str, progress: Callable[[Progress], None] |
             depth=max(depth),
             seconds=time.monotonic() - start,
             violation=violation,
-            property=None if violation is None else violation.property,
+            property=broken if violation is None else violation.property,
             reduced=reduce,
+            fingerprints=len(index) if fingerprints else 0,
         )
 
     head = 0
     while head < len(states):
         sid = head
         st = states[head]
+        assert st is not None
+        if fingerprints:
+            states[head] = None
         head += 1
         if progress is not None and head % 512 == 0 and time.monotonic() >= next_report:
             next_report = time.monotonic() + progress_every
@@ -192,33 +226,42 @@ def _search(bounds: Bounds, variant: str, progress: Callable[[Progress], None] |
             generated += 1
             bad = check_transition(st, action, config)
             if bad is not None:
+                if fingerprints:
+                    return result(None, bad[0])
                 return result(_trace(index, states, parent, via, sid, action, bad, config, False))
             # Most successors are met again and again (interleavings commute): look the raw
             # state up first, and remember it as an alias of its canonical form.
-            j = index.get(nxt)
+            raw: object = hash(nxt) if fingerprints else nxt
+            j = index.get(raw)
             if j is None:
                 c = canonical(nxt, n_workers)
-                j = index.get(c)
+                key: object = hash(c) if fingerprints else c
+                j = index.get(key)
                 if j is not None:
-                    index[nxt] = j
+                    index[raw] = j
             if j is None:
                 j = len(states)
-                index[c] = j
-                index[nxt] = j
+                index[key] = j
+                index[raw] = j
                 states.append(c)
                 parent.append(sid)
-                via.append(action)
+                via.append(None if fingerprints else action)
                 depth.append(d1)
+                done.append(is_done(c))
                 bad = check_invariants(c, config)
                 if bad is not None:
+                    if fingerprints:
+                        return result(None, bad[0])
                     return result(_trace(index, states, parent, via, j, None, bad, config, False))
             if not action.is_fault:
                 rec_src.append(sid)
                 rec_dst.append(j)
 
     if eventual:
-        stuck = _unrecoverable(states, rec_src, rec_dst)
+        stuck = _unrecoverable(done, rec_src, rec_dst)
         if stuck is not None:
+            if fingerprints:
+                return result(None, "eventual-recovery")
             msg = (
                 "once faults stop, no continuation commits every task exactly once and leaves "
                 "queue, in-flight lists, processing records and server registry clean"
@@ -232,10 +275,10 @@ def _search(bounds: Bounds, variant: str, progress: Callable[[Progress], None] |
     return result(None)
 
 
-def _unrecoverable(states: list[State], src: array[int], dst: array[int]) -> int | None:
+def _unrecoverable(done: bytearray, src: array[int], dst: array[int]) -> int | None:
     """The first (so: shallowest) state that cannot reach a done state by non-fault steps."""
-    n = len(states)
-    good = reaching(n, src, dst, [j for j in range(n) if is_done(states[j])])
+    n = len(done)
+    good = reaching(n, src, dst, [j for j in range(n) if done[j]])
     for j in range(n):
         if not good[j]:
             return j
@@ -243,8 +286,8 @@ def _unrecoverable(states: list[State], src: array[int], dst: array[int]) -> int
 
 
 def _trace(
-    index: dict[State, int],
-    states: list[State],
+    index: dict[object, int],
+    states: list[State | None],
     parent: array[int],
     via: list[Action | None],
     last: int,
@@ -277,7 +320,9 @@ def _trace(
         if match is None:
             # canonical() picks one representative per class only up to ties; fall back on the
             # exact (slow) representative to recognise the step
-            want = exact_canonical(states[j], n_workers)
+            stored = states[j]
+            assert stored is not None  # (a trace is made only when every state is kept)
+            want = exact_canonical(stored, n_workers)
             match = next(
                 (a, nxt) for a, nxt in candidates if exact_canonical(nxt, n_workers) == want
             )

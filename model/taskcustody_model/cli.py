@@ -70,6 +70,11 @@ def _sim_progress(p: SimulationProgress) -> None:
               help="the partial-order reduction once the fault budget is spent (same verdict, "
                    "fewer states; a counterexample is searched again without it, for a shortest "
                    "one; not with --jobs)")
+@click.option("--fingerprints", is_flag=True,
+              help="store a 64-bit fingerprint of each state met instead of the state (hash "
+                   "compaction): a few hundred bytes a state, for bounds that do not fit in "
+                   "memory; prints the chance that two fingerprints collided; a counterexample "
+                   "is searched again with states stored; not with --jobs")
 @click.option("--jobs", type=click.IntRange(1, 64), default=1, show_default=True,
               help="search in this many processes (a violation is searched again in one, for "
                    "its shortest trace)")
@@ -78,7 +83,7 @@ def model_check(
     drain_steps: bool | None, late_tasks: int, redis_faults: bool, takes_outwait_grace: bool,
     max_recoveries: int | None, handler_failures: bool, variant: str, full_trace: bool,
     no_eventual: bool, simulate: bool, seconds: float | None, max_steps: int | None, seed: int,
-    reduce: bool, jobs: int,
+    reduce: bool, fingerprints: bool, jobs: int,
 ) -> None:
     """Exhaustively check the custody protocol model, or with --simulate walk it at random
     (exit 0: all properties hold within the bounds, or on every walk; 1: a counterexample is
@@ -101,13 +106,17 @@ def model_check(
     if not simulate:
         if seconds is not None or max_steps is not None:
             raise click.BadParameter("only with --simulate", param_hint="--seconds/--steps")
+        if fingerprints and jobs != 1:
+            raise click.BadParameter("not with --jobs", param_hint="--fingerprints")
         result = check(bounds, variant, progress=_progress, eventual=not no_eventual, jobs=jobs,
-                       reduce=reduce and jobs == 1)
+                       reduce=reduce and jobs == 1, fingerprints=fingerprints)
         click.echo(render_stats(result))
         violation = result.violation
     else:
         if no_eventual:
             raise click.BadParameter("not with --simulate", param_hint="--no-eventual")
+        if fingerprints:
+            raise click.BadParameter("not with --simulate", param_hint="--fingerprints")
         if jobs != 1:
             raise click.BadParameter("not with --simulate", param_hint="--jobs")
         sim = simulate_walks(bounds, variant, seed=seed, max_steps=max_steps,
