@@ -194,7 +194,8 @@ cpu += resource.getrusage(resource.RUSAGE_CHILDREN).ru_utime  # the parallel sea
 cpu += resource.getrusage(resource.RUSAGE_CHILDREN).ru_stime
 wall = time.monotonic() - wall
 print(json.dumps({"ok": r.ok, "states": r.distinct_states, "generated": r.states_generated,
-                  "depth": r.depth, "cpu": cpu, "wall": wall}))
+                  "depth": r.depth, "cpu": cpu, "wall": wall,
+                  "max_rss_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss}))
 """
 
 
@@ -244,6 +245,7 @@ def compare(rev: str, bounds: dict[str, Any], rounds: int, after: str | None = N
                           "depth": rs[0]["depth"], "ok": rs[0]["ok"],
                           "median_cpu_seconds": cpu,
                           "median_wall_seconds": _median([r["wall"] for r in rs]),
+                          "max_rss_kb": max(r.get("max_rss_kb", 0) for r in rs),
                           "states_per_cpu_second": rs[0]["states"] / cpu}
     summary["same_states"] = summary["before"]["states"] == summary["after"]["states"]
     summary["cpu_ratio"] = (summary["before"]["median_cpu_seconds"]

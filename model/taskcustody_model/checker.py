@@ -15,10 +15,10 @@
   argues why every verdict, the eventual one included, is the same.
 - With ``fingerprints`` (hash compaction, as TLC and SPIN offer it), the search keeps a 64-bit
   fingerprint of each state met instead of the state, and a state only while it waits in the
-  frontier: a few hundred bytes a state instead of kilobytes, for bounds whose states do not fit
+  frontier: about 1 KB a state all told instead of 3 to 4 KB, for bounds whose states do not fit
   in memory. Two states with one fingerprint would be taken for one, and the second's futures
-  not explored: the result says how many fingerprints were stored, and the chance of such a
-  collision (``CheckResult.collision_bound``).
+  not explored: the result says how many fingerprints were stored, and estimates the chance of
+  such a collision (``CheckResult.collision_bound``).
 """
 
 from __future__ import annotations
@@ -65,7 +65,10 @@ class Progress:
     depth: int
     queued: int
     seconds: float
-    phase: str  # "safety" or "eventual"
+    #: "safety" or "eventual"; "again": a reduced or fingerprinted search broke ``broken`` (the
+    #: figures are its), and the exact search starts, for a shortest trace
+    phase: str
+    broken: str | None = None
 
 
 @dataclass(frozen=True)
@@ -89,11 +92,13 @@ class CheckResult:
 
     @builtins.property
     def collision_bound(self) -> float:
-        """An upper bound on the chance that two of the stored fingerprints were equal (so that a
-        state may have gone unexplored), were fingerprints independent and uniform over 2**64
-        values: k(k-1)/2 pairs, each equal with chance 2**-64."""
+        """The chance that two of the states met shared a fingerprint (so that one of them may
+        have gone unexplored), were fingerprints independent and uniform over 2**64 values: at
+        most k(k-1)/2 pairs, each equal with chance 2**-64. An estimate, not a proof: Python's
+        tuple hash is fixed, not drawn at random (its low and high bits collided at the rate of
+        a random hash's over 195,674 states, README), and k counts the distinct fingerprints."""
         k = self.fingerprints
-        return k * (k - 1) / 2 / 2.0**64
+        return min(1.0, k * (k - 1) / 2 / 2.0**64)
 
     @builtins.property  # (a field above is named "property")
     def states_per_second(self) -> float:
@@ -125,21 +130,27 @@ def check(
     the fault budget is spent). ``model-check`` reduces unless told ``--no-reduce``; it is off
     here, so that the figures pinned of the unreduced search stay what they are. When the
     reduced search finds a violation, the search runs again without it, so a counterexample is
-    a shortest one and its figures are the unreduced search's.
-    (The parallel search, ``jobs`` > 1, does not reduce.)
+    a shortest one and its figures are the unreduced search's. The parallel search (``jobs`` > 1)
+    reduces too: the reduction is a function of the state, whatever order the states are met in.
 
     ``fingerprints``: hash compaction (the module docstring); for a pass only, like ``reduce``:
-    a violation is searched again with every state stored, for its trace and figures. (Not with
-    ``jobs`` > 1.)"""
+    a violation is searched again with every state stored, for its trace and figures. That search
+    stops at the first violation it meets, at no greater depth than the first search's (it is
+    breadth-first, over a graph with every path of the first), so it needs the memory of the
+    states up to that depth; ``progress`` is told which property broke first, with phase
+    ``"again"``, before it starts. (Not with ``jobs`` > 1.)"""
     was_enabled = gc.isenabled()
     gc.disable()
     try:
-        reduce = reduce and jobs == 1
         fingerprints = fingerprints and jobs == 1
         result = _search(bounds, variant, progress, progress_every, eventual, jobs, reduce,
                          fingerprints)
         if (reduce or fingerprints) and not result.ok:
-            result = _search(bounds, variant, progress, progress_every, eventual, jobs, False,
+            if progress is not None:
+                progress(Progress(result.distinct_states, result.states_generated, result.depth,
+                                  0, result.seconds, "again", result.property))
+            # (one process: the sequential search is the one whose trace is a shortest one)
+            result = _search(bounds, variant, progress, progress_every, eventual, 1, False,
                              False)
         return result
     finally:
@@ -149,7 +160,10 @@ def check(
 
 def _search(bounds: Bounds, variant: str, progress: Callable[[Progress], None] | None,
             progress_every: float, eventual: bool, jobs: int, reduce: bool,
-            fingerprints: bool = False) -> CheckResult:
+            fingerprints: bool = False,
+            fingerprint: Callable[[State], int] = hash) -> CheckResult:
+    """The search ``check`` runs (its docstring). ``fingerprint``: the fingerprint of a state
+    with ``fingerprints`` (tests weaken it to see a collision's effect)."""
     config = Config(bounds, variant_named(variant))
     n_workers = bounds.workers
     start = time.monotonic()
@@ -159,30 +173,42 @@ def _search(bounds: Bounds, variant: str, progress: Callable[[Progress], None] |
             if progress is not None:
                 progress(Progress(distinct, generated, depth, queued, seconds, "safety"))
 
-        outcome = parallel_search(config, jobs, eventual, level_progress, progress_every)
-        if outcome is not None and not outcome.stuck:
+        outcome = parallel_search(config, jobs, eventual, level_progress, progress_every,
+                                  reduce)
+        if outcome is None or outcome.stuck:
+            if reduce:
+                # a violation: ``check`` searches again, sequentially and unreduced
+                return CheckResult(
+                    ok=False, variant=variant, bounds=bounds, distinct_states=0,
+                    states_generated=0, depth=0, seconds=time.monotonic() - start,
+                    violation=None, property=None, reduced=True,
+                )
+        else:
             return CheckResult(
                 ok=True, variant=variant, bounds=bounds,
                 distinct_states=outcome.distinct_states,
                 states_generated=outcome.states_generated, depth=outcome.depth,
                 seconds=time.monotonic() - start, violation=None, property=None,
+                reduced=reduce,
             )
         # a violation: the sequential search finds its shortest trace (and the same figures)
     next_report = start + progress_every
 
     init = canonical(config.initial(), n_workers)
     # the stored states and raw aliases (or, with fingerprints, their hashes) -> state id
-    index: dict[object, int] = {hash(init) if fingerprints else init: 0}
+    index: dict[object, int] = {fingerprint(init) if fingerprints else init: 0}
     # by id; with fingerprints, a state is dropped (None) once it has been expanded
     states: list[State | None] = [init]
     parent = array("l", [-1])
     via: list[Action | None] = [None]  # (with fingerprints: None, no trace is made)
     depth = array("l", [0])
-    done = bytearray([is_done(init)])
+    done = bytearray([eventual and is_done(init)])
     # the non-fault edges, for the eventual property
     rec_src = array("l")
     rec_dst = array("l")
     generated = 1  # the initial state
+
+    stored = 0  # (len(index) once the index is cleared)
 
     def result(violation: Trace | None, broken: str | None = None) -> CheckResult:
         return CheckResult(
@@ -196,7 +222,7 @@ def _search(bounds: Bounds, variant: str, progress: Callable[[Progress], None] |
             violation=violation,
             property=broken if violation is None else violation.property,
             reduced=reduce,
-            fingerprints=len(index) if fingerprints else 0,
+            fingerprints=(len(index) or stored) if fingerprints else 0,
         )
 
     head = 0
@@ -231,11 +257,11 @@ def _search(bounds: Bounds, variant: str, progress: Callable[[Progress], None] |
                 return result(_trace(index, states, parent, via, sid, action, bad, config, False))
             # Most successors are met again and again (interleavings commute): look the raw
             # state up first, and remember it as an alias of its canonical form.
-            raw: object = hash(nxt) if fingerprints else nxt
+            raw: object = fingerprint(nxt) if fingerprints else nxt
             j = index.get(raw)
             if j is None:
                 c = canonical(nxt, n_workers)
-                key: object = hash(c) if fingerprints else c
+                key: object = fingerprint(c) if fingerprints else c
                 j = index.get(key)
                 if j is not None:
                     index[raw] = j
@@ -247,7 +273,7 @@ def _search(bounds: Bounds, variant: str, progress: Callable[[Progress], None] |
                 parent.append(sid)
                 via.append(None if fingerprints else action)
                 depth.append(d1)
-                done.append(is_done(c))
+                done.append(eventual and is_done(c))
                 bad = check_invariants(c, config)
                 if bad is not None:
                     if fingerprints:
@@ -257,6 +283,9 @@ def _search(bounds: Bounds, variant: str, progress: Callable[[Progress], None] |
                 rec_src.append(sid)
                 rec_dst.append(j)
 
+    stored = len(index)
+    if fingerprints:
+        index.clear()  # (not needed any more: the backward search below is the memory's peak)
     if eventual:
         stuck = _unrecoverable(done, rec_src, rec_dst)
         if stuck is not None:

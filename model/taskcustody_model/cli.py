@@ -15,6 +15,10 @@ from .variants import VARIANTS, variant_listing
 
 
 def _progress(p: Progress) -> None:
+    if p.phase == "again":
+        click.echo(f"  {p.broken} broke after {p.distinct_states} distinct states; searching "
+                   "again with every state stored and no reduction, for a shortest trace", err=True)
+        return
     click.echo(
         f"  {p.distinct_states} distinct states, {p.states_generated} generated, depth "
         f"{p.depth}, {p.queued} queued, {p.seconds:.0f}s",
@@ -69,12 +73,13 @@ def _sim_progress(p: SimulationProgress) -> None:
 @click.option("--reduce/--no-reduce", default=True, show_default=True,
               help="the partial-order reduction once the fault budget is spent (same verdict, "
                    "fewer states; a counterexample is searched again without it, for a shortest "
-                   "one; not with --jobs)")
+                   "one)")
 @click.option("--fingerprints", is_flag=True,
               help="store a 64-bit fingerprint of each state met instead of the state (hash "
-                   "compaction): a few hundred bytes a state, for bounds that do not fit in "
-                   "memory; prints the chance that two fingerprints collided; a counterexample "
-                   "is searched again with states stored; not with --jobs")
+                   "compaction): about 1 KB a state instead of 3-4, for bounds that do not fit in "
+                   "memory; prints the estimated chance that two fingerprints collided; a "
+                   "counterexample is searched again with states stored (up to its depth); not "
+                   "with --jobs")
 @click.option("--jobs", type=click.IntRange(1, 64), default=1, show_default=True,
               help="search in this many processes (a violation is searched again in one, for "
                    "its shortest trace)")
@@ -109,7 +114,7 @@ def model_check(
         if fingerprints and jobs != 1:
             raise click.BadParameter("not with --jobs", param_hint="--fingerprints")
         result = check(bounds, variant, progress=_progress, eventual=not no_eventual, jobs=jobs,
-                       reduce=reduce and jobs == 1, fingerprints=fingerprints)
+                       reduce=reduce, fingerprints=fingerprints)
         click.echo(render_stats(result))
         violation = result.violation
     else:

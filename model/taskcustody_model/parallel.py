@@ -51,6 +51,7 @@ from typing import Any
 from .graph import reaching
 from .invariants import check_invariants, check_transition, is_done
 from .protocol import Config, apply, enabled_actions
+from .reduction import ample
 from .state import State
 from .symmetry import canonical
 
@@ -76,7 +77,7 @@ def owner(c: State, n: int) -> int:
     return hash((c.queue, c.lists, c.processes, c.committed, c.faults, c.registered)) % n
 
 
-def _worker(k: int, n: int, config: Config, conn: Connection) -> None:
+def _worker(k: int, n: int, config: Config, conn: Connection, reduce: bool) -> None:
     """One worker's side of the search: the states it owns, by local id (global id: id * n + k)."""
     nw = config.bounds.workers
     index: dict[State, int] = {}  # canonical states and raw aliases -> local id
@@ -116,7 +117,12 @@ def _worker(k: int, n: int, config: Config, conn: Connection) -> None:
                 for sid in frontier:
                     st = states[sid]
                     gsrc = sid * n + k
-                    for action in enabled_actions(st, config):
+                    actions = enabled_actions(st, config)
+                    if reduce:
+                        alone = ample(st, actions, config)
+                        if alone is not None:
+                            actions = [alone]
+                    for action in actions:
                         nxt = apply(st, action, config)
                         generated += 1
                         if check_transition(st, action, config) is not None:
@@ -192,16 +198,19 @@ def search(
     eventual: bool,
     progress: Callable[[int, int, int, int, float], None] | None = None,
     progress_every: float = 2.0,
+    reduce: bool = False,
 ) -> Outcome | None:
     """The parallel search; None when a worker met a safety violation (the caller then searches
     sequentially, for the counterexample).  ``progress(distinct, generated, depth, queued,
-    seconds)`` is called between levels, at most every ``progress_every`` seconds."""
+    seconds)`` is called between levels, at most every ``progress_every`` seconds. ``reduce``:
+    each worker expands a state as ``checker`` does with the partial-order reduction (``ample``
+    is a function of the state alone, so the reduced graph is the same in any order)."""
     ctx = multiprocessing.get_context("fork")
     pipes: list[Connection] = []
     procs: list[Any] = []
     for k in range(jobs):
         here, there = ctx.Pipe()
-        p = ctx.Process(target=_worker, args=(k, jobs, config, there), daemon=True)
+        p = ctx.Process(target=_worker, args=(k, jobs, config, there, reduce), daemon=True)
         p.start()
         there.close()
         pipes.append(here)

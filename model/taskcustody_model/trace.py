@@ -143,7 +143,7 @@ def render_stats(result: CheckResult) -> str:
         f"{result.seconds:.1f}s "
         f"({result.states_per_second:.0f} distinct states/s)"
         + (f"\nhash-compacted: {result.fingerprints} fingerprints stored; the chance that two "
-           f"collided (a state left unexplored) is at most {result.collision_bound:.1e}"
+           f"collided (a state left unexplored) is about {result.collision_bound:.1e}"
            if result.fingerprints else "")
     )
 

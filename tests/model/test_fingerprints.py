@@ -9,7 +9,7 @@ import tracemalloc
 import pytest
 from click.testing import CliRunner
 from taskcustody_model import VARIANTS, Bounds, CheckResult, check
-from taskcustody_model.checker import _search
+from taskcustody_model.checker import Progress, _search
 from taskcustody_model.cli import model_check
 
 from taskcustody.verify.designs import DESIGNS
@@ -56,8 +56,12 @@ def test_a_fingerprinted_search_breaks_where_the_exact_one_does(name: str) -> No
 
 def test_check_reports_the_exact_counterexample() -> None:
     bounds = PINNED_AT["gc-when-empty"]
-    hashed = check(bounds, "gc-when-empty", fingerprints=True, reduce=True)
+    told: list[Progress] = []
+    hashed = check(bounds, "gc-when-empty", fingerprints=True, reduce=True, progress=told.append)
     exact = check(bounds, "gc-when-empty")
+    # the property the first search broke is told before the second starts
+    assert [(p.phase, p.broken) for p in told if p.phase == "again"] == [
+        ("again", exact.property)]
     assert hashed.violation is not None and exact.violation is not None
     assert hashed.fingerprints == 0 and not hashed.reduced
     assert _figures(hashed) == _figures(exact)
@@ -81,17 +85,37 @@ def test_fingerprints_take_a_fraction_of_the_memory() -> None:
 
 def test_the_collision_bound_counts_pairs_of_fingerprints() -> None:
     result = check(SMALL[0], fingerprints=True)
-    k = result.fingerprints
-    assert result.collision_bound == pytest.approx(k * (k - 1) / 2 / 2**64)
-    assert CheckResult(**{**result.__dict__, "fingerprints": 2**32 + 1}).collision_bound \
-        == pytest.approx(0.5, rel=1e-6)
+
+    def bound(k: int) -> float:
+        return CheckResult(**{**result.__dict__, "fingerprints": k}).collision_bound
+
+    assert bound(0) == bound(1) == 0.0
+    assert bound(2) == pytest.approx(2.0**-64)
+    assert bound(2**32 + 1) == pytest.approx(0.5, rel=1e-6)
+    assert bound(2**40) == 1.0  # (a chance, so clamped)
+
+
+def test_a_collision_leaves_states_unexplored() -> None:
+    """What the reported chance is about: with 8-bit fingerprints, states that share one are
+    taken for one, and their futures are not explored."""
+    bounds = SMALL[0]
+    exact = _search(bounds, "correct", None, 2.0, True, 1, False)
+    weak = _search(bounds, "correct", None, 2.0, True, 1, False, True,
+                   fingerprint=lambda s: hash(s) & 0xFF)
+    assert weak.fingerprints <= 256
+    assert weak.distinct_states < exact.distinct_states
 
 
 def test_model_check_prints_the_fingerprints_and_refuses_them_with_jobs() -> None:
     runner = CliRunner()
     out = runner.invoke(model_check, ["--tasks", "2", "--faults", "1", "--fingerprints"])
     assert out.exit_code == 0, out.output
-    assert "hash-compacted: " in out.output and "at most " in out.output
+    assert "hash-compacted: " in out.output and "is about " in out.output
+    broken = runner.invoke(model_check, ["--variant", "no-release", "--fingerprints"])
+    assert broken.exit_code == 1
+    assert "no-duplication broke after " in broken.stderr
+    assert "searching again with every state stored" in broken.stderr
+    assert "property violated: no-duplication" in broken.stdout
     refused = runner.invoke(model_check, ["--fingerprints", "--jobs", "2"])
     assert refused.exit_code == 2
     assert "--fingerprints: not with --jobs" in refused.output

@@ -59,3 +59,27 @@ def test_model_check_takes_jobs_and_refuses_them_with_simulate() -> None:
     bad = runner.invoke(model_check, ["--simulate", "--jobs", "2", "--steps", "1"])
     assert bad.exit_code == 2
     assert "--jobs" in bad.output and "Traceback" not in bad.output
+
+
+@pytest.mark.parametrize("bounds", [
+    Bounds(tasks=2, servers=2, workers=1, faults=1, processes_per_server=1),
+    Bounds(tasks=2, servers=2, workers=1, faults=2, processes_per_server=2),
+], ids=["2x2x1-1fault", "2x2x1-2faults-2procs"])
+def test_the_parallel_search_reduces_as_the_sequential_one_does(bounds: Bounds) -> None:
+    one, two = check(bounds, reduce=True), check(bounds, jobs=2, reduce=True)
+    full = cached_check(bounds)
+    assert one.ok and two.ok and two.reduced
+    assert two.depth == one.depth
+    # fewer states than the unreduced search, and (module doc) at least the sequential classes
+    assert one.distinct_states <= two.distinct_states < full.distinct_states
+    assert two.states_generated < full.states_generated
+
+
+@pytest.mark.parametrize("name", ["no-release", "gc-when-empty", "unbounded-drain"])
+def test_a_reduced_parallel_search_reports_the_sequential_counterexample(name: str) -> None:
+    bounds = PINNED_AT[name]
+    two = check(bounds, name, jobs=2, reduce=True)
+    one = cached_check(bounds, name)
+    assert two.violation is not None and one.violation is not None and not two.reduced
+    assert (two.property, two.violation.steps, two.distinct_states) == (
+        one.property, one.violation.steps, one.distinct_states)
