@@ -95,8 +95,9 @@ class CheckResult:
         """The chance that two of the states met shared a fingerprint (so that one of them may
         have gone unexplored), were fingerprints independent and uniform over 2**64 values: at
         most k(k-1)/2 pairs, each equal with chance 2**-64. An estimate, not a proof: Python's
-        tuple hash is fixed, not drawn at random (its low and high bits collided at the rate of
-        a random hash's over 195,674 states, README), and k counts the distinct fingerprints."""
+        tuple hash is fixed, not drawn at random (its low and high bits collide at the rate a
+        random hash's would: ``python -m bench.fingerprints``, README), and k counts the
+        distinct fingerprints."""
         k = self.fingerprints
         return min(1.0, k * (k - 1) / 2 / 2.0**64)
 
