@@ -188,7 +188,7 @@ jobs = int(sys.argv[2])
 # check() knows neither
 how = {name: True for name in sys.argv[3].split("+") if name != "full"}
 cpu, wall = time.process_time(), time.monotonic()
-r = check(bounds, jobs=jobs) if jobs > 1 else check(bounds, **how)
+r = check(bounds, jobs=jobs, **how) if jobs > 1 else check(bounds, **how)
 cpu = time.process_time() - cpu
 cpu += resource.getrusage(resource.RUSAGE_CHILDREN).ru_utime  # the parallel search's workers
 cpu += resource.getrusage(resource.RUSAGE_CHILDREN).ru_stime
@@ -233,7 +233,10 @@ def compare(rev: str, bounds: dict[str, Any], rounds: int, after: str | None = N
                                                  ("fingerprints", fingerprints)) if on]
                 how = "+".join(options) if options and label == "after" else "full"
                 out = subprocess.run([sys.executable, "-c", _ONE_CHECK, json.dumps(bounds), n, how],
-                                     check=True, capture_output=True, text=True, env=env)
+                                     capture_output=True, text=True, env=env)
+                if out.returncode != 0:
+                    why = (out.stderr.strip().splitlines() or ["no output"])[-1]
+                    raise SystemExit(f"the {label} search ({tree}) failed: {why}")
                 runs[label].append(json.loads(out.stdout))
                 print(label, runs[label][-1], file=sys.stderr, flush=True)
     summary: dict[str, Any] = {"rev": rev, "bounds": bounds, "rounds": rounds,
