@@ -34,7 +34,7 @@ from .graph import reaching
 from .invariants import check_invariants, check_transition, is_done
 from .parallel import search as parallel_search
 from .protocol import Action, Config, apply, enabled_actions
-from .reduction import ample
+from .reduction import steps_to_expand
 from .state import Bounds, State
 from .symmetry import canonical, exact_canonical
 from .variants import variant as variant_named
@@ -243,12 +243,7 @@ def _search(bounds: Bounds, variant: str, progress: Callable[[Progress], None] |
                 )
             )
         d1 = depth[sid] + 1
-        actions = enabled_actions(st, config)
-        if reduce:
-            alone = ample(st, actions, config)
-            if alone is not None:
-                actions = [alone]
-        for action in actions:
+        for action in steps_to_expand(st, config, reduce):
             nxt = apply(st, action, config)
             generated += 1
             bad = check_transition(st, action, config)

@@ -50,8 +50,8 @@ from typing import Any
 
 from .graph import reaching
 from .invariants import check_invariants, check_transition, is_done
-from .protocol import Config, apply, enabled_actions
-from .reduction import ample
+from .protocol import Config, apply
+from .reduction import steps_to_expand
 from .state import State
 from .symmetry import canonical
 
@@ -117,12 +117,7 @@ def _worker(k: int, n: int, config: Config, conn: Connection, reduce: bool) -> N
                 for sid in frontier:
                     st = states[sid]
                     gsrc = sid * n + k
-                    actions = enabled_actions(st, config)
-                    if reduce:
-                        alone = ample(st, actions, config)
-                        if alone is not None:
-                            actions = [alone]
-                    for action in actions:
+                    for action in steps_to_expand(st, config, reduce):
                         nxt = apply(st, action, config)
                         generated += 1
                         if check_transition(st, action, config) is not None:

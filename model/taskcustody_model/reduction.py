@@ -88,7 +88,7 @@ state of unreduced searches at small bounds, and the verdicts of both searches o
 
 from __future__ import annotations
 
-from .protocol import Action, Config
+from .protocol import Action, Config, enabled_actions
 from .state import (
     CLAIMED,
     CRASHED,
@@ -104,6 +104,17 @@ from .state import (
     State,
     list_of,
 )
+
+
+def steps_to_expand(state: State, config: Config, reduce: bool) -> list[Action]:
+    """The steps a search expands ``state`` by: every enabled one, or with ``reduce`` the ample
+    one alone where there is one (the sequential and the parallel search both ask)."""
+    actions = enabled_actions(state, config)
+    if reduce:
+        alone = ample(state, actions, config)
+        if alone is not None:
+            return [alone]
+    return actions
 
 
 def ample(state: State, actions: list[Action], config: Config) -> Action | None:
