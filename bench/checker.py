@@ -185,7 +185,7 @@ import resource
 bounds = Bounds(**json.loads(sys.argv[1]))
 jobs = int(sys.argv[2])
 # "full", or options of the after search joined by "+" ("reduce+fingerprints"): an older
-# check() knows neither
+# check() knows neither, nor jobs (passed only to the after search)
 how = {name: True for name in sys.argv[3].split("+") if name != "full"}
 cpu, wall = time.process_time(), time.monotonic()
 r = check(bounds, jobs=jobs, **how) if jobs > 1 else check(bounds, **how)

@@ -146,7 +146,7 @@ def check(
         fingerprints = fingerprints and jobs == 1
         result = _search(bounds, variant, progress, progress_every, eventual, jobs, reduce,
                          fingerprints)
-        if (reduce or fingerprints) and not result.ok:
+        if (result.reduced or result.fingerprints) and not result.ok:
             if progress is not None:
                 progress(Progress(result.distinct_states, result.states_generated, result.depth,
                                   0, result.seconds, "again", result.property))
@@ -176,15 +176,7 @@ def _search(bounds: Bounds, variant: str, progress: Callable[[Progress], None] |
 
         outcome = parallel_search(config, jobs, eventual, level_progress, progress_every,
                                   reduce)
-        if outcome is None or outcome.stuck:
-            if reduce:
-                # a violation: ``check`` searches again, sequentially and unreduced
-                return CheckResult(
-                    ok=False, variant=variant, bounds=bounds, distinct_states=0,
-                    states_generated=0, depth=0, seconds=time.monotonic() - start,
-                    violation=None, property=None, reduced=True,
-                )
-        else:
+        if outcome is not None and not outcome.stuck:
             return CheckResult(
                 ok=True, variant=variant, bounds=bounds,
                 distinct_states=outcome.distinct_states,
@@ -192,7 +184,9 @@ def _search(bounds: Bounds, variant: str, progress: Callable[[Progress], None] |
                 seconds=time.monotonic() - start, violation=None, property=None,
                 reduced=reduce,
             )
-        # a violation: the sequential search finds its shortest trace (and the same figures)
+        # a violation: the sequential search, unreduced, finds its shortest trace (and the same
+        # figures)
+        reduce = False
     next_report = start + progress_every
 
     init = canonical(config.initial(), n_workers)
@@ -211,9 +205,19 @@ def _search(bounds: Bounds, variant: str, progress: Callable[[Progress], None] |
 
     stored = 0  # (len(index) once the index is cleared)
 
-    def result(violation: Trace | None, broken: str | None = None) -> CheckResult:
+    def broken(last: int, extra: Action | None, bad: tuple[str, str],
+               unrecoverable: bool) -> CheckResult:
+        """The result of a violation: with fingerprints its property only (no states are kept
+        for a trace; ``check`` searches again), else its trace."""
+        if fingerprints:
+            return result(None, bad[0])
+        return result(_trace(index, states, parent, via, last, extra, bad, config,
+                             unrecoverable))
+
+    def result(violation: Trace | None, name: str | None = None) -> CheckResult:
+        """``name``: the property broken, where there is no trace of it."""
         return CheckResult(
-            ok=violation is None and broken is None,
+            ok=violation is None and name is None,
             variant=variant,
             bounds=bounds,
             distinct_states=len(states),
@@ -221,7 +225,7 @@ def _search(bounds: Bounds, variant: str, progress: Callable[[Progress], None] |
             depth=max(depth),
             seconds=time.monotonic() - start,
             violation=violation,
-            property=broken if violation is None else violation.property,
+            property=name if violation is None else violation.property,
             reduced=reduce,
             fingerprints=(len(index) or stored) if fingerprints else 0,
         )
@@ -248,9 +252,7 @@ def _search(bounds: Bounds, variant: str, progress: Callable[[Progress], None] |
             generated += 1
             bad = check_transition(st, action, config)
             if bad is not None:
-                if fingerprints:
-                    return result(None, bad[0])
-                return result(_trace(index, states, parent, via, sid, action, bad, config, False))
+                return broken(sid, action, bad, False)
             # Most successors are met again and again (interleavings commute): look the raw
             # state up first, and remember it as an alias of its canonical form.
             raw: object = fingerprint(nxt) if fingerprints else nxt
@@ -272,9 +274,7 @@ def _search(bounds: Bounds, variant: str, progress: Callable[[Progress], None] |
                 done.append(eventual and is_done(c))
                 bad = check_invariants(c, config)
                 if bad is not None:
-                    if fingerprints:
-                        return result(None, bad[0])
-                    return result(_trace(index, states, parent, via, j, None, bad, config, False))
+                    return broken(j, None, bad, False)
             if not action.is_fault:
                 rec_src.append(sid)
                 rec_dst.append(j)
@@ -285,18 +285,11 @@ def _search(bounds: Bounds, variant: str, progress: Callable[[Progress], None] |
     if eventual:
         stuck = _unrecoverable(done, rec_src, rec_dst)
         if stuck is not None:
-            if fingerprints:
-                return result(None, "eventual-recovery")
             msg = (
                 "once faults stop, no continuation commits every task exactly once and leaves "
                 "queue, in-flight lists, processing records and server registry clean"
             )
-            return result(
-                _trace(
-                    index, states, parent, via, stuck, None, ("eventual-recovery", msg), config,
-                    True,
-                )
-            )
+            return broken(stuck, None, ("eventual-recovery", msg), True)
     return result(None)
 
 
