@@ -18,6 +18,7 @@ import redis
 
 from taskcustody import ListOwner, ManualClock, Producer, QueueKeys, Worker
 from taskcustody.verify.loops import await_answer
+from taskcustody.worker import Outcome
 from tests.conftest import TEST_SETTINGS
 from tests.support.redis_server import RedisServerProcess
 
@@ -58,9 +59,40 @@ def test_the_read_after_awaiting_the_answer_sees_the_record(
         thread.join(timeout=60)
         assert not thread.is_alive()
         assert seen and seen[0] is not None  # the record, in Redis, once answered
-        worker.flush()  # the reply was left to the worker: it reads it as its own
-        assert worker._unread_replies == 0
+        # The reply was left to the worker: its release reads it as its own, and its own
+        # reply is the release's (the replies are still in step).
+        release = worker.release(task, Outcome(True))
+        assert (release.held, release.remaining, release.action) == (True, 0, "committed")
     finally:
         worker.close()
         for c in (client, admin, reader):
+            c.close()
+
+
+
+def test_a_worker_is_answered_only_once_redis_has_run_its_record(
+        real_redis: RedisServerProcess) -> None:
+    keys = QueueKeys("answered")
+    client = redis.Redis.from_url(real_redis.url)
+    admin = redis.Redis.from_url(real_redis.url)
+    Producer(client, keys, ManualClock()).enqueue("p")
+    worker = Worker(client, keys, ListOwner("s0", 1, "w0"), lambda p: None, ManualClock(),
+                    TEST_SETTINGS)
+    try:
+        worker.register()
+        worker.reconcile()
+        task = worker.take_from_queue(timeout=1.0)
+        assert task is not None
+        assert worker.answered(timeout=0.0)  # nothing sent is unread
+        admin.client_pause(60_000, all=False)  # WRITE: holds the record's script
+        try:
+            worker.record(task)
+            assert not worker.answered(timeout=0.2)  # the pause holds it for 60 s
+        finally:
+            admin.client_unpause()
+        assert worker.answered(timeout=60)
+        assert worker.release(task, Outcome(True)).action == "committed"
+    finally:
+        worker.close()
+        for c in (client, admin):
             c.close()

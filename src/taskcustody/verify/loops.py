@@ -163,7 +163,7 @@ def interleave(driver: Any, options: Callable[[], list[Action]],
         driver.i = driver.h.procs[driver.s].index(driver.slot)
 
 
-def await_answer(worker: Any, real_redis: bool) -> None:
+def await_answer(worker: Worker, real_redis: bool) -> None:
     """On a real server, wait until Redis has answered what `worker` sent without reading the
     reply (the record: its reply is read with the next command's), before Redis is read back
     from another connection. Otherwise that read races the worker's own socket: the model has
@@ -171,13 +171,11 @@ def await_answer(worker: Any, real_redis: bool) -> None:
     run, and in 1 of 39 runs of the real worker loop's test with both cores busy;
     tests/regressions/test_loop_check_awaits_the_record.py). The step-driven run reads the reply
     (`Worker.flush`); a production loop must read its own, so this only waits for it to arrive
-    and leaves it unread (`can_read` buffers, consumes nothing). fakeredis runs a command as it
-    is sent: nothing to wait for there."""
-    conn = getattr(worker, "_conn", None)
-    if (not real_redis or not getattr(worker, "_unread_replies", 0)
-            or conn is None or getattr(conn, "_sock", None) is None):
+    and leaves it unread (`Worker.answered`). fakeredis runs a command as it is sent: nothing to
+    wait for there."""
+    if not real_redis:
         return
-    if not conn.can_read(timeout=ANSWER_SECONDS):
+    if not worker.answered(ANSWER_SECONDS):
         raise Mismatch("loop", f"Redis did not answer the worker's unread command within "
                                f"{ANSWER_SECONDS:g} s")
 
