@@ -154,13 +154,16 @@ class _Injected(RunStats):
                                 if s.fault and s.action.name != "dropped_reply")
 
 
-def _small_run(kinds: tuple[str, ...] | None = None, **bounds: Any) -> tuple[Any, _Injected]:
+def _small_run(kinds: tuple[str, ...] | None = None, again: int = 0,
+               **bounds: Any) -> tuple[Any, _Injected]:
+    """12 examples; kinds left short are aimed at again in `again` more (none by default)."""
     server = fakeredis.FakeServer()
     stats = _Injected()
     options = Options(coverage_examples=12, bounds=COVERAGE_BOUNDS._replace(**bounds))
     failure, stopped, cov = run_fault_coverage(options, lambda: connect_fake(server),
                                                QueueKeys("verify", prefix="tcv"), stats,
-                                               real=False, kinds=kinds)
+                                               real=False, kinds=kinds,
+                                               aimed_again_examples=again)
     assert failure is None and not stopped
     return cov, stats
 
@@ -171,6 +174,25 @@ def test_a_run_where_a_kind_cannot_fire_fails_naming_it_and_its_count() -> None:
     assert stats.examples > 0 and cov.counts["redis_wipe"] == 0
     assert not cov.ok
     assert f"redis_wipe fired 0 times, fewer than the minimum {MINIMUM}" in cov.summary()
+
+
+def test_kinds_the_first_examples_leave_short_are_aimed_at_again_until_they_fire_enough(
+        ) -> None:
+    # 12 examples of 4 faults over 13 kinds leave some short; the examples aimed at them alone
+    # bring every one to its minimum
+    cov, stats = _small_run(again=30)
+    assert cov.aimed_again, "no kind was short after 12 examples: the test proves nothing"
+    assert stats.examples > 12
+    assert cov.ok, cov.summary()
+    for kind in cov.aimed_again:
+        assert cov.counts[kind] >= MINIMUM, kind
+    assert "aimed at again: " + ", ".join(cov.aimed_again) in cov.summary()
+
+
+def test_a_kind_that_cannot_fire_is_aimed_at_again_and_still_fails() -> None:
+    cov, _ = _small_run(("redis_wipe", "crash_worker"), again=2, redis_faults=False)
+    assert "redis_wipe" in cov.aimed_again
+    assert cov.counts["redis_wipe"] == 0 and not cov.ok
 
 
 def test_the_counts_are_the_faults_actually_injected() -> None:

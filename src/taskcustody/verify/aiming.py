@@ -152,13 +152,8 @@ def with_aimed_faults(base: type[RuleBasedStateMachine], kinds: Sequence[str],
                     break
             else:
                 return
-            for action in walk:
-                if action not in self.h.enabled():  # (the harness re-ordered what it read back)
-                    return
-                self._step(action)
-                self.failed = True  # every property, after every step of the walk
-                self.h.check()
-                self.failed = False
+            if not walked(self, walk):
+                return
             options = shots(self.h.state, self.h.config, kind)
             if not options:
                 return

@@ -97,13 +97,23 @@ class Coverage(CountGate):
     """The counts of the fault kinds and lost replies a run requires, and what falls short."""
 
     ratio: int = RATIO
+    #: the kinds the run aimed at again, alone, because its first examples left them short
+    #: (`run.run_fault_coverage`)
+    aimed_again: tuple[str, ...] = ()
+
+    def short_kinds(self) -> tuple[str, ...]:
+        """The kinds that fall short, in the order of `counts`."""
+        marked = _short_kinds(self.short)
+        return tuple(k for k in self.counts if k in marked)
 
     def summary(self) -> str:
         """One line: the verdict and, if it fails, every shortfall."""
         if self.ok:
             least = min(self.counts.items(), key=lambda kv: kv[1], default=("-", 0))
+            again = (f"; aimed at again: {', '.join(self.aimed_again)}" if self.aimed_again
+                     else "")
             return (f"{len(self.counts)} kinds, each at least {self.minimum} times "
-                    f"(fewest: {least[0]} {least[1]})")
+                    f"(fewest: {least[0]} {least[1]}){again}")
         return "fault coverage short: " + "; ".join(self.short)
 
 

@@ -620,15 +620,25 @@ AIMING_RULES = 8
 #: faults the fewest kinds fired 5 times (take's and sweep's lost replies), right at the minimum;
 #: with 4, 12 times.
 COVERAGE_BOUNDS = default_bounds(False)._replace(faults=4, tasks=4)
+#: Kinds that the part's examples leave short are aimed at again, alone, in up to this many more
+#: examples; only a kind that still falls short then fails the gate. Why: the counts follow the
+#: derandomized draws, and those follow the machine's source text, so an edit that changes no
+#: behaviour moves them (replacing the aiming rule's walk loop by the equivalent `walked` took
+#: dropped-reply:claim from 28 firings to 4, under the minimum of 5, 2026-12-03). The gate is
+#: there to catch a kind that cannot fire, or hardly; not to depend on which draws a source
+#: text makes.
+AIMED_AGAIN_EXAMPLES = 30
 
 
 def run_fault_coverage(options: Options, make_client: Callable[[], redis.Redis],
                        keys: QueueKeys, stats: RunStats, *, real: bool,
                        budget: Budget | None = None, kinds: Sequence[str] | None = None,
+                       aimed_again_examples: int = AIMED_AGAIN_EXAMPLES,
                        ) -> tuple[Failure | None, bool, Coverage]:
     """The fault-coverage run: the plain machine (the default bounds) with the aiming rules,
     its failure (None: every property held), whether the budget ended it early, and the gate's
-    verdict on its counts. `kinds`: the kinds required (None: `required_kinds` of the bounds)."""
+    verdict on its counts. `kinds`: the kinds required (None: `required_kinds` of the bounds).
+    Kinds its examples leave short are aimed at again, alone, in `aimed_again_examples` more."""
     bounds = options.bounds or COVERAGE_BOUNDS
     required = tuple(kinds) if kinds is not None else required_kinds(bounds)
     cov_options = dataclasses.replace(
@@ -636,7 +646,15 @@ def run_fault_coverage(options: Options, make_client: Callable[[], redis.Redis],
         steps=COVERAGE_STEPS, prefetch=False, bounds=bounds)
     failure, stopped = _stateful(cov_options, make_client, keys, stats, real=real,
                                  budget=budget, aim_at=required)
-    return failure, stopped, judge(stats.faults, required)
+    cov = judge(stats.faults, required)
+    short = cov.short_kinds()
+    if failure is None and not stopped and short and aimed_again_examples > 0:
+        again = dataclasses.replace(cov_options, examples=aimed_again_examples)
+        failure, stopped = _stateful(again, make_client, keys, stats, real=real,
+                                     budget=budget, aim_at=short)
+        cov = judge(stats.faults, required)
+        cov.aimed_again = short
+    return failure, stopped, cov
 
 
 def _fault_coverage_part(options: Options, result: Result,
@@ -667,8 +685,11 @@ def _fault_coverage_part(options: Options, result: Result,
                     "stopped by the time budget between two examples; the minimums are not "
                     "judged on a partial run")
     result.coverage = cov
-    return Part(FAULT_COVERAGE_PART, PASSED if cov.ok else FAILED, seconds, covered,
-                "" if cov.ok else cov.summary())
+    if cov.ok:
+        message = (f"aimed at again, alone, in up to {AIMED_AGAIN_EXAMPLES} more examples: "
+                   f"{', '.join(cov.aimed_again)}" if cov.aimed_again else "")
+        return Part(FAULT_COVERAGE_PART, PASSED, seconds, covered, message)
+    return Part(FAULT_COVERAGE_PART, FAILED, seconds, covered, cov.summary())
 
 
 def _budgeted(machine: type[RuleBasedStateMachine], budget: Budget) -> Any:
