@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import pytest
 from taskcustody_model import check
-from taskcustody_model.protocol import Config, apply, enabled_actions
-from taskcustody_model.state import Bounds, State
-from taskcustody_model.symmetry import canonical
+from taskcustody_model.protocol import Config, enabled_actions
+from taskcustody_model.state import Bounds
 from taskcustody_model.variants import variant
 
 # (importorskip: the mutation gate's copies hold no bench/)
 headroom = pytest.importorskip("bench.reduction_headroom")
+fingerprints = pytest.importorskip("bench.fingerprints")
 
 SMALL = Bounds(tasks=2, servers=2, workers=1, faults=1, processes_per_server=1)
 
@@ -39,7 +39,7 @@ def test_the_oracle_never_expands_more_than_every_enabled_step() -> None:
 def test_a_spent_state_is_expanded_by_some_of_its_steps() -> None:
     config = Config(SMALL, variant("correct"))
     seen = 0
-    for state in _states(config):
+    for state in fingerprints.states_met(SMALL):  # (every state an unreduced search meets)
         if state.faults < SMALL.faults:
             continue
         group = headroom.smallest_dependent_group(state, config)
@@ -47,23 +47,6 @@ def test_a_spent_state_is_expanded_by_some_of_its_steps() -> None:
         assert set(group) <= set(enabled) and bool(group) == bool(enabled)
         seen += len(group) < len(enabled)
     assert seen > 0  # some state is expanded by fewer than all its steps
-
-
-def _states(config: Config) -> list[State]:
-    """Every state of the unreduced search."""
-    init = canonical(config.initial(), 1)
-    seen = {init}
-    frontier = [init]
-    while frontier:
-        nxt = []
-        for s in frontier:
-            for a in enabled_actions(s, config):
-                c = canonical(apply(s, a, config), 1)
-                if c not in seen:
-                    seen.add(c)
-                    nxt.append(c)
-        frontier = nxt
-    return list(seen)
 
 
 def test_the_command_prints_a_line_per_depth_and_a_summary(
