@@ -1,5 +1,5 @@
-"""`python -m bench.reduction_headroom`: how many states a larger partial-order reduction could
-save at most, before anyone writes one.
+"""`python -m bench.reduction_headroom`: an estimate of how many states a larger partial-order
+reduction could save, before anyone writes one.
 
 The model's reduction (``reduction.py``) expands a state whose fault budget is spent by one step
 alone where one commutes with everything. A larger ample set (a persistent set) must still hold
@@ -11,9 +11,11 @@ independent when each stays enabled after the other and both orders reach the sa
 state (so symmetry helps it too).
 
 The oracle is optimistic and unsound: it ignores the steps that become enabled later (condition
-C1 of ample sets), visibility and the cycle proviso. Its state counts are an estimate of the
-floor, not a reduction to use. The report gives, per depth, the states the model's reduction
-stores and the states the oracle stores, and their ratio: the headroom.
+C1 of ample sets), visibility and the cycle proviso. It is also greedy (the smallest group in
+each state, where a larger one might lead to fewer states further on), so its counts are an
+estimate of the floor, not a bound, and not a reduction to use. The report gives, per depth,
+the states the model's reduction stores and the states the oracle stores, and their ratio: the
+headroom.
 
 Both searches are breadth first over canonical states, level by level, and stop after the level
 at which the model's search passes ``--max-states`` (at 2 processes per id the full space takes
@@ -89,6 +91,8 @@ def levels(config: Config, expand: Callable[[State], list[Action]]) -> Iterator[
                     met.add(nxt)
                     level.append(nxt)
                 met.add(raw)
+        if not level:
+            return
         stored += len(level)
         frontier = level
         yield stored
@@ -102,31 +106,34 @@ def headroom(bounds: Bounds, design: str = "correct", max_states: int | None = N
     rows: list[dict[str, Any]] = []
     model = levels(config, lambda s: steps_to_expand(s, config, True))
     oracle = levels(config, lambda s: smallest_dependent_group(s, config))
-    floor = 1
-    for depth, reduced in enumerate(model, start=1):
-        floor = next(oracle, floor)  # (once exhausted, its total)
-        rows.append({"depth": depth, "reduced": reduced, "oracle": floor,
+    reduced = floor = 1  # (the initial state; once a search is exhausted, its total)
+    complete = False
+    while True:
+        after = next(model, None)
+        if after is None:
+            complete = True
+            # the model's search is exhausted; the oracle's may go deeper
+            rows.extend({"depth": len(rows) + 1, "reduced": reduced, "oracle": more,
+                         "ratio": round(reduced / more, 2)} for more in oracle)
+            break
+        reduced = after
+        floor = next(oracle, floor)
+        rows.append({"depth": len(rows) + 1, "reduced": reduced, "oracle": floor,
                      "ratio": round(reduced / floor, 2)})
         if progress is not None:
-            progress(f"depth {depth}: reduced {reduced:,}, oracle {floor:,} "
+            progress(f"depth {len(rows)}: reduced {reduced:,}, oracle {floor:,} "
                      f"({time.monotonic() - started:.0f} s)")
         if max_states is not None and reduced >= max_states:
             break
-    else:
-        # the model's search is exhausted; the oracle's may go deeper
-        for floor in oracle:
-            rows.append({"depth": len(rows) + 1, "reduced": rows[-1]["reduced"],
-                         "oracle": floor, "ratio": round(rows[-1]["reduced"] / floor, 2)})
-    return {"bounds": bounds._asdict(), "variant": design, "complete": max_states is None
-            or rows[-1]["reduced"] < max_states, "levels": rows,
-            "seconds": round(time.monotonic() - started, 1)}
+    return {"bounds": bounds._asdict(), "variant": design, "complete": complete,
+            "levels": rows, "seconds": round(time.monotonic() - started, 1)}
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m bench.reduction_headroom",
-        description="How many states the largest persistent sets could save at most, against "
-                    "the model's reduction (an optimistic oracle; the module docstring).")
+        description="An estimate of how many states larger persistent sets could save, against "
+                    "the model's reduction (an optimistic, unsound oracle; the module docstring).")
     parser.add_argument("--tasks", type=int, default=3)
     parser.add_argument("--servers", type=int, default=2)
     parser.add_argument("--workers", type=int, default=2)

@@ -15,7 +15,9 @@ from taskcustody_model import FAULTS
 from taskcustody import scripts
 from taskcustody.connection import connect_fake
 from taskcustody.keys import QueueKeys
+from taskcustody.verify import run as run_module
 from taskcustody.verify.aiming import DROPPED, shots, walk_to
+from taskcustody.verify.budget import Budget
 from taskcustody.verify.fault_coverage import (
     MINIMUM,
     judge,
@@ -178,21 +180,62 @@ def test_a_run_where_a_kind_cannot_fire_fails_naming_it_and_its_count() -> None:
 
 def test_kinds_the_first_examples_leave_short_are_aimed_at_again_until_they_fire_enough(
         ) -> None:
-    # 12 examples of 4 faults over 13 kinds leave some short; the examples aimed at them alone
-    # bring every one to its minimum
+    # 12 examples of 4 faults over 13 kinds leave some short (the same 12 examples, derandomized,
+    # with no examples after them); 30 more aimed at those alone bring each to its minimum
+    first, first_stats = _small_run()
+    assert not first.ok and not first.aimed_again
     cov, stats = _small_run(again=30)
-    assert cov.aimed_again, "no kind was short after 12 examples: the test proves nothing"
-    assert stats.examples > 12
+    assert cov.aimed_again == first.short_kinds()
+    assert stats.examples > first_stats.examples
     assert cov.ok, cov.summary()
     for kind in cov.aimed_again:
-        assert cov.counts[kind] >= MINIMUM, kind
-    assert "aimed at again: " + ", ".join(cov.aimed_again) in cov.summary()
+        assert cov.counts[kind] >= MINIMUM > first.counts[kind], kind
+    assert cov.aimed_again_line() == "aimed at again, alone: " + ", ".join(cov.aimed_again)
 
 
 def test_a_kind_that_cannot_fire_is_aimed_at_again_and_still_fails() -> None:
-    cov, _ = _small_run(("redis_wipe", "crash_worker"), again=2, redis_faults=False)
-    assert "redis_wipe" in cov.aimed_again
+    _, first_stats = _small_run(("redis_wipe", "crash_worker"), redis_faults=False)
+    cov, stats = _small_run(("redis_wipe", "crash_worker"), again=2, redis_faults=False)
+    assert cov.aimed_again == ("redis_wipe",)
+    assert stats.examples > first_stats.examples  # the examples aimed at it again ran
     assert cov.counts["redis_wipe"] == 0 and not cov.ok
+
+
+def test_no_kind_is_aimed_at_again_once_the_time_budget_is_spent(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # the budget's clock runs out as the first examples end: the kinds they left short fail
+    # the gate as they are, and no examples run after them
+    now = [0.0]
+    calls = []
+    stateful = run_module._stateful
+
+    def first_examples_then_spent(*args: Any, **kwargs: Any) -> Any:
+        calls.append(kwargs["aim_at"])
+        outcome = stateful(*args, **kwargs)
+        now[0] = 1e9
+        return outcome
+
+    monkeypatch.setattr(run_module, "_stateful", first_examples_then_spent)
+    server = fakeredis.FakeServer()
+    failure, stopped, cov = run_fault_coverage(
+        Options(coverage_examples=12, bounds=COVERAGE_BOUNDS), lambda: connect_fake(server),
+        QueueKeys("verify", prefix="tcv"), RunStats(), real=False,
+        budget=Budget(60, clock=lambda: now[0]))
+    assert len(calls) == 1
+    assert failure is None and not stopped
+    assert not cov.ok and cov.aimed_again == ()
+
+
+def test_aimed_again_the_lost_replies_are_judged_against_the_takes_of_the_first_examples(
+        ) -> None:
+    kinds = ["dropped-reply:take", "dropped-reply:sweep"]
+    # the take's lost replies aimed at again went from 30 to 90: the sweep's 10 are still a third
+    # of the 30 they were judged against
+    assert not judge({"dropped-reply:take": 90, "dropped-reply:sweep": 10}, kinds).ok
+    assert judge({"dropped-reply:take": 90, "dropped-reply:sweep": 10}, kinds, reference=30).ok
+    assert judge({"dropped-reply:take": 90, "dropped-reply:sweep": 9}, kinds,
+                 reference=30).short == ["dropped-reply:sweep fired 9 times, less than 1/3 of "
+                                         "dropped-reply:take's 30"]
 
 
 def test_the_counts_are_the_faults_actually_injected() -> None:

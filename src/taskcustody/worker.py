@@ -534,12 +534,13 @@ class Worker(Custody):
             self._call("PING")
 
     def answered(self, timeout: float) -> bool:
-        """Whether Redis has answered every command this worker sent and has not read the reply
-        of, waiting up to `timeout` seconds for it, without reading anything: the reply stays
-        for the next command's read, as it would have (`flush()` reads it instead). For a tool
-        that reads Redis back from another connection and must not do so before the worker's
-        record has run. True at once when nothing is unread, or when the connection has no
-        socket (nothing sent on it is pending)."""
+        """Whether a reply to what this worker sent and has not read has arrived, waiting up to
+        `timeout` seconds for one, without reading anything: the reply stays for the next
+        command's read, as it would have (`flush()` reads it instead). With one command unread,
+        the record the worker sends without waiting, that is: Redis has run it. For a tool that
+        reads Redis back from another connection and must not do so before the record has run.
+        True at once when nothing is unread, or when the connection has no socket (nothing sent
+        on it is pending)."""
         if not self._unread_replies or getattr(self._conn, "_sock", None) is None:
             return True
         return bool(self._conn.can_read(timeout=timeout))

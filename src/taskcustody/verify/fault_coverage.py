@@ -101,6 +101,12 @@ class Coverage(CountGate):
     #: (`run.run_fault_coverage`)
     aimed_again: tuple[str, ...] = ()
 
+    def aimed_again_line(self) -> str:
+        """The line that says which kinds were aimed at again ("" if none was)."""
+        if not self.aimed_again:
+            return ""
+        return f"aimed at again, alone: {', '.join(self.aimed_again)}"
+
     def short_kinds(self) -> tuple[str, ...]:
         """The kinds that fall short, in the order of `counts`."""
         marked = _short_kinds(self.short)
@@ -110,20 +116,20 @@ class Coverage(CountGate):
         """One line: the verdict and, if it fails, every shortfall."""
         if self.ok:
             least = min(self.counts.items(), key=lambda kv: kv[1], default=("-", 0))
-            again = (f"; aimed at again: {', '.join(self.aimed_again)}" if self.aimed_again
-                     else "")
             return (f"{len(self.counts)} kinds, each at least {self.minimum} times "
-                    f"(fewest: {least[0]} {least[1]}){again}")
+                    f"(fewest: {least[0]} {least[1]})")
         return "fault coverage short: " + "; ".join(self.short)
 
 
 def judge(counts: Mapping[str, int], kinds: Sequence[str], minimum: int = MINIMUM,
-          ratio: int = RATIO) -> Coverage:
+          ratio: int = RATIO, reference: int | None = None) -> Coverage:
     """The gate: each of `kinds` at least `minimum` times in `counts`, and each lost reply at
-    least a `ratio`-th of the take's."""
+    least a `ratio`-th of the take's (or of `reference`, the take's count to judge by: the one
+    before kinds were aimed at again)."""
     own = {k: int(counts.get(k, 0)) for k in kinds}
     cov = Coverage(own, minimum, ratio=ratio)
-    reference = own.get(REFERENCE, 0)
+    if reference is None:
+        reference = own.get(REFERENCE, 0)
     for k, n in own.items():
         if n < minimum:
             cov.short.append(f"{k} fired {n} times, fewer than the minimum {minimum}")
