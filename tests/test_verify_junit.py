@@ -3,6 +3,7 @@ counterexample, parts the budget did not reach skipped, and counts that agree wi
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import xml.etree.ElementTree as ET
 from pathlib import Path
@@ -14,7 +15,7 @@ from taskcustody.cli import main
 from taskcustody.verify.budget import Budget
 from taskcustody.verify.junit import junit_xml
 from taskcustody.verify.report import text_report
-from taskcustody.verify.run import Options, Result, verify
+from taskcustody.verify.run import PASSED, Options, Result, verify
 
 SMALL_MODEL = Bounds(2, 2, 1, 1, processes_per_server=1)
 COUNTS = ("tests", "failures", "errors", "skipped", "time")
@@ -63,6 +64,15 @@ def test_a_passing_run_has_one_passing_case_per_part() -> None:
     # (Hypothesis may run one more than asked for, as the draws fall: the count is not pinned)
     assert re.match(r"covered: \d+ examples run \(3 asked for\), ", out[1] or ""), out[1]
     assert "faults of 13 kinds" in (out[3] or "")
+
+
+def test_a_passing_part_with_a_remark_carries_it_in_its_output() -> None:
+    result = verify(Options(examples=3, steps=10, model_bounds=SMALL_MODEL, fault_coverage=False))
+    result.parts[0] = dataclasses.replace(result.parts[0], outcome=PASSED, covered="3 states",
+                                          message="aimed at again, alone: redis_wipe")
+    [case, *_] = xml_of(result).iter("testcase")
+    assert case.find("failure") is None
+    assert case.findtext("system-out") == "covered: 3 states (aimed at again, alone: redis_wipe)"
 
 
 def test_a_violation_is_a_failure_carrying_the_counterexample() -> None:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import xml.etree.ElementTree as ET
 from collections.abc import Callable, Sequence
 
-from .run import FAILED, PARTIAL, SKIPPED, Result
+from .run import FAILED, PARTIAL, PASSED, SKIPPED, Result
 
 
 def _counts(cases: Sequence[ET.Element]) -> dict[str, str]:
@@ -48,8 +48,10 @@ def _suite(result: Result, details: Callable[[Result], str],
             ET.SubElement(case, "skipped", message=part.message)
         if part.covered or part.outcome == PARTIAL:
             out = ET.SubElement(case, "system-out")
-            out.text = (f"covered: {part.covered}"
-                        + (f" (partial: {part.message})" if part.outcome == PARTIAL else ""))
+            remark = (f" (partial: {part.message})" if part.outcome == PARTIAL
+                      else f" ({part.message})" if part.outcome == PASSED and part.message
+                      else "")
+            out.text = f"covered: {part.covered}{remark}"
         cases.append(case)
     for key, value in _counts(cases).items():
         suite.set(key, value)

@@ -201,7 +201,7 @@ PASSED, FAILED, SKIPPED, PARTIAL = "passed", "failed", "skipped", "partial"
 class Part:
     """One part of a run and its outcome: PASSED, FAILED (`message`: what broke), SKIPPED (not
     run: `message` says why) or PARTIAL (cut short by the time budget, nothing failed in what it
-    covered)."""
+    covered). A PASSED part's `message`, if any, is a remark (the fault kinds aimed at again)."""
 
     name: str
     outcome: str
