@@ -389,12 +389,12 @@ class LoopDriver:
         worker of the process could not take the slot the model still calls free). Returns
         whether the command took the slot so."""
         suspects = self.slot.server.suspect_slot
-        holder = suspects._holder
+        mine = self.worker.list_key
         model = self.h.state.processes[self.s][self.i].suspect
         acquired = (name == "take_suspect" or mode == b"suspect") \
-            and holder == self.worker.list_key and model != self.w
+            and suspects.held_by(mine) and model != self.w
         if acquired:
-            suspects._holder = None
+            suspects.release(mine)  # (lent back for the check: the command is not sent yet)
         try:
             if not self.checked:
                 if self.h.injector.armed:
@@ -403,7 +403,8 @@ class LoopDriver:
                 self.h.check()
                 self.checked = True
         finally:
-            suspects._holder = holder
+            if acquired:
+                suspects.acquire(mine)  # (nobody stepped meanwhile: it is free)
         if not acquired:
             self._interleave(name)
         return acquired
