@@ -1,6 +1,7 @@
 """A stand-in for a server older than Redis 6.0, over a real socket: it knows no HELLO (which
 redis-py 8 sends, `HELLO 3`, on every new connection) and answers INFO with the version it is
-given. Everything else is an unknown command.
+given, and PING with PONG, as Redis 5 does (redis-py 8.2 pings a connection that fell back to
+RESP2 after its HELLO was refused). Everything else is an unknown command.
 
 For the refusal tests that must run without an old redis-server binary: the real one
 (tests/test_server_below_the_floor.py, $TASKCUSTODY_OLD_REDIS_SERVER) runs in .ci/matrix.
@@ -36,6 +37,8 @@ def _serve_connection(conn: socket.socket, version: str) -> None:
             if name == "INFO":
                 body = f"# Server\r\nredis_version:{version}\r\nredis_mode:standalone\r\n"
                 conn.sendall(f"${len(body)}\r\n{body}\r\n".encode())
+            elif name == "PING":
+                conn.sendall(b"+PONG\r\n")
             else:
                 # Redis 5's wording, which redis-py raises as a ResponseError.
                 args = "".join(f"`{a.decode()}`, " for a in command[1:])
