@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from datetime import datetime, timezone
 from typing import TypeVar
 
 import click
@@ -15,6 +14,7 @@ from .cli import (
     _client,
     _keys,
     _run,
+    _when,
     allow_evicting_option,
     prefix_option,
     queue_option,
@@ -47,12 +47,6 @@ def _checked(client: redis.Redis, keys: QueueKeys, action: Callable[[], T]) -> T
 
     result: T = _run(checked)
     return result
-
-
-def _when(at: float | None) -> str:
-    if at is None:
-        return "-"
-    return datetime.fromtimestamp(at, timezone.utc).isoformat(timespec="seconds")
 
 
 def _last_line(text: str) -> str:
