@@ -187,7 +187,10 @@ def main() -> None:
                    "the scheduled set. 0 retries at once.")
 @click.option("--retry-backoff-max", default=Settings.retry_backoff_max, show_default=True,
               type=click.FloatRange(min=0), help="Cap of the retry delay, in seconds.")
-@click.option("--block-timeout", default=2.0, show_default=True, type=click.FloatRange(min=0.01))
+@click.option("--block-timeout", default=2.0, show_default=True, type=click.FloatRange(min=0.01),
+              help="Seconds a take blocks in Redis (BLMOVE) on an empty queue before it returns "
+                   "empty-handed: an idle worker notices a stop within this long. The socket "
+                   "timeout is this plus 3 s.")
 @click.option("--heartbeat-interval", default=5.0, show_default=True,
               type=click.FloatRange(min=0.01), help="Seconds between heartbeats.")
 @click.option("--server-ttl", default=15.0, show_default=True, type=click.FloatRange(min=0.02),
