@@ -19,6 +19,7 @@ from click.testing import CliRunner
 from taskcustody import QueueKeys, connect
 from taskcustody.cli import main as taskcustody
 from taskcustody.cluster import is_cluster
+from taskcustody.connection import no_retry
 from taskcustody.verify.local_cluster import main
 from tests.conftest import cluster_binaries_present
 
@@ -95,7 +96,7 @@ def test_the_printed_urls_serve_a_queue_and_a_signal_stops_every_node(
             proc.kill()
             proc.wait()
     for url in urls:
-        node = redis.Redis.from_url(url, socket_connect_timeout=1)
+        node = redis.Redis.from_url(url, socket_connect_timeout=1, retry=no_retry())
         with pytest.raises(redis.ConnectionError):
             node.ping()
         node.close()
