@@ -410,8 +410,7 @@ def status(queue: str, prefix: str, redis_url: str, as_json: bool,
     client = _client(redis_url, cluster=cluster)
     # Refused like the other commands: a queue on an evicting server (or too old a Redis, or a
     # key of the wrong type) is one to fix, not to watch. (The version, the policy and the clock
-    # are those of the node that owns the queue's slot.)
-
+    # are those of the node that owns the queue's slot.) Deadlines are shown against that clock.
     def read() -> tuple[QueueStatus, float]:
         check_server(client, keys, allow_evicting_policy=allow_evicting_policy)
         now = RedisClock(client, key=keys.queue).now()
