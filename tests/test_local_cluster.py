@@ -41,6 +41,15 @@ def test_fewer_than_three_masters_is_a_usage_error() -> None:
     assert result.exit_code == 2 and "--masters" in result.output
 
 
+def test_without_redis_cli_it_says_what_it_needs_in_one_line(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr("taskcustody.verify.local_cluster.shutil.which", lambda name: None)
+    result = CliRunner().invoke(main, [])
+    assert result.exit_code == 1
+    assert result.output == "Error: a local cluster needs redis-server and redis-cli on PATH\n"
+
+
 def lines_of(proc: subprocess.Popen[str]) -> queue.Queue[str]:
     """The child's stdout lines as they come (read in a thread: a line that never comes must not
     block the test past its bound)."""
