@@ -324,7 +324,7 @@ def test_runtime_errors_of_one_command(env: Env, plain: redis.Redis) -> None:
     url = env.plain.url
     rows: list[tuple[list[str], str]] = [
         (["dead", "show", "nope", "--queue", QUEUE], "no dead letter of task nope"),
-        (["dead", "requeue", "nope", "--queue", QUEUE], "no dead letter of task(s) nope"),
+        (["dead", "requeue", "nope", "--queue", QUEUE], "no dead letter with id nope in queue"),
         (["result", "nope", "--timeout", "0", "--queue", QUEUE], "no result for task nope"),
     ]
     for args, fragment in rows:

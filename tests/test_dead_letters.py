@@ -210,6 +210,49 @@ def test_cli_dead_list_show_requeue_purge(real_redis: RedisServerProcess) -> Non
     assert empty.output.strip() == "no dead letters in queue cli"
 
 
+@pytest.mark.real_redis
+def test_requeueing_an_id_a_second_time_says_only_that_its_letter_is_gone(
+    real_redis: RedisServerProcess,
+) -> None:
+    client = redis.Redis.from_url(real_redis.url)
+    client.flushall()
+    keys = QueueKeys("again")
+    (task_id,) = dead_letter_tasks(client, keys, [{"n": 1}])
+    command = ["dead", "requeue", task_id, "--queue", "again", "--redis-url", real_redis.url]
+    first = CliRunner().invoke(main, command)
+    assert first.exit_code == 0, first.output
+    second = CliRunner().invoke(main, command)
+    assert second.exit_code == 1
+    assert second.stdout == ""  # no "requeued 0 task(s)" beside the error
+    assert second.stderr == (f"Error: no dead letter with id {task_id} in queue again (already "
+                             "requeued or purged, or never dead-lettered)\n")
+    assert ids_in(client, keys.queue) == [task_id]  # moved once, by the first
+
+
+@pytest.mark.real_redis
+def test_requeueing_ids_some_missing_requeues_the_others_and_names_the_missing(
+    real_redis: RedisServerProcess,
+) -> None:
+    client = redis.Redis.from_url(real_redis.url)
+    client.flushall()
+    keys = QueueKeys("some")
+    present, other = dead_letter_tasks(client, keys, [{"n": 1}, {"n": 2}])
+    result = CliRunner().invoke(main, ["dead", "requeue", "nope1", present, "nope2", "nope1",
+                                       "--queue", "some", "--redis-url", real_redis.url])
+    assert result.exit_code == 1
+    assert result.stdout == (f"requeued 1 task(s) to queue some, attempts reset to 0: "
+                             f"{present}\n")
+    assert result.stderr == ("Error: no dead letters with ids nope1 nope2 in queue some (already "
+                             "requeued or purged, or never dead-lettered); the other id(s) were "
+                             "requeued\n")
+    assert ids_in(client, keys.queue) == [present]
+    assert [d.task_id for d in list_dead_letters(client, keys)] == [other]
+    # The rule is in the command's help.
+    helped = CliRunner().invoke(main, ["dead", "requeue", "--help"])
+    assert "is named in one line on stderr and the exit status is 1" in " ".join(
+        helped.output.split())
+
+
 def test_a_poison_pill_counts_its_recoveries_as_attempts() -> None:
     # The format recovery writes for a task that killed the processes running it (issue 11).
     raw = b'{"id":"p1","payload":{"n":1},"attempts":1,"enqueued_at":0}'

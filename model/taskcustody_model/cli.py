@@ -35,8 +35,10 @@ def _sim_progress(p: SimulationProgress) -> None:
 
 
 @click.command(name="model-check")
-@click.option("--tasks", type=click.IntRange(1, 6), default=3, show_default=True)
-@click.option("--servers", type=click.IntRange(1, 4), default=2, show_default=True)
+@click.option("--tasks", type=click.IntRange(1, 6), default=3, show_default=True,
+              help="tasks the producer enqueues (the state space grows fastest with this)")
+@click.option("--servers", type=click.IntRange(1, 4), default=2, show_default=True,
+              help="server ids, each running --workers workers")
 @click.option("--workers", type=click.IntRange(1, 4), default=2, show_default=True,
               help="workers per server")
 @click.option("--faults", type=click.IntRange(0, 10), default=2, show_default=True,

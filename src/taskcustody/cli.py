@@ -9,6 +9,7 @@ import logging
 import os
 import sys
 from collections.abc import Callable
+from datetime import datetime, timezone
 from typing import Any
 
 import click
@@ -26,7 +27,7 @@ from .producer import Producer
 from .recovery import ServerIdentity
 from .server import Server, default_server_id
 from .settings import Settings
-from .status import queue_status
+from .status import QueueStatus, queue_status
 
 DEFAULT_URL = "redis://127.0.0.1:6379/0"
 
@@ -186,7 +187,10 @@ def main() -> None:
                    "the scheduled set. 0 retries at once.")
 @click.option("--retry-backoff-max", default=Settings.retry_backoff_max, show_default=True,
               type=click.FloatRange(min=0), help="Cap of the retry delay, in seconds.")
-@click.option("--block-timeout", default=2.0, show_default=True, type=click.FloatRange(min=0.01))
+@click.option("--block-timeout", default=2.0, show_default=True, type=click.FloatRange(min=0.01),
+              help="Seconds a take blocks in Redis (BLMOVE) on an empty queue before it returns "
+                   "empty-handed: an idle worker notices a stop within this long. The socket "
+                   "timeout is this plus 3 s.")
 @click.option("--heartbeat-interval", default=5.0, show_default=True,
               type=click.FloatRange(min=0.01), help="Seconds between heartbeats.")
 @click.option("--server-ttl", default=15.0, show_default=True, type=click.FloatRange(min=0.02),
@@ -364,11 +368,39 @@ def _no_constant(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")
 
 
+def _when(at: float | None, now: float | None = None) -> str:
+    """A time in epoch seconds (a server's deadline, a dead letter's) as people read it: ISO 8601
+    in UTC to the second and, given `now` (the same clock's), how far from it:
+    `2026-12-05T21:10:00Z (in 12 s)`, `... (3 s ago)`. `-` for no time at all. (`--json` output
+    keeps the number: a program compares it, a person reads this.)"""
+    if at is None:
+        return "-"
+    text = datetime.fromtimestamp(at, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    if now is None:
+        return text
+    return f"{text} ({_span(at - now)})"
+
+
+def _span(delta: float) -> str:
+    """`in 12 s` / `3 s ago` / `now`, in the largest unit that still counts two of it (a status
+    shows a deadline seconds away; a dead letter may be days old)."""
+    seconds = round(abs(delta))
+    if seconds == 0:
+        return "now"
+    amount = f"{seconds} s"
+    for unit, size in (("d", 86_400), ("h", 3_600), ("min", 60)):
+        if seconds >= 2 * size:
+            amount = f"{round(seconds / size)} {unit}"
+            break
+    return f"in {amount}" if delta > 0 else f"{amount} ago"
+
+
 @main.command()
 @queue_option
 @prefix_option
 @url_option
-@click.option("--json", "as_json", is_flag=True, help="Print the status as JSON.")
+@click.option("--json", "as_json", is_flag=True,
+              help="Print the status as JSON (deadlines as epoch seconds of the server's clock).")
 @allow_evicting_option
 @cluster_option
 def status(queue: str, prefix: str, redis_url: str, as_json: bool,
@@ -378,11 +410,13 @@ def status(queue: str, prefix: str, redis_url: str, as_json: bool,
     client = _client(redis_url, cluster=cluster)
     # Refused like the other commands: a queue on an evicting server (or too old a Redis, or a
     # key of the wrong type) is one to fix, not to watch. (The version, the policy and the clock
-    # are those of the node that owns the queue's slot.)
-    snap = _run(lambda: (
-        check_server(client, keys, allow_evicting_policy=allow_evicting_policy),
-        queue_status(client, keys, RedisClock(client, key=keys.queue).now()))[1],
-        client, keys)
+    # are those of the node that owns the queue's slot.) Deadlines are shown against that clock.
+    def read() -> tuple[QueueStatus, float]:
+        check_server(client, keys, allow_evicting_policy=allow_evicting_policy)
+        now = RedisClock(client, key=keys.queue).now()
+        return queue_status(client, keys, now), now
+
+    snap, now = _run(read, client, keys)
     if as_json:
         click.echo(json.dumps(snap.to_dict(), indent=2, sort_keys=True))
         return
@@ -394,7 +428,7 @@ def status(queue: str, prefix: str, redis_url: str, as_json: bool,
     for name, info in sorted(snap.servers.items()):
         state = "registered" if info["registered"] else "expired"
         click.echo(f"server {name} (incarnation {info['incarnation']}): {state}, "
-                   f"deadline {info['deadline']:.1f}")
+                   f"deadline {_when(info['deadline'], now)}")
     for owner, per_worker in sorted(snap.inflight.items()):
         held = ", ".join(f"{w}={n}" for w, n in sorted(per_worker.items()))
         click.echo(f"in flight {owner}: {held}")

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from datetime import datetime, timezone
 from typing import TypeVar
 
 import click
@@ -15,6 +14,7 @@ from .cli import (
     _client,
     _keys,
     _run,
+    _when,
     allow_evicting_option,
     prefix_option,
     queue_option,
@@ -47,12 +47,6 @@ def _checked(client: redis.Redis, keys: QueueKeys, action: Callable[[], T]) -> T
 
     result: T = _run(checked)
     return result
-
-
-def _when(at: float | None) -> str:
-    if at is None:
-        return "-"
-    return datetime.fromtimestamp(at, timezone.utc).isoformat(timespec="seconds")
 
 
 def _last_line(text: str) -> str:
@@ -138,7 +132,12 @@ def requeue(task_ids: tuple[str, ...], every: bool, queue: str, prefix: str, red
     """Move the dead letters of TASK_IDS (or --all) back to the queue, oldest first, behind the
     tasks already queued. Each keeps its task id; its attempt count is reset to 0, so it gets
     --max-attempts runs again. Each entry moves in one atomic step: interrupted, a requeue has
-    moved every entry once or not at all. Entries that are not task envelopes stay put."""
+    moved every entry once or not at all. Entries that are not task envelopes stay put.
+
+    A TASK_ID with no dead letter (already requeued or purged, or never dead-lettered) is named
+    in one line on stderr and the exit status is 1; the other TASK_IDS are requeued all the same
+    (stdout lists them). Requeueing the same id twice is therefore harmless: the second time
+    moves nothing and says so."""
     if bool(task_ids) == every:
         raise UsageFailure("name the TASK_IDS to requeue, or pass --all (not both)")
     keys = _keys(queue, prefix)
@@ -146,15 +145,24 @@ def requeue(task_ids: tuple[str, ...], every: bool, queue: str, prefix: str, red
     report = _run(lambda: (
         check_server(client, keys, allow_evicting_policy=allow_evicting_policy),
         requeue_dead_letters(client, keys, None if every else task_ids))[1])
-    click.echo(f"requeued {len(report.requeued)} task(s) to queue {queue}, attempts reset to 0"
-               + (f": {' '.join(report.requeued)}" if report.requeued else ""))
+    # An id asked for whose letter someone else requeued or purged between our read and our
+    # move (report.gone) is in the same state as a missing one: no dead letter by that id now.
+    settled = {*report.requeued, *(letter.task_id for letter in report.not_tasks)}
+    absent = [t for t in dict.fromkeys(task_ids) if t not in settled]
+    if report.requeued or every:
+        click.echo(f"requeued {len(report.requeued)} task(s) to queue {queue}, attempts reset "
+                   "to 0" + (f": {' '.join(report.requeued)}" if report.requeued else ""))
     if report.not_tasks:
         click.echo(f"left {len(report.not_tasks)} dead letter(s) that are not task envelopes")
-    if report.gone:
+    if every and report.gone:
         click.echo(f"{report.gone} dead letter(s) were requeued or purged by someone else "
                    "meanwhile")
-    if report.missing:
-        raise Failure(f"no dead letter of task(s) {' '.join(report.missing)} in queue {queue}")
+    if absent:
+        which = (f"no dead letter with id {absent[0]}" if len(absent) == 1
+                 else f"no dead letters with ids {' '.join(absent)}")
+        others = "; the other id(s) were requeued" if report.requeued else ""
+        raise Failure(f"{which} in queue {queue} (already requeued or purged, or never "
+                      f"dead-lettered){others}")
 
 
 @dead.command()

@@ -82,15 +82,22 @@ def node_client(client: redis.Redis, key: str) -> redis.Redis:
     return cast(redis.Redis, conn)
 
 
+def slot_owner(client: redis.Redis, key: str) -> tuple[int, str]:
+    """On a cluster client: `key`'s slot and the `host:port` of the master serving it ("no node"
+    when the slot map has none)."""
+    slot = int(_cluster(client).keyslot(key))
+    try:
+        node = str(owner_node(client, key).name)
+    except redis.RedisError:
+        node = "no node"
+    return slot, node
+
+
 def route(client: redis.Redis, key: str) -> str:
     """Where `key` lives, for error messages: `slot 9450 on 127.0.0.1:7102` on a cluster,
     `host:port` otherwise."""
     if is_cluster(client):
-        slot = _cluster(client).keyslot(key)
-        try:
-            node = owner_node(client, key).name
-        except redis.RedisError:
-            node = "no node"
+        slot, node = slot_owner(client, key)
         return f"slot {slot} on {node}"
     kwargs = client.connection_pool.connection_kwargs
     if kwargs.get("path"):

@@ -13,6 +13,7 @@ from .cluster import cluster_client, is_cluster, is_cluster_node, node_client, r
 from .errors import RedisTooOld, WrongKeyType
 from .eviction import check_eviction_policy
 from .keys import QueueKeys
+from .logs import remember_url
 from .redis_errors import is_unknown_command, reachable, refuse_replica
 from .settings import Settings
 
@@ -55,13 +56,17 @@ def connect(url: str, settings: Settings | None = None,
             probe.close()
     if cluster:
         try:
-            return cluster_client(url, **options)
+            client = cluster_client(url, **options)
         except (redis.RedisError, redis.exceptions.RedisClusterException):
             raise
         except Exception as exc:  # redis-py 5 fails on a cluster that serves no slot (IndexError)
             raise redis.exceptions.RedisClusterException(
                 f"the Redis Cluster at {url} cannot be used: {exc!r}") from exc
-    return redis.Redis.from_url(url, **options)
+    else:
+        client = redis.Redis.from_url(url, **options)
+    # The start banner names the URL the user gave (logs.client_url), not a node the client picked.
+    remember_url(client, url)
+    return client
 
 
 def connect_fake(server: Any = None) -> redis.Redis:

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import json
 import logging
+import weakref
 from datetime import datetime, timezone
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import redis
 
@@ -80,10 +81,15 @@ def configure_while(ctx: Any, level: str = "info", fmt: str = "text") -> logging
 
 
 def redact_url(url: str) -> str:
-    """`url` with its password (if any) replaced by `***`."""
+    """`url` with its password (if any, in the authority or as a `password` query parameter, as
+    redis-py accepts both) replaced by `***`."""
     parts = urlsplit(url)
+    query = parse_qsl(parts.query, keep_blank_values=True)
+    if any(key == "password" for key, _ in query):
+        parts = parts._replace(query=urlencode(
+            [(key, "***" if key == "password" else value) for key, value in query], safe="*"))
     if parts.password is None:
-        return url
+        return urlunsplit(parts)
     user = parts.username or ""
     host = parts.hostname or ""
     if ":" in host:
@@ -92,10 +98,27 @@ def redact_url(url: str) -> str:
     return urlunsplit(parts._replace(netloc=netloc))
 
 
+# The URL each client of `connection.connect` was made from, as the user wrote it. A cluster
+# client cannot say it: it keeps the nodes of the slot map, not its seed, so a banner built from
+# the client named whichever node the client picked as its default.
+_given_urls: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
+
+
+def remember_url(client: Any, url: str) -> None:
+    """Note that `client` was made from `url` (what `client_url` then names)."""
+    _given_urls[client] = url
+
+
 def client_url(client: redis.Redis) -> str:
-    """Where `client` connects, as a URL without its password (`***` in its place)."""
+    """Where `client` connects, as a URL without its password (`***` in its place): the URL it
+    was made from when `connect` made it, else one rebuilt from its settings."""
+    given = _given_urls.get(client)
+    if given is not None:
+        return redact_url(given)
     pool = getattr(client, "connection_pool", None)
-    if pool is None:  # a cluster client: name the node it started from
+    if pool is None:
+        # A cluster client not made by `connect`: it keeps the slot map's nodes, not its seed;
+        # its default node (any node of the cluster) stands for the cluster.
         node = client.get_default_node()  # type: ignore[attr-defined]
         return f"redis-cluster://{node.host}:{node.port}"
     kwargs = pool.connection_kwargs

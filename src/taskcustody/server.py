@@ -16,7 +16,7 @@ import redis
 
 from . import recovery, scheduled, scripts
 from .clock import Clock, RedisClock
-from .cluster import redirect_kind
+from .cluster import is_cluster, redirect_kind, slot_owner
 from .connection import check_server
 from .errors import RedisOutOfMemory, ServerIdHeld, StoppedBeforeStart, Superseded
 from .keys import ListOwner, QueueKeys, check_name
@@ -346,16 +346,25 @@ class Server:
         return version
 
     def _banner(self, version: str) -> None:
-        """The start banner: what this process serves, as whom, and where (no password)."""
-        fields = {
+        """The start banner: what this process serves, as whom, and where: the URL it was given
+        (no password) and, on a cluster, the node that serves the queue's slot (the one its
+        workers talk to, whichever node the URL names)."""
+        fields: dict[str, object] = {
             "queue": self.keys.queue_name, "server_id": self.server_id,
             "incarnation": self.incarnation, "workers": self.worker_count,
             "prefetch": self.settings.prefetch, "redis_version": version,
             "redis_url": client_url(self.client),
             "shutdown_grace": self.settings.shutdown_grace,
         }
+        where = str(fields["redis_url"])
+        if is_cluster(self.client):
+            slot, node = slot_owner(self.client, self.keys.queue)
+            fields.update(cluster_slot=slot, slot_node=node)
+            where += f" (Redis Cluster: the queue's slot {slot} is served by {node})"
         log.info("started: queue %s, server id %s, incarnation %s, %d worker(s), prefetch %d, "
-                 "Redis %s at %s, shutdown grace %gs", *fields.values(), extra=fields)
+                 "Redis %s at %s, shutdown grace %gs", self.keys.queue_name, self.server_id,
+                 self.incarnation, self.worker_count, self.settings.prefetch, version, where,
+                 self.settings.shutdown_grace, extra=fields)
 
     def run(self, until_idle: bool = False, install_signals: bool = False,
             wait_for_id: float = 0.0) -> None:

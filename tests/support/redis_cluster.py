@@ -1,139 +1,28 @@
-"""A throwaway Redis Cluster: 6 `redis-server --cluster-enabled yes` on free ports (3 masters,
-3 replicas), created with `redis-cli --cluster create`, stopped by pid.
+"""The test suite's throwaway Redis Cluster: 6 `redis-server --cluster-enabled yes` on free ports
+(3 masters, 3 replicas), created with `redis-cli --cluster create`, stopped by pid.
 
-Each node is a `RedisServerProcess` (tests/support/redis_server.py), so starting, readiness and
-stopping are the single-server helper's. A cluster node also listens on its bus port (port +
-10000), so ports are picked with both free. Node config files go to a temporary directory of the
-cluster's own, removed at the end.
+Starting, readiness and stopping are taskcustody.verify.local_cluster's (the cluster a user starts
+with `python -m taskcustody.verify.local_cluster`, docs/local-cluster.md); this module adds what
+only tests do to a cluster: find a key's master, fail a master over, migrate a slot live.
 """
 
 from __future__ import annotations
 
 import contextlib
-import random
-import shutil
-import signal
-import socket
-import subprocess
-import tempfile
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 
 import redis
 
-from tests.support.redis_server import RedisServerProcess
+from taskcustody.verify import local_cluster
+from taskcustody.verify.local_cluster import NODE_TIMEOUT_MS, cluster_info, free_cluster_port
 
-#: Short enough for a test to see a node judged failed within seconds, long enough for a loaded
-#: 2-core machine not to judge a busy node failed.
-NODE_TIMEOUT_MS = 3000
-
-
-def _bindable(port: int) -> bool:
-    with socket.socket() as s:
-        try:
-            s.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
+__all__ = ["NODE_TIMEOUT_MS", "LocalCluster", "cluster_info", "free_cluster_port",
+           "tags_on_distinct_masters", "throwaway_cluster"]
 
 
-def free_cluster_port() -> int:
-    """A port that is free together with its cluster bus port (port + 10000)."""
-    for _ in range(1000):
-        port = random.randint(20000, 45000)
-        if _bindable(port) and _bindable(port + 10000):
-            return port
-    raise RuntimeError("no free port pair for a cluster node")
-
-
-def cluster_info(port: int) -> dict[str, str]:
-    client = redis.Redis(port=port, socket_timeout=2, socket_connect_timeout=2)
-    try:
-        text = client.execute_command("CLUSTER INFO")
-    finally:
-        client.close()
-    if isinstance(text, bytes):
-        text = text.decode()
-    if isinstance(text, dict):
-        return {str(k): str(v) for k, v in text.items()}
-    out = {}
-    for line in str(text).splitlines():
-        key, _, value = line.partition(":")
-        out[key.strip()] = value.strip()
-    return out
-
-
-@dataclass
-class LocalCluster:
-    masters: int = 3
-    replicas_per_master: int = 1
-    nodes: list[RedisServerProcess] = field(default_factory=list)
-    workdir: str = ""
-
-    @property
-    def ports(self) -> list[int]:
-        return [n.port for n in self.nodes]
-
-    def url(self, index: int = 0) -> str:
-        return self.nodes[index].url
-
-    def start(self) -> LocalCluster:
-        self.workdir = tempfile.mkdtemp(prefix="taskcustody-cluster-")
-        count = self.masters * (1 + self.replicas_per_master)
-        for _ in range(count):
-            port = free_cluster_port()
-            node = RedisServerProcess(port=port, extra_args=(
-                "--cluster-enabled", "yes",
-                "--cluster-config-file", f"nodes-{port}.conf",
-                "--cluster-node-timeout", str(NODE_TIMEOUT_MS),
-                "--dir", self.workdir,
-                "--repl-diskless-sync", "yes", "--repl-diskless-sync-delay", "0",
-            ))
-            node.start(attempts=1)
-            self.nodes.append(node)
-        addresses = [f"127.0.0.1:{p}" for p in self.ports]
-        subprocess.run(
-            ["redis-cli", "--cluster", "create", *addresses, "--cluster-replicas",
-             str(self.replicas_per_master), "--cluster-yes"],
-            check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=60,
-        )
-        self.wait_ok()
-        return self
-
-    def wait_ok(self, timeout: float = 60.0) -> None:
-        """Until every node reports cluster_state:ok, knows every node, and every replica's link
-        to its master is up (a set-up wait, not an assertion about timing)."""
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if all(self._node_ready(p) for p in self.ports):
-                return
-            time.sleep(0.1)
-        raise RuntimeError(f"cluster on ports {self.ports} never reached cluster_state:ok")
-
-    def _node_ready(self, port: int) -> bool:
-        try:
-            info = cluster_info(port)
-            if info.get("cluster_state") != "ok":
-                return False
-            if int(info.get("cluster_known_nodes", 0)) != len(self.nodes):
-                return False
-            client = redis.Redis(port=port, socket_timeout=2)
-            try:
-                repl = client.info("replication")
-                nodes = client.execute_command("CLUSTER NODES")
-            finally:
-                client.close()
-        except (redis.RedisError, OSError):
-            return False
-        # Every node must know every replica as one (gossip spreads CLUSTER REPLICATE).
-        replicas = sum("slave" in fields["flags"] for fields in nodes.values())
-        if replicas != self.masters * self.replicas_per_master:
-            return False
-        return repl.get("role") == "master" or repl.get("master_link_status") == "up"
-
-    def client(self, port: int) -> redis.Redis:
-        return redis.Redis(port=port, socket_timeout=5, socket_connect_timeout=5)
+class LocalCluster(local_cluster.LocalCluster):
+    """The user's local cluster, with what tests look up and do to it."""
 
     def owner_port(self, key: str) -> int:
         """The port of the master that serves `key`'s slot (read from the node map of any
@@ -164,19 +53,6 @@ class LocalCluster:
             return str(c.execute_command("CLUSTER MYID").decode())
         finally:
             c.close()
-
-    def master_ports(self) -> list[int]:
-        out = []
-        for port in self.ports:
-            c = self.client(port)
-            try:
-                if c.info("replication").get("role") == "master":
-                    out.append(port)
-            except redis.RedisError:
-                continue
-            finally:
-                c.close()
-        return sorted(out)
 
     def replica_of(self, master_port: int) -> int:
         """A replica port of the master on `master_port`."""
@@ -268,25 +144,12 @@ class LocalCluster:
                 c.close()
         raise RuntimeError(f"no node serves slot {slot}")
 
-    def stop(self) -> None:
-        for node in self.nodes:
-            if node.proc is not None:
-                with contextlib.suppress(OSError):
-                    node.signal(signal.SIGCONT)
-            node.stop()
-        if self.workdir:
-            shutil.rmtree(self.workdir, ignore_errors=True)
-
 
 @contextlib.contextmanager
 def throwaway_cluster(masters: int = 3, replicas_per_master: int = 1) -> Iterator[LocalCluster]:
     """A started cluster, every node stopped by pid afterwards."""
-    cluster = LocalCluster(masters, replicas_per_master)
-    try:
-        cluster.start()
+    with local_cluster.running(LocalCluster(masters, replicas_per_master)) as cluster:
         yield cluster
-    finally:
-        cluster.stop()
 
 
 def tags_on_distinct_masters(cluster: LocalCluster, prefix: str = "q") -> list[str]:
@@ -302,20 +165,3 @@ def tags_on_distinct_masters(cluster: LocalCluster, prefix: str = "q") -> list[s
         if len(chosen) == len(masters):
             return [chosen[p] for p in masters]
     raise RuntimeError("could not place a queue on every master")
-
-
-def main() -> None:
-    """`python -m tests.support.redis_cluster`: start a throwaway cluster, print its nodes, and
-    stop every node by pid on Ctrl-C (for trying taskcustody on a cluster by hand)."""
-    with throwaway_cluster() as cluster:
-        masters = cluster.master_ports()
-        for port in cluster.ports:
-            role = "master" if port in masters else "replica"
-            print(f"redis://127.0.0.1:{port}/0  {role}", flush=True)
-        print("cluster_state:ok; Ctrl-C stops every node", flush=True)
-        with contextlib.suppress(KeyboardInterrupt):
-            signal.pause()
-
-
-if __name__ == "__main__":
-    main()
