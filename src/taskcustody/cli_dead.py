@@ -105,7 +105,8 @@ def list_command(queue: str, prefix: str, redis_url: str, as_json: bool,
 @url_option
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON object.")
 def show(task_id: str, queue: str, prefix: str, redis_url: str, as_json: bool) -> None:
-    """Show the dead letter of task TASK_ID: the whole error, the attempts, the payload."""
+    """Show the dead letter of task TASK_ID: the whole error with the handler's traceback (its
+    innermost frames, when it is very long), the attempts, the payload."""
     keys = _keys(queue, prefix)
     client = _client(redis_url)
     letter = _checked(client, keys, lambda: dead_letter(client, keys, task_id))
@@ -118,6 +119,10 @@ def show(task_id: str, queue: str, prefix: str, redis_url: str, as_json: bool) -
     click.echo("error:")
     for line in (letter.error or "-").splitlines():
         click.echo(f"  {line}")
+    if letter.traceback:
+        click.echo("traceback:")
+        for line in letter.traceback.splitlines():
+            click.echo(f"  {line}")
     if "payload" in data:
         click.echo("payload:")
         click.echo("\n".join(f"  {line}" for line in
