@@ -187,8 +187,10 @@ def purge(queue: str, prefix: str, redis_url: str, yes: bool) -> None:
               help="Seconds to wait for the task to commit (0: look once).")
 def result(task_id: str, queue: str, prefix: str, redis_url: str, timeout: float) -> None:
     """Wait for task TASK_ID to commit and print its result as JSON (null when the handler
-    returned None). Exit 1 if the task was dead-lettered or the timeout passed first. Results
-    are kept for the worker's --result-ttl (one day by default)."""
+    returned None). Exit 1 if the task was dead-lettered or the timeout passed first, and exit 1
+    at once, without waiting, if no task of that id is anywhere in the queue (not queued,
+    scheduled, in flight or dead-lettered, no result stored: never enqueued there, or its result
+    expired). Results are kept for the worker's --result-ttl (one day by default)."""
     keys = _keys(queue, prefix)
     client = _client(redis_url)
     value = _checked(client, keys, lambda: get_result(client, keys, task_id, timeout))
