@@ -325,7 +325,7 @@ def test_runtime_errors_of_one_command(env: Env, plain: redis.Redis) -> None:
     rows: list[tuple[list[str], str]] = [
         (["dead", "show", "nope", "--queue", QUEUE], "no dead letter of task nope"),
         (["dead", "requeue", "nope", "--queue", QUEUE], "no dead letter with id nope in queue"),
-        (["result", "nope", "--timeout", "0", "--queue", QUEUE], "no result for task nope"),
+        (["result", "nope", "--timeout", "0", "--queue", QUEUE], "no task nope in queue"),
     ]
     for args, fragment in rows:
         assert_one_line(invoke(args, url), 1, fragment)

@@ -157,10 +157,11 @@ def test_a_failure_buried_under_newer_dead_letters_is_still_reported_at_the_time
 
 def test_timeout_zero_looks_once(backend: Backend, keys: QueueKeys) -> None:
     client = backend.client()
+    queued = Producer(client, keys).enqueue("waits")
     clock = ManualClock()
     sleep = Sleeper(clock)
     with pytest.raises(ResultTimeout):
-        get_result(client, keys, "unknown", timeout=0, clock=clock, sleep=sleep)
+        get_result(client, keys, queued, timeout=0, clock=clock, sleep=sleep)
     assert sleep.pauses == []
 
 

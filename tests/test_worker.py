@@ -174,7 +174,7 @@ def test_a_dead_letter_carries_raw_error_task_id_and_time(
     finally:
         worker.close()
     [letter] = dead_letters(client, keys)
-    assert set(letter) == {"raw", "error", "task_id", "at"}
+    assert set(letter) == {"raw", "error", "task_id", "at", "traceback"}
     assert letter["task_id"] == task_id
     assert letter["error"] == "RuntimeError: always"
     assert letter["at"] == 1234.5 + TEST_SETTINGS.max_attempts

@@ -37,6 +37,7 @@ from .errors import (
     Superseded,
     TaskCustodyError,
     TaskFailed,
+    UnknownTask,
     WrongKeyType,
 )
 from .keys import ListOwner, QueueKeys
@@ -93,6 +94,7 @@ __all__ = [
     "TaskCustodyError",
     "TaskFailed",
     "TaskHandle",
+    "UnknownTask",
     "WallClock",
     "Worker",
     "WrongKeyType",

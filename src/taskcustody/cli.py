@@ -18,10 +18,11 @@ import redis
 from . import cluster as cluster_routing
 from . import logs, recovery, scheduled
 from .aio import AsyncServer, connect_async, is_async_handler
-from .cli_errors import Failure, MappedErrors, as_click, check_url
+from .cli_errors import Failure, MappedErrors, UsageFailure, as_click, check_url
 from .clock import RedisClock
 from .connection import check_server, connect
 from .errors import ReplicationTimeout, TaskCustodyError
+from .handler_import import import_failure
 from .keys import QueueKeys
 from .producer import Producer
 from .recovery import ServerIdentity
@@ -98,12 +99,14 @@ def load_handler(spec: str) -> Callable[[Any], Any]:
         sys.path.insert(0, os.getcwd())  # as `rq worker` does: the handler may live here
     try:
         module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise click.BadParameter(f"cannot import {module_name!r}: {exc}",
-                                 param_hint="HANDLER") from exc
+    except Exception as exc:  # the user's code ran: whatever it raised is theirs to fix
+        # One line naming the file and line (handler_import.py), not click's and importlib's
+        # traceback; exit 2, as for every error found before Redis is asked.
+        raise UsageFailure(import_failure(module_name, exc)) from exc
     handler = getattr(module, attr, None)
     if not callable(handler):
-        raise click.BadParameter(f"{module_name!r} has no callable {attr!r}", param_hint="HANDLER")
+        where = getattr(module, "__file__", None) or module_name
+        raise UsageFailure(f"handler module {module_name!r} ({where}) has no callable {attr!r}")
     return handler  # type: ignore[no-any-return]
 
 

@@ -99,7 +99,8 @@ def list_command(queue: str, prefix: str, redis_url: str, as_json: bool,
 @url_option
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON object.")
 def show(task_id: str, queue: str, prefix: str, redis_url: str, as_json: bool) -> None:
-    """Show the dead letter of task TASK_ID: the whole error, the attempts, the payload."""
+    """Show the dead letter of task TASK_ID: the whole error with the handler's traceback (its
+    innermost frames, when it is very long), the attempts, the payload."""
     keys = _keys(queue, prefix)
     client = _client(redis_url)
     letter = _checked(client, keys, lambda: dead_letter(client, keys, task_id))
@@ -112,6 +113,10 @@ def show(task_id: str, queue: str, prefix: str, redis_url: str, as_json: bool) -
     click.echo("error:")
     for line in (letter.error or "-").splitlines():
         click.echo(f"  {line}")
+    if letter.traceback:
+        click.echo("traceback:")
+        for line in letter.traceback.splitlines():
+            click.echo(f"  {line}")
     if "payload" in data:
         click.echo("payload:")
         click.echo("\n".join(f"  {line}" for line in
@@ -190,8 +195,10 @@ def purge(queue: str, prefix: str, redis_url: str, yes: bool) -> None:
               help="Seconds to wait for the task to commit (0: look once).")
 def result(task_id: str, queue: str, prefix: str, redis_url: str, timeout: float) -> None:
     """Wait for task TASK_ID to commit and print its result as JSON (null when the handler
-    returned None). Exit 1 if the task was dead-lettered or the timeout passed first. Results
-    are kept for the worker's --result-ttl (one day by default)."""
+    returned None). Exit 1 if the task was dead-lettered or the timeout passed first, and exit 1
+    at once, without waiting, if no task of that id is anywhere in the queue (not queued,
+    scheduled, in flight or dead-lettered, no result stored: never enqueued there, or its result
+    expired). Results are kept for the worker's --result-ttl (one day by default)."""
     keys = _keys(queue, prefix)
     client = _client(redis_url)
     value = _checked(client, keys, lambda: get_result(client, keys, task_id, timeout))

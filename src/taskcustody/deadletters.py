@@ -2,7 +2,8 @@
 
 A worker dead-letters a task whose handler failed `max_attempts` times, and bytes in the queue that
 are not a task envelope, by LPUSHing onto `P:{Q}:dead` a JSON object
-`{"raw": base64 of the task's bytes, "error", "task_id", "at"}` (worker.py, `_dead_letter`).
+`{"raw": base64 of the task's bytes, "error", "task_id", "at"}` (worker.py, `_dead_letter`); a
+handler's failure adds `"traceback"`, its formatted traceback (bounded: worker.MAX_TRACEBACK).
 
 A requeue moves one entry from the dead-letter list to the queue in ONE Lua step (REQUEUE_DEAD):
 the script removes that exact entry and pushes the rebuilt envelope, or does nothing if the entry
@@ -61,6 +62,9 @@ class DeadLetter:
     # A poison pill (dead-lettered by recovery: it killed the processes that ran it): how many
     # times it was recovered. None for a task dead-lettered by its worker's release.
     recoveries: int | None = None
+    #: The handler's traceback, ending with the error ("" for a malformed envelope, a poison pill,
+    #: or an entry written before dead letters kept one).
+    traceback: str = ""
 
     @property
     def attempts(self) -> int:
@@ -89,6 +93,8 @@ class DeadLetter:
         raw bytes, as text when they are UTF-8, else base64."""
         out: dict[str, Any] = {"task_id": self.task_id, "error": self.error, "at": self.at,
                                "attempts": self.attempts}
+        if self.traceback:
+            out["traceback"] = self.traceback
         if self.recoveries is not None:
             out["poison"] = True
             out["recoveries"] = self.recoveries
@@ -116,9 +122,11 @@ def parse(entry: bytes) -> DeadLetter:
     except MalformedTask:
         task = None
     recoveries = body.get("recoveries") if body.get("poison") else None
+    trace = body.get("traceback")
     return DeadLetter(entry, raw, error, task_id if isinstance(task_id, str) else None,
                       float(at) if isinstance(at, (int, float)) else None, task,
-                      recoveries if isinstance(recoveries, int) else None)
+                      recoveries if isinstance(recoveries, int) else None,
+                      trace if isinstance(trace, str) else "")
 
 
 def list_dead_letters(client: redis.Redis, keys: QueueKeys,

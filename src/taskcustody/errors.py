@@ -143,5 +143,20 @@ class ResultTimeout(TaskCustodyError, TimeoutError):
     (`Settings.result_ttl`), or no task of that id ever committed."""
 
 
+class UnknownTask(TaskCustodyError, LookupError):
+    """`get_result` found no task of that id anywhere in the queue: not queued, scheduled, among
+    the suspects, in flight or dead-lettered, and no result stored -- in one atomic look. It was
+    never enqueued on this queue (or under this prefix), or it committed and its result expired
+    or was not kept (`Settings.result_ttl`), or its dead letter was purged."""
+
+    def __init__(self, task_id: str, queue_name: str) -> None:
+        super().__init__(
+            f"no task {task_id} in queue {queue_name!r}: it is not queued, scheduled, in flight "
+            "or dead-lettered, and no result is stored (never enqueued on this queue, or its "
+            "result expired or was not kept: result_ttl)")
+        self.task_id = task_id
+        self.queue_name = queue_name
+
+
 class DeadLetterNotFound(TaskCustodyError, LookupError):
     """No dead letter holds that task id."""

@@ -70,7 +70,7 @@ class Producer:
     def submit(self, payload: Any, task_id: str | None = None) -> TaskHandle:
         """`enqueue`, returning a handle: `.id`, and `.result(timeout)` to wait for the task's
         result (results.get_result). Results are kept `Settings.result_ttl` seconds."""
-        return TaskHandle(self.enqueue(payload, task_id), self.client, self.keys)
+        return TaskHandle(self.enqueue(payload, task_id), self.client, self.keys, enqueued=True)
 
     def enqueue_many(self, payloads: Iterable[Any], batch_size: int = 10_000) -> list[str]:
         """Enqueue many payloads, one LPUSH (one round trip) per batch. Every payload is encoded

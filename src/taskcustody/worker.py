@@ -9,14 +9,17 @@ the next cycle blocks on the server (`take`), so an idle worker waits there, not
 
 from __future__ import annotations
 
+import asyncio
 import base64
+import concurrent.futures
 import json
 import logging
+import os
 import threading
 import time
 import traceback
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
 import redis
@@ -44,11 +47,16 @@ _T = TypeVar("_T")
 
 @dataclass(frozen=True)
 class Outcome:
-    """What the handler did: returned `result`, or raised `error`."""
+    """What the handler did: returned `result`, or raised `error` (its one-line text, for logs,
+    `dead list` and `TaskFailed`), with its `traceback` (bounded: `bounded_traceback`), which a
+    dead letter keeps for `dead show`."""
 
     ok: bool
     result: Any = None
     error: str = ""
+    # Not compared: two outcomes are the same failure when their errors are (the traceback
+    # names where it happened, and what called the handler).
+    traceback: str = field(default="", compare=False)
 
 
 @dataclass(frozen=True)
@@ -61,9 +69,46 @@ class Release:
     action: str  # "committed", "retried", "dead-lettered", or "lost-custody"
 
 
+#: The most characters of a handler's traceback a dead letter keeps. Bounded because a dead letter
+#: stays in Redis (no TTL) until it is requeued or purged, `dead list` reads them all, and every
+#: poll of `get_result` reads the newest hundred: a deep recursion's traceback (hundreds of KB)
+#: would weigh on all of them. 4,096 is some thirty frames of the usual length, the innermost ones.
+MAX_TRACEBACK = 4096
+
+#: Where the frames above a handler's own are: this package (the worker's `execute`), and the
+#: machinery an asyncio worker runs a plain handler through (`asyncio.to_thread`).
+_ABOVE_THE_HANDLER = tuple(
+    os.path.dirname(path) + os.sep
+    for path in (__file__, asyncio.__file__, concurrent.futures.__file__))
+
+
+def bounded_traceback(exc: BaseException, limit: int = MAX_TRACEBACK) -> str:
+    """`exc`'s formatted traceback from the handler's frame down (the worker's frames above it
+    say nothing about the failure), at most `limit` characters: past that, the head line, a line
+    saying how much was left out, and the tail -- the innermost frames and the error itself."""
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_next is not None and \
+            tb.tb_frame.f_code.co_filename.startswith(_ABOVE_THE_HANDLER):
+        tb = tb.tb_next
+    text = "".join(traceback.format_exception(type(exc), exc, tb)).rstrip("\n")
+    if len(text) <= limit:
+        return text
+    def marker(cut: int) -> str:
+        return f"  ... {cut} characters of the traceback left out (at most {limit} kept) ..."
+
+    head = text.partition("\n")[0][: limit // 4]
+    room = limit - len(head) - len(marker(len(text))) - 2  # the marker's longest, two newlines
+    tail = text[-room:]
+    tail = tail.partition("\n")[2] or tail  # start on a whole line
+    return f"{head}\n{marker(len(text) - len(head) - len(tail))}\n{tail}"
+
+
 def failed(exc: BaseException) -> Outcome:
-    """The outcome of a handler that raised `exc`: its one-line text is the error."""
-    return Outcome(False, error="".join(traceback.format_exception_only(exc)).strip())
+    """The outcome of a handler that raised `exc`: its one-line text is the error, and its
+    traceback goes with it. The one place every worker (threaded, asyncio, prefetching) builds a
+    failed outcome."""
+    return Outcome(False, error="".join(traceback.format_exception_only(exc)).strip(),
+                   traceback=bounded_traceback(exc))
 
 
 #: The outcome of a handler interrupted before it returned (a crash of the cycle, a cancellation):
@@ -210,7 +255,7 @@ class Custody:
             # due time); without, "retry": straight back on the queue
             return ("later" if self.settings.retry_backoff > 0 else "retry",
                     task.retried().raw.decode())
-        return "dead", self._dead_letter(task.raw, outcome.error, task.id)
+        return "dead", self._dead_letter(task.raw, outcome.error, task.id, outcome.traceback)
 
     def record_value(self) -> str:
         """A processing record: whose list holds the task, and since when."""
@@ -250,13 +295,21 @@ class Custody:
                  "dead": "dead-lettered"}
         return Release(True, int(remaining), names[action])
 
-    def _dead_letter(self, raw: bytes, error: str, task_id: str | None) -> str:
-        return json.dumps({
+    def _dead_letter(self, raw: bytes, error: str, task_id: str | None,
+                     trace: str = "") -> str:
+        """The dead-letter entry (deadletters.py reads it). RELEASE pushes these bytes as they
+        are, so a field added here needs no change to the script. The traceback is a field of its
+        own, not folded into `error`: `error` stays the one line that logs, `dead list` and
+        `TaskFailed` show, and entries written before it read the same."""
+        entry: dict[str, Any] = {
             "raw": base64.b64encode(raw).decode(),
             "error": error,
             "task_id": task_id,
             "at": self.clock.now(),
-        })
+        }
+        if trace:
+            entry["traceback"] = trace
+        return json.dumps(entry)
 
     def _take_failed(self, exc: BaseException) -> None:
         """The take's command failed (the caller raises `exc` on): a wrong-type reply is named;

@@ -49,7 +49,8 @@ class AsyncProducer:
 
     async def submit(self, payload: Any, task_id: str | None = None) -> AsyncTaskHandle:
         """`enqueue`, returning a handle whose `result` awaits the task's result."""
-        return AsyncTaskHandle(await self.enqueue(payload, task_id), self.client, self.keys)
+        return AsyncTaskHandle(await self.enqueue(payload, task_id), self.client, self.keys,
+                               enqueued=True)
 
     async def enqueue_many(self, payloads: Iterable[Any],
                            batch_size: int = 10_000) -> list[str]:
@@ -76,9 +77,12 @@ class AsyncTaskHandle:
     id: str
     client: redis.asyncio.Redis
     keys: QueueKeys
+    #: As `TaskHandle.enqueued`: `AsyncProducer.submit` enqueued the task, so `result` skips
+    #: the look for an unknown id.
+    enqueued: bool = False
 
     async def result(self, timeout: float | None = 30.0) -> Any:
         """`taskcustody.get_result` (the same polling, in a thread, through `SyncBridge`)."""
         bridge = SyncBridge(self.client, asyncio.get_running_loop())
         return await asyncio.to_thread(get_result, bridge, self.keys,  # type: ignore[arg-type]
-                                       self.id, timeout)
+                                       self.id, timeout, fail_if_unknown=not self.enqueued)
