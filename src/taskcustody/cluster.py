@@ -25,6 +25,8 @@ from typing import Any, cast
 import redis
 from redis.cluster import ClusterNode, RedisCluster
 
+from .redis_options import no_maint_notifications
+
 #: A redirect after which the slot lives elsewhere: refresh the slot map and reconnect.
 MOVED = "moved"
 #: A redirect during a migration (or a cluster healing): back off and send the same step again.
@@ -52,7 +54,8 @@ def cluster_client(url: str, **kwargs: Any) -> redis.Redis:
     """A RedisCluster seeded by `url`. Typed as `redis.Redis`: the library calls only commands
     that RedisCluster routes by key (EVAL/EVALSHA, list, hash and sorted-set commands, pipelines
     whose commands share one hash tag), and reaches a node itself (`node_client`) for the rest."""
-    client = RedisCluster.from_url(url, **kwargs)
+    # Maintenance notifications off, as for every client of ours (redis_options.py).
+    client = RedisCluster.from_url(url, **kwargs, **no_maint_notifications(RedisCluster))
     return cast(redis.Redis, client)
 
 

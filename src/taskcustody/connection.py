@@ -15,6 +15,7 @@ from .eviction import check_eviction_policy
 from .keys import QueueKeys
 from .logs import remember_url
 from .redis_errors import is_unknown_command, reachable, refuse_replica
+from .redis_options import no_maint_notifications
 from .settings import Settings
 
 MIN_VERSION = (6, 2, 0)
@@ -44,8 +45,12 @@ def connect(url: str, settings: Settings | None = None,
         "retry": no_retry(),
         "decode_responses": False,
     }
+    # Without redis-py 8's maintenance notifications (redis_options.py): a Redis 7 refuses them
+    # on every new connection, and redis-py logs each refusal. (The cluster client is told the
+    # same by `cluster_client`, in its own terms.)
+    plain = {**options, **no_maint_notifications(redis.ConnectionPool)}
     if cluster is None:
-        probe = redis.Redis.from_url(url, **options)
+        probe = redis.Redis.from_url(url, **plain)
         try:
             cluster = is_cluster_node(probe)
         except redis.RedisError:
@@ -63,7 +68,7 @@ def connect(url: str, settings: Settings | None = None,
             raise redis.exceptions.RedisClusterException(
                 f"the Redis Cluster at {url} cannot be used: {exc!r}") from exc
     else:
-        client = redis.Redis.from_url(url, **options)
+        client = redis.Redis.from_url(url, **plain)
     # The start banner names the URL the user gave (logs.client_url), not a node the client picked.
     remember_url(client, url)
     return client
@@ -105,12 +110,14 @@ def _info_over_resp2(client: redis.Redis) -> dict[str, Any]:
     version is what the refusal must name, not the HELLO error."""
     pool = client.connection_pool
     # Same address, credentials and timeouts; not redis-py 8's maintenance notifications, which
-    # it refuses on a RESP2 connection.
+    # it refuses on a RESP2 connection: any the client's pool carries are left out, and the
+    # probe's pool is told to have none, as `connect` tells every client (redis_options.py).
     kwargs = {key: value for key, value in pool.connection_kwargs.items()
               if not key.startswith("maint_notifications")}
     kwargs["protocol"] = 2
     probe = redis.Redis(connection_pool=redis.ConnectionPool(
-        connection_class=pool.connection_class, **kwargs))
+        connection_class=pool.connection_class, **kwargs,
+        **no_maint_notifications(redis.ConnectionPool)))
     try:
         info: dict[str, Any] = probe.info("server")
         return info

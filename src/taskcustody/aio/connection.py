@@ -11,6 +11,7 @@ from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 
 from ..connection import is_fakeredis
+from ..redis_options import no_maint_notifications
 from ..settings import Settings
 
 
@@ -26,7 +27,9 @@ def connect_async(url: str, settings: Settings | None = None) -> redis.asyncio.R
     client: redis.asyncio.Redis = redis.asyncio.Redis.from_url(
         url, socket_timeout=settings.socket_timeout,
         socket_connect_timeout=settings.socket_timeout, retry=no_retry(),
-        decode_responses=False)
+        decode_responses=False,
+        # Maintenance notifications off, as for the threaded API's clients (redis_options.py).
+        **no_maint_notifications(redis.asyncio.ConnectionPool))
     return client
 
 

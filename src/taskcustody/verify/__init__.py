@@ -8,7 +8,9 @@
   - `observation`: reading Redis back into the model's terms (the mapping), the checks and the
     tallies.
 - `broken`: reference implementations of the designs the checker must reject (demonstrations).
-- `report`: the text report and the self-contained HTML page.
+- `report`: the text report and the self-contained HTML page; `protocol_log`: the protocol's own
+  log lines during a run (what the injected faults make it log), counted by kind for the report
+  and kept off stderr (printed with `verify -v`).
 - `cli`: the `taskcustody verify` command.
 - `backends`: what a run on fakeredis cannot see, and what covers it on a real server;
   `embedded`: the throwaway redis-server of `--embedded-redis` (and of the tests).

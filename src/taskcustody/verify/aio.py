@@ -42,6 +42,7 @@ from ..clock import Clock
 from ..envelope import Task
 from ..keys import ListOwner, QueueKeys
 from ..prefetch_custody import Batch
+from ..redis_options import no_maint_notifications
 from ..server import Server
 from ..settings import Settings
 from ..worker import Outcome, Release
@@ -80,7 +81,9 @@ def async_client_like(client: redis.Redis) -> redis.asyncio.Redis:
         host=kwargs.get("host", "localhost"), port=kwargs.get("port", 6379),
         db=kwargs.get("db", 0), username=kwargs.get("username"),
         password=kwargs.get("password"), socket_timeout=kwargs.get("socket_timeout"),
-        socket_connect_timeout=kwargs.get("socket_connect_timeout"), retry=no_retry())
+        socket_connect_timeout=kwargs.get("socket_connect_timeout"), retry=no_retry(),
+        # Without maintenance notifications, like every client of ours (redis_options.py).
+        **no_maint_notifications(redis.asyncio.Redis))
 
 
 class SteppedAsyncWorker:

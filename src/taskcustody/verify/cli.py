@@ -7,6 +7,11 @@ design was caught; 2 usage errors (and a Redis that cannot be reached).
 For CI: `--junit-xml FILE` writes the run as JUnit XML (junit.py), `--max-seconds N` stops it
 cleanly when N seconds are spent (budget.py); a run cut short that found nothing exits 0 and says
 "PARTIAL" with what it covered.
+
+stdout is the report's; stderr is verify's progress. The protocol's own log lines (the warnings
+and errors the injected faults make it log) are counted by kind in the report
+(verify/protocol_log.py), and printed on stderr as well only with `-v`; `--quiet` leaves stderr
+empty unless the run ends in an error.
 """
 
 from __future__ import annotations
@@ -51,7 +56,8 @@ CLOCK: Clock = time.monotonic
 
 
 class _Progress:
-    """One progress line on stderr (rewritten in place on a terminal), stdout stays the report's."""
+    """One progress line on stderr (rewritten in place on a terminal), stdout stays the report's.
+    With `-v`, the protocol's own log lines too (`log`), each on a line of its own."""
 
     def __init__(self, quiet: bool, examples: int) -> None:
         self.quiet = quiet
@@ -60,6 +66,7 @@ class _Progress:
         self.started = time.perf_counter()
         self.last = 0.0
         self.phase = ""
+        self.shown = ""  # the progress line on a terminal's last line (rewritten in place)
 
     def _emit(self, text: str, force: bool = False) -> None:
         if self.quiet:
@@ -70,8 +77,18 @@ class _Progress:
         self.last = now
         if self.tty:
             sys.stderr.write("\r\x1b[K" + text)
+            self.shown = text
         else:
             sys.stderr.write(text + "\n")
+        sys.stderr.flush()
+
+    def log(self, line: str) -> None:
+        """A line of the protocol's log (`verify -v`): above the progress line, which a
+        terminal shows again under it."""
+        if self.tty and self.shown:
+            sys.stderr.write("\r\x1b[K" + line + "\n" + self.shown)
+        else:
+            sys.stderr.write(line + "\n")
         sys.stderr.flush()
 
     def on_phase(self, phase: str) -> None:
@@ -93,6 +110,7 @@ class _Progress:
         if not self.quiet and self.tty and self.phase:
             sys.stderr.write("\n")
             sys.stderr.flush()
+        self.shown = ""
 
 
 def _check_reachable(url: str, option: str = "--redis-url") -> None:
@@ -233,14 +251,20 @@ def _no_server(message: str) -> NoReturn:
                    "covered. A run cut short that found nothing exits 0 and says PARTIAL. A "
                    "counterexample found is still shrunk (--shrink-seconds).")
 @click.option("--quiet", is_flag=True,
-              help="No progress on stderr. (No short form: -q is --queue in every command.)")
+              help="Nothing on stderr unless the run ends in an error (a violation, a usage "
+                   "or deployment error, a broken --variant not caught): no progress. (No short "
+                   "form: -q is --queue in every command.)")
+@click.option("--verbose", "-v", is_flag=True,
+              help="Also print the protocol's own log lines (warnings and errors: what the "
+                   "injected faults make it log, e.g. 'lost custody', 'poison pill') on stderr "
+                   "as they come. Without it they are only counted, by kind, in the report.")
 def verify_command(examples: int | None, steps: int, seed: int | None, variants: Sequence[str],
                    redis_url: str | None, embedded_redis: bool, report_file: Path | None,
                    model_check: bool,
                    stateful: bool, shrink_seconds: float, loops: bool, fault_coverage: bool,
                    prefetch: bool, asyncio_worker: bool, queue: str | None,
                    settings_spec: str | None, junit_file: Path | None,
-                   max_seconds: float | None, quiet: bool) -> None:
+                   max_seconds: float | None, quiet: bool, verbose: bool) -> None:
     """Verify the custody protocol: the bounded model check, then the model drives the real
     implementation step by step with faults injected (dropped replies, worker and server
     crashes, stalls, clock moves), comparing Redis with the model after every step.
@@ -250,6 +274,10 @@ def verify_command(examples: int | None, steps: int, seed: int | None, variants:
     or the deployment stopped the run (Redis unreachable, a cluster redirect, a key of the
     wrong type, a --queue that holds keys already): never reported as a violation. A run that
     --max-seconds cut short exits 0 if nothing failed in what it covered, and says PARTIAL.
+
+    stderr: verify's progress; the protocol's own log lines (what the injected faults make it
+    log) are counted in the report instead, and printed with -v. --quiet: nothing on stderr
+    unless the run ends in an error.
     """
     if "list" in variants:
         click.echo(variant_listing())
@@ -262,6 +290,8 @@ def verify_command(examples: int | None, steps: int, seed: int | None, variants:
     variants = list(dict.fromkeys(variants)) or ["correct"]
     if not model_check and not stateful:
         raise click.UsageError("--no-model-check and --no-stateful: nothing to run")
+    if quiet and verbose:
+        raise click.UsageError("--quiet and --verbose: pick one")
     if queue is not None:
         from ..keys import QueueKeys
 
@@ -299,7 +329,7 @@ def verify_command(examples: int | None, steps: int, seed: int | None, variants:
                               asyncio=asyncio_worker,
                               settings=user_settings, settings_spec=settings_spec,
                               embedded=embedded_url is not None)
-            results.append(_run(options, budget, quiet))
+            results.append(_run(options, budget, quiet, verbose))
             _print(results[-1], len(results) > 1, report_file, len(variants) > 1)
     if junit_file is not None:
         junit_file.write_text(junit_xml(results, text_report, max_seconds), encoding="utf-8")
@@ -324,12 +354,14 @@ def _print(result: Result, after_another: bool, report_file: Path | None,
                    err=True)
 
 
-def _run(options: Options, budget: Budget, quiet: bool) -> Result:
-    """One design's run; a deployment that stops it, or a queue in use, exits 2."""
+def _run(options: Options, budget: Budget, quiet: bool, verbose: bool) -> Result:
+    """One design's run; a deployment that stops it, or a queue in use, exits 2. The protocol's
+    log lines are the report's (run.verify); on stderr only with -v."""
     progress = _Progress(quiet, options.examples)
     try:
         return verify(options, on_model=progress.on_model, on_example=progress.on_example,
-                      on_phase=progress.on_phase, budget=budget)
+                      on_phase=progress.on_phase, on_log=progress.log if verbose else None,
+                      budget=budget)
     except QueueInUse as exc:
         raise click.BadParameter(str(exc), param_hint="--queue") from exc
     except Exception as exc:

@@ -6,7 +6,8 @@ A part that found a violation has a `<failure>`
 whose text is the run's report (the counterexample and the command that reproduces it); one that
 the time budget did not reach, or cut short in the model check, is `<skipped>` with the reason; a
 stateful part the budget cut short between examples passed what it covered, and its
-`<system-out>` says how much that was. Built with the standard library only.
+`<system-out>` says how much that was. The suite's own `<system-out>` counts the protocol's log
+lines by kind (protocol_log.py). Built with the standard library only.
 """
 
 from __future__ import annotations
@@ -53,6 +54,10 @@ def _suite(result: Result, details: Callable[[Result], str],
                       else "")
             out.text = f"covered: {part.covered}{remark}"
         cases.append(case)
+    if result.options.stateful:
+        # The protocol's own warnings and errors (what the injected faults made it log), for
+        # the whole run: its parts share the loggers.
+        ET.SubElement(suite, "system-out").text = "\n".join(result.protocol_log.lines())
     for key, value in _counts(cases).items():
         suite.set(key, value)
     return suite

@@ -293,6 +293,8 @@ def text_report(result: Result) -> str:
         lines += ["", *refusal_coverage_lines(result.refusal_coverage)]
     if result.coverage is not None:
         lines += ["", *coverage_lines(result.coverage)]
+    if o.stateful:
+        lines += ["", *result.protocol_log.lines()]
     spots = blind_spots(result)
     if spots:
         lines += ["", BLIND_SPOTS_TITLE + ":"]
@@ -577,6 +579,8 @@ def html_report(result: Result) -> str:
                   refusal_coverage_html(result.refusal_coverage), "</section>"]
     if result.coverage is not None:
         parts += ['<section id="fault-coverage">', coverage_html(result.coverage), "</section>"]
+    if o.stateful:
+        parts += ['<section id="protocol-log">', result.protocol_log.html(), "</section>"]
     spots = blind_spots(result)
     if spots:
         parts += ['<section id="blind-spots">',

@@ -47,6 +47,7 @@ from .designs import BY_NAME, CHOICES
 from .fault_coverage import REFERENCE, Coverage, judge, required_kinds
 from .harness import VERIFY_SETTINGS, Mismatch, StepRecord
 from .machine import RETRY_BOUNDS, RunStats, build_machine, default_bounds
+from .protocol_log import ProtocolLog, captured
 from .refusal_aiming import RefusalCoverage
 from .refusal_aiming import judge as judge_refusals
 from .refusal_aiming import minimum_for as refusal_minimum
@@ -265,6 +266,9 @@ class Result:
     #: the refusal part's verdict (the stateful part, when it attempts what the model refuses)
     #: on how often each kind was attempted (None: no refusals, or the part did not end clean)
     refusal_coverage: RefusalCoverage | None = None
+    #: the protocol's own warnings and errors during the run, by kind (protocol_log.py): what
+    #: the injected faults made it log, for the report rather than stderr
+    protocol_log: ProtocolLog = field(default_factory=ProtocolLog)
 
     @property
     def partial(self) -> bool:
@@ -374,18 +378,30 @@ def verify(
     on_model: Callable[[Progress], None] | None = None,
     on_example: Callable[[RunStats], None] | None = None,
     on_phase: Callable[[str], None] | None = None,
+    on_log: Callable[[str], None] | None = None,
     budget: Budget | None = None,
 ) -> Result:
     """Run the model check and then the stateful run; never raises on a property violation (it is
     in the result). `budget`: a time budget shared with other runs (several designs); a part it
     does not reach is skipped, one it cuts short is partial (`Result.parts`). Raises QueueInUse
-    if the run's queue on a real Redis holds keys already, DeploymentError if Redis fails it."""
-    started = time.perf_counter()
-    budget = budget or Budget()
+    if the run's queue on a real Redis holds keys already, DeploymentError if Redis fails it.
+
+    The protocol's own log lines (warnings and errors of the `taskcustody` loggers) are counted
+    into `Result.protocol_log` and go nowhere else while the run lasts; `on_log` gets each one,
+    formatted, as it is logged (protocol_log.py)."""
     if options.variant not in CHOICES:
         raise ValueError(f"unknown variant {options.variant!r}; known: {', '.join(CHOICES)}")
+    result = Result(options, "fakeredis" if options.redis_url is None else "redis")
+    with captured(result.protocol_log, on_log):
+        return _verify(result, on_model, on_example, on_phase, budget or Budget())
+
+
+def _verify(result: Result, on_model: Callable[[Progress], None] | None,
+            on_example: Callable[[RunStats], None] | None,
+            on_phase: Callable[[str], None] | None, budget: Budget) -> Result:
+    started = time.perf_counter()
+    options = result.options
     fake = options.redis_url is None
-    result = Result(options, "fakeredis" if fake else "redis")
 
     if fake:
         import fakeredis
