@@ -37,6 +37,7 @@ from taskcustody.prefetch import PrefetchingWorker
 from taskcustody.replication import WARN_INTERVAL, Shortfalls
 from tests.conftest import TEST_SETTINGS
 from tests.helpers import commits, ids_in, make_server
+from tests.support.enqueue_command import Lines, payload_lines, running, start_enqueue
 from tests.support.redis_server import (
     RedisServerProcess,
     redis_server_binary,
@@ -213,6 +214,33 @@ def test_cli_enqueue_exits_1_printing_the_ids_the_primary_holds(
     assert sorted(printed) == sorted(ids_in(pair.client(), QueueKeys("cliq").queue))
     assert len(printed) == 2
     assert "0 of 1 replica(s)" in result.stderr
+
+
+def test_cli_enqueue_from_stdin_exits_1_having_printed_every_id_the_primary_holds(
+    pair: Pair
+) -> None:
+    # 3 s: ample for a running replica's acknowledgement, and within the socket timeout.
+    with running(start_enqueue("streamq", pair.primary.url, "--min-replicas", "1",
+                               "--replica-timeout", "3")) as proc:
+        assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
+        printed = Lines(proc.stdout)
+        printed.start()
+        proc.stdin.write(payload_lines(0, 3))
+        proc.stdin.flush()
+        printed.wait_for(3, "the ids of the tasks the replica acknowledged, stdin still open")
+        pair.stop_replica()
+        proc.stdin.write(payload_lines(3, 5))
+        proc.stdin.close()
+        assert proc.wait(timeout=60) == 1
+        printed.join(timeout=60)
+        stderr = proc.stderr.read().decode()
+
+    in_queue = list(reversed(ids_in(pair.client(), QueueKeys("streamq").queue)))
+    assert printed.lines == in_queue
+    assert len(in_queue) == 5
+    assert "Traceback" not in stderr
+    assert "0 of 1 replica(s)" in stderr
+    assert f"5 task(s) enqueued, the last {in_queue[-1]} (stdin line 5)" in stderr
 
 
 @pytest.mark.parametrize("command", [["enqueue", "--queue", "q", "1"],

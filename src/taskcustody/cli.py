@@ -21,7 +21,7 @@ from .aio import AsyncServer, connect_async, is_async_handler
 from .cli_errors import Failure, MappedErrors, UsageFailure, as_click, check_url
 from .clock import RedisClock
 from .connection import check_server, connect
-from .errors import ReplicationTimeout, TaskCustodyError
+from .errors import TaskCustodyError
 from .handler_import import import_failure
 from .keys import QueueKeys
 from .producer import Producer
@@ -326,49 +326,58 @@ def _serve_metrics(client: redis.Redis, keys: QueueKeys, srv: Server, port: int,
 @allow_evicting_option
 @replication_options
 @cluster_option
+@click.option("--quiet", is_flag=True,
+              help="Print only the number of tasks enqueued, at the end, instead of their ids.")
 @click.argument("payloads", nargs=-1, required=True)
 def enqueue(queue: str, prefix: str, redis_url: str, allow_evicting_policy: bool,
-            min_replicas: int, replica_timeout: float, cluster: bool | None,
+            min_replicas: int, replica_timeout: float, cluster: bool | None, quiet: bool,
             payloads: tuple[str, ...]) -> None:
-    """Enqueue JSON PAYLOADS (or `-` to read one JSON payload per line from stdin).
+    """Enqueue JSON PAYLOADS, or with `-` one JSON payload per line of stdin (blank lines skipped).
 
-    Every payload is parsed before anything is enqueued: one bad payload enqueues nothing.
-    Prints one task id per line. With --min-replicas, a WAIT that returns short exits 1: the ids
-    printed are then those in the primary's queue (enqueueing them again may run them twice).
+    Prints each task's id, one per line, as soon as Redis holds it (--quiet: only the count, at
+    the end): the ids printed are exactly the tasks enqueued, however the command ends.
+
+    Payloads given as arguments are all parsed first: one bad payload enqueues nothing. stdin is
+    streamed, 500 lines at a time, each batch one LPUSH (Redis runs all of it or none of it), and
+    the command stops only between two batches:
+
+    \b
+    - a line that is not JSON: the lines before it are enqueued, it and
+      the lines after it are not (exit 2);
+    - Ctrl-C (SIGINT) or SIGTERM: a batch already sent to Redis is finished
+      and printed, nothing after it is enqueued (exit 130; 143 for SIGTERM);
+    - stdout closed (`| head`): nothing more is enqueued (exit 141).
+
+    Each of these says on stderr, in one line, how many tasks were enqueued, the last one's id and
+    the stdin line it came from: to carry on, feed the input from the line after that one
+    (`tail -n +N`).
+
+    With --min-replicas, a WAIT that returns short exits 1: the batch stays in the primary's queue
+    and its ids are printed too (enqueueing them again may run them twice).
     """
+    from typing import BinaryIO
+
+    from .cli_enqueue import Payload, StopSignals, Stream, parse
+
     settings = _settings(min_replicas=min_replicas, replica_timeout=replica_timeout)
-    lines: list[str] = []
-    for item in payloads:
+    sources: list[Payload | BinaryIO] = []
+    for number, item in enumerate(payloads, 1):
         if item == "-":
-            lines.extend(line for line in sys.stdin.read().splitlines() if line.strip())
-        else:
-            lines.append(item)
-    parsed = []
-    for number, text in enumerate(lines, 1):
+            sources.append(sys.stdin.buffer)
+            continue
         try:
-            parsed.append(json.loads(text, parse_constant=_no_constant))
-        except (json.JSONDecodeError, ValueError) as exc:
-            raise click.BadParameter(f"payload {number} is not JSON ({exc}): {text[:60]!r}",
-                                     param_hint="PAYLOADS") from exc
+            sources.append(parse(item, f"payload {number}"))
+        except ValueError as exc:
+            raise click.BadParameter(str(exc), param_hint="PAYLOADS") from exc
     keys = _keys(queue, prefix)
-    client = _client(redis_url, settings, cluster)
-    try:
-        ids = _run(lambda: (check_server(client, keys,
-                                         allow_evicting_policy=allow_evicting_policy),
-                            Producer(client, keys, settings=settings).enqueue_many(parsed))[1],
-                   client, keys)
-    except _Failure as failure:
-        short = failure.__cause__
-        if isinstance(short, ReplicationTimeout):
-            # Those tasks are in the queue: the caller must know their ids.
-            click.echo("\n".join(short.confirmed + short.unconfirmed))
-        raise
-    click.echo("\n".join(ids))
-
-
-def _no_constant(name: str) -> Any:
-    """Python's json accepts NaN and Infinity; JSON (and so an envelope) cannot hold them."""
-    raise ValueError(f"{name} is not JSON")
+    signals = StopSignals()
+    stream = Stream(signals, quiet=quiet)
+    with signals.installed(), stream.stopping():
+        client = _client(redis_url, settings, cluster)
+        producer = _run(lambda: (check_server(client, keys,
+                                              allow_evicting_policy=allow_evicting_policy),
+                                 Producer(client, keys, settings=settings))[1], client, keys)
+        stream.enqueue(sources, producer, lambda action: _run(action, client, keys))
 
 
 def _when(at: float | None, now: float | None = None) -> str:
