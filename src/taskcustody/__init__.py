@@ -51,7 +51,7 @@ from .recovery import (
 )
 from .results import TaskHandle, get_result
 from .server import Server, default_server_id
-from .settings import Settings
+from .settings import Settings, SettingsError
 from .status import queue_status
 from .worker import Outcome, Release, Worker
 
@@ -88,6 +88,7 @@ __all__ = [
     "ServerIdHeld",
     "ServerIdentity",
     "Settings",
+    "SettingsError",
     "Superseded",
     "Task",
     "TaskCustodyError",
