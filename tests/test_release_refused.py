@@ -11,7 +11,9 @@ such an argument.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
+import logging
 import re
 from collections.abc import Iterator
 from typing import Any
@@ -19,11 +21,24 @@ from typing import Any
 import pytest
 import redis
 
-from taskcustody import ManualClock, Producer, QueueKeys, Settings, connect, get_result, scripts
+from taskcustody import (
+    AsyncWorker,
+    ListOwner,
+    ManualClock,
+    Producer,
+    QueueKeys,
+    ReleaseRefused,
+    Settings,
+    connect,
+    connect_async,
+    get_result,
+    scripts,
+)
+from taskcustody.release_refusals import RefusedReleases, as_refused
 from taskcustody.scripts import MAX_RESULT_TTL
 from taskcustody.worker import Outcome, Worker
 from tests.conftest import TEST_SETTINGS
-from tests.helpers import ids_in, make_server
+from tests.helpers import Stop, all_custody, ids_in, make_server
 from tests.support.redis_server import RedisServerProcess
 
 #: The reported value: past LLONG_MAX / 1000, so Redis refuses `SET ... EX` with it.
@@ -183,3 +198,118 @@ def test_redis_takes_the_bound_and_refuses_the_reported_ttl_in_set_ex(
     assert client.set("probe", "x", ex=MAX_RESULT_TTL)
     with pytest.raises(redis.ResponseError, match="invalid expire time"):
         client.set("probe", "x", ex=REPORTED_TTL)
+
+
+# -- the worker: a refused release is a back-off and one log line, not a crash per task --------
+
+WORKER_LOG = "taskcustody.worker"
+REFUSED_LINE = "Redis refused a release"
+
+
+def lines(caplog: pytest.LogCaptureFixture, logger: str, fragment: str) -> list[str]:
+    return [r.getMessage() for r in caplog.records
+            if r.name == logger and fragment in r.getMessage()]
+
+
+def assert_in_custody_uncommitted(client: redis.Redis, keys: QueueKeys, task_id: str) -> None:
+    """The task is held once (in a list, the queue or the suspects list), and nothing says it
+    committed: no count, no result."""
+    __tracebackhide__ = True
+    assert all_custody(client, keys) == {task_id: 1}
+    assert client.get(keys.committed) is None and client.hlen(keys.commit_log) == 0
+    assert client.exists(keys.result(task_id)) == 0
+
+
+@pytest.mark.parametrize("prefetch", [1, 2])
+def test_a_worker_whose_releases_redis_refuses_backs_off_and_logs_once_not_crashing(
+    client: redis.Redis, keys: QueueKeys, caplog: pytest.LogCaptureFixture, prefetch: int
+) -> None:
+    """Before: every refused release left the worker loop, and the server's supervisor logged
+    "crashed; restarting it" with a traceback, once per task. The supervisor runs the loop here
+    with an injected stop event, which stops it at its fourth pause."""
+    runs: list[Any] = []
+    settings = unchecked(dataclasses.replace(TEST_SETTINGS, prefetch=prefetch),
+                         result_ttl=REPORTED_TTL)
+    server = make_server(client, keys, "s1", ManualClock(), runs.append, settings=settings)
+    (runner,) = server.start()
+    task_id = Producer(client, keys).enqueue({"n": 1})
+    stop = Stop(lambda n: stop.set() if n == 4 else None)
+    server.stop_event = stop  # type: ignore[assignment]
+    caplog.set_level(logging.INFO)
+    server._supervise(runner, until_idle=False)
+    assert not lines(caplog, "taskcustody.server", "crashed")
+    # one line for four refusals: the clock did not move, and the refusal's text did not change
+    refused = lines(caplog, WORKER_LOG, REFUSED_LINE)
+    assert len(refused) == 1, refused
+    assert "release refused before any write" in refused[0]
+    # backed off: the OOM spell's pauses, doubled from min(1 s, block_timeout) per refusal
+    assert stop.waits == [0.05, 0.1, 0.2, 0.4]
+    # the handler ran once per cycle, and its task was never lost nor counted committed
+    assert len(runs) == 4
+    assert_in_custody_uncommitted(client, keys, task_id)
+    runner.close()
+
+
+def test_a_refusal_is_logged_again_when_its_text_changes_or_its_interval_passes(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    clock = ManualClock()
+    spell = RefusedReleases(logging.getLogger(WORKER_LOG), "worker w", clock, interval=30)
+    caplog.set_level(logging.INFO)
+    spell.refused(ReleaseRefused("a"))
+    spell.refused(ReleaseRefused("a"))
+    spell.refused(ReleaseRefused("b"))  # another error: said at once
+    clock.advance(29)
+    spell.refused(ReleaseRefused("b"))
+    clock.advance(1)
+    spell.refused(ReleaseRefused("b"))  # the interval passed
+    spell.recovered()
+    said = [r.getMessage() for r in caplog.records if r.name == WORKER_LOG]
+    assert [m.split("(")[1].split(")")[0] for m in said[:3]] == ["a", "b", "b"]
+    assert said[3] == "worker w: Redis accepts releases again after 5 refusal(s)"
+    assert len(said) == 4
+
+
+def test_only_a_release_error_that_is_neither_oom_nor_a_redirect_is_a_refusal() -> None:
+    oom = redis.exceptions.OutOfMemoryError("OOM command not allowed when used memory")
+    moved = redis.exceptions.MovedError("1 127.0.0.1:7000")
+    plain = redis.ResponseError("ERR release refused before any write: ...")
+    assert as_refused(oom) is oom and as_refused(moved) is moved
+    refused = as_refused(plain)
+    assert isinstance(refused, ReleaseRefused) and isinstance(refused, redis.ResponseError)
+    assert str(refused) == str(plain)
+
+
+def test_an_async_worker_whose_releases_redis_refuses_backs_off_and_logs_once(
+    real_redis: RedisServerProcess, client: redis.Redis, keys: QueueKeys,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The asyncio loop, likewise. Its pauses are real (asyncio), a few 0.05 s: the handler
+    stops the loop at its third run, so the third refusal ends it, with no timing involved."""
+    settings = unchecked(TEST_SETTINGS, result_ttl=REPORTED_TTL)
+    task_id = Producer(client, keys).enqueue({"n": 1})
+    caplog.set_level(logging.INFO)
+
+    async def main() -> int:
+        aclient = connect_async(real_redis.url, settings)
+        stop = asyncio.Event()
+        runs: list[Any] = []
+
+        def handler(payload: Any) -> None:
+            runs.append(payload)
+            if len(runs) == 3:
+                stop.set()
+
+        worker = AsyncWorker(aclient, keys, ListOwner("s1", 1, "w0"), handler, ManualClock(),
+                             settings)
+        try:
+            await worker.run(stop)  # raises, before: the refusal left the loop
+        finally:
+            await worker.close()
+            await aclient.aclose()
+        return len(runs)
+
+    assert asyncio.run(main()) == 3
+    refused = lines(caplog, WORKER_LOG, REFUSED_LINE)
+    assert len(refused) == 1, refused
+    assert_in_custody_uncommitted(client, keys, task_id)
