@@ -471,6 +471,21 @@ MUTANTS += (
 )
 
 
+# A release Redis refuses writes nothing (scripts.py, _RELEASE_ARGUMENTS_CHECKED): the check of
+# what Redis could refuse comes before the release's first write. Without it the order is the old,
+# non-atomic one: LREM, HDEL, INCR, then the SET that Redis refuses, after the writes.
+MUTANTS += (
+    NamedMutant(
+        "release-refused-half-way",
+        "no loss / no commit without its result: the release no longer checks its arguments "
+        "before its first write, so a result TTL Redis refuses stops the script after the task "
+        "left the in-flight list and was counted committed, with no result stored (and a due "
+        "time it refuses, after the task left the list for nowhere)",
+        (Edit(SCRIPTS, "    + _RELEASE_ARGUMENTS_CHECKED\n", ""),),
+    ),
+)
+
+
 # The asyncio worker (issue 17, "the model drives it"): its take, its release and its shielded
 # release, each rewritten in the asyncio path only (the take's arguments and the release script
 # are shared with the threaded worker, so these anchor at the asyncio call sites). The stateful

@@ -250,7 +250,8 @@ def test_a_replica_timeout_longer_than_the_socket_timeout_is_a_usage_error(
 ) -> None:
     result = CliRunner().invoke(main, [*command, "--min-replicas", "1", "--replica-timeout", "9"])
     assert result.exit_code == 2
-    assert "replica_timeout must be shorter than the socket timeout" in result.output
+    # named as the flag the user typed (cli._settings)
+    assert "Error: --replica-timeout must be shorter than the socket timeout" in result.output
     assert "Traceback" not in result.output
 
 

@@ -31,6 +31,7 @@ from .errors import (
     ReadOnlyReplica,
     RedisOutOfMemory,
     RedisTooOld,
+    ReleaseRefused,
     ReplicationTimeout,
     ResultTimeout,
     ServerIdHeld,
@@ -52,7 +53,7 @@ from .recovery import (
 )
 from .results import TaskHandle, get_result
 from .server import Server, default_server_id
-from .settings import Settings
+from .settings import Settings, SettingsError
 from .status import queue_status
 from .worker import Outcome, Release, Worker
 
@@ -82,6 +83,7 @@ __all__ = [
     "RedisOutOfMemory",
     "RedisTooOld",
     "Release",
+    "ReleaseRefused",
     "ReplicationTimeout",
     "RequeueReport",
     "ResultTimeout",
@@ -89,6 +91,7 @@ __all__ = [
     "ServerIdHeld",
     "ServerIdentity",
     "Settings",
+    "SettingsError",
     "Superseded",
     "Task",
     "TaskCustodyError",

@@ -27,7 +27,7 @@ from .keys import QueueKeys
 from .producer import Producer
 from .recovery import ServerIdentity
 from .server import Server, default_server_id
-from .settings import Settings
+from .settings import MAX_SECONDS, Settings, SettingsError
 from .status import QueueStatus, queue_status
 
 DEFAULT_URL = "redis://127.0.0.1:6379/0"
@@ -76,10 +76,24 @@ registry_grace_option = click.option(
 
 
 def _settings(**kwargs: Any) -> Settings:
+    """Settings from the current command's options, each passed under the option's own name: a
+    refusal names the flags the user typed (`--server-ttl must exceed --heartbeat-interval`), and
+    a field no option of the command sets reads as its Settings name and fixed value
+    (`socket_timeout_margin=3.0`). Usage: exit 2, before anything is asked of Redis."""
     try:
         return Settings(**kwargs)
-    except ValueError as exc:
-        raise click.UsageError(str(exc)) from exc
+    except SettingsError as exc:
+        names = {field: f"{field}={value}" for field, value in exc.given.items()}
+        raise click.UsageError(exc.render({**names, **option_flags(kwargs)})) from exc
+
+
+def option_flags(fields: Any) -> dict[str, str]:
+    """{Settings field: the flag of the current command's option of that name}, for `fields`."""
+    ctx = click.get_current_context(silent=True)
+    if ctx is None:
+        return {}
+    return {param.name: max(param.opts, key=len) for param in ctx.command.params
+            if isinstance(param, click.Option) and param.name in fields}
 
 
 def _client(url: str, settings: Settings | None = None,
@@ -259,6 +273,9 @@ def worker(handler: str, queue: str, prefix: str, redis_url: str, workers: int, 
                          min_replicas=min_replicas, replica_timeout=replica_timeout,
                          registry_grace=registry_grace, result_ttl=result_ttl,
                          shutdown_grace=shutdown_grace)
+    if wait_for_id is not None and not 0 <= wait_for_id <= MAX_SECONDS:  # NaN fails both
+        raise click.BadParameter(f"{wait_for_id} is not a number of seconds in [0, "
+                                 f"{MAX_SECONDS:.0f}]", param_hint="--wait-for-id")
     client = _client(redis_url, settings, cluster)
     if wait_for_id is None:
         # A stable id may be a restart's after a crash: wait the dead lease out (the startup

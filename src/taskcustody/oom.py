@@ -70,25 +70,33 @@ class OomSpell:
     def refused(self, exc: BaseException) -> float:
         self.refusals += 1
         now = self._now()
-        if now is not None and (self._last_logged is None
-                                or now - self._last_logged >= self.interval):
+        if now is not None and self._log_due(now, exc):
             self._last_logged = now
             self.warned = True
-            self.logger.warning(
-                "%s: Redis is out of memory (%s); nothing was written, waiting for memory to "
-                "free (%d refusal(s) in this spell; logged at most every %g s)",
-                self.who, exc, self.refusals, self.interval)
+            self._warn(exc)
         pause = self._pause
         self._pause = min(self._pause * 2, MAX_PAUSE)
         return pause
 
     def recovered(self) -> None:
         if self.refusals and self.warned:
-            self.logger.info("%s: Redis accepts writes again after %d refusal(s)", self.who,
-                             self.refusals)
+            self._recovered_line()
         self.refusals = 0
         self.warned = False
         self._pause = self.first_pause
+
+    def _log_due(self, now: float, exc: BaseException) -> bool:
+        return self._last_logged is None or now - self._last_logged >= self.interval
+
+    def _warn(self, exc: BaseException) -> None:
+        self.logger.warning(
+            "%s: Redis is out of memory (%s); nothing was written, waiting for memory to "
+            "free (%d refusal(s) in this spell; logged at most every %g s)",
+            self.who, exc, self.refusals, self.interval)
+
+    def _recovered_line(self) -> None:
+        self.logger.info("%s: Redis accepts writes again after %d refusal(s)", self.who,
+                         self.refusals)
 
     def _now(self) -> float | None:
         try:

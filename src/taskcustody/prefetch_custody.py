@@ -18,6 +18,7 @@ import redis
 from . import envelope, scripts
 from .envelope import Task
 from .errors import MalformedTask
+from .release_refusals import as_refused
 from .worker import INTERRUPTED, NOT_REACHED, Custody, Outcome, Release, log_release
 
 #: A pipelined take of one slot: TAKE_AND_RECORD by hash, then its numkeys and keys/argv.
@@ -179,6 +180,9 @@ class PrefetchCustody(Generic[Slot]):
             # The release may have run: we cannot know whether we committed. It is idempotent,
             # so the slot reconciles later.
             slot.dirty = True
+        if isinstance(error, redis.ResponseError) and as_refused(error) is not error:
+            # A refused release (release_refusals.py): its slot is dirty, its task in its list.
+            raise as_refused(error) from error
         if error is not None:
             raise error
         return releases

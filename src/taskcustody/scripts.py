@@ -18,6 +18,14 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     import redis
 
+#: The longest result TTL, in seconds (some 31 million years; Settings.result_ttl is kept at most
+#: this, and RELEASE refuses more): Redis refuses a `SET ... EX` above LLONG_MAX / 1000 s or one
+#: whose milliseconds overflow once added to its clock, some 9.22 * 10**15 s today, and 10**15
+#: stays below that for millions of years; it is exact as a Lua number (a double), so the script
+#: compares it exactly. Defined here, not in settings.py: this module imports nothing of ours
+#: (the mutation gate loads it on its own).
+MAX_RESULT_TTL = 10**15
+
 # A list is live iff its server is registered with the list's incarnation. Registration, not the
 # clock: a server whose deadline has passed stays live until a sweep prunes it -- which is why the
 # sweep prunes before it drains (or recovery would lag a whole period behind).
@@ -72,6 +80,32 @@ local function recovered(counts, id, raw, holder, limit, now)
 end
 """
 
+# A refused release writes nothing. Redis never rolls a script back: a command it refuses
+# half-way leaves the writes before it done. The release's commit used to be such a half: with a
+# result TTL past what SET EX accepts ("invalid expire time in 'set' command") the task left the
+# own list and was counted committed, and its result was never stored. So the arguments Redis
+# could refuse are checked here, before the first write: the result's TTL (SET EX takes whole
+# seconds, 1 to LLONG_MAX / 1000 less the clock; Settings keeps result_ttl at most
+# MAX_RESULT_TTL, which is below that and exact as a Lua number) and a delayed retry's due time
+# (a ZADD score: a number, not NaN). A refusal is an error reply: the task is still in the own
+# list, with its record, and the worker reconciles it (docs/protocol.md, section 2). The first
+# write stays the LREM, which only shrinks memory: under OOM, Redis then lets the whole step run
+# (oom.py), so a release still commits while Redis is out of memory.
+_RELEASE_ARGUMENTS_CHECKED = f"""
+if ARGV[3] == 'ok' and ARGV[4] ~= '' then
+  if not string.match(ARGV[5], '^[1-9]%d*$') or tonumber(ARGV[5]) > {MAX_RESULT_TTL} then
+    return redis.error_reply('ERR release refused before any write: result ttl ' .. ARGV[5]
+      .. ' is not a whole number of seconds from 1 to {MAX_RESULT_TTL}')
+  end
+elseif ARGV[3] == 'later' then
+  local due = tonumber(ARGV[7])
+  if not due or due ~= due then
+    return redis.error_reply('ERR release refused before any write: due time ' .. ARGV[7]
+      .. ' is not a number')
+  end
+end
+"""
+
 # KEYS: own list, processing, queue, dead letters, committed, commit log, result key,
 #       recovery counts, suspects, scheduled
 # ARGV: raw task, task id, outcome (ok|retry|later|dead), data (result JSON | retried raw | dead
@@ -83,6 +117,7 @@ end
 # (docs/protocol.md, section 10); PROMOTE moves it on when it is due.
 _RELEASE_STEP = (
     _RECORD_OWNED_BY
+    + _RELEASE_ARGUMENTS_CHECKED
     + """
 local held = redis.call('LREM', KEYS[1], 1, ARGV[1])
 if ARGV[2] ~= '' and record_owned_by(KEYS[2], ARGV[2], KEYS[1]) then

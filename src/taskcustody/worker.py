@@ -28,10 +28,11 @@ from . import cluster, envelope, events, replication, scheduled, scripts, wire
 from .clock import Clock
 from .connection import is_fakeredis
 from .envelope import Task
-from .errors import MalformedTask, WrongKeyType
+from .errors import MalformedTask, ReleaseRefused, WrongKeyType
 from .keys import ListOwner, QueueKeys
 from .oom import OomSpell, is_oom
 from .recovery import Recovering, drain_inflight
+from .release_refusals import RefusedReleases, as_refused
 from .settings import Settings
 from .suspects import SuspectSlot
 
@@ -766,6 +767,13 @@ class Worker(Custody):
             # the release is idempotent (a second one finds nothing to remove and commits nothing).
             self.dirty = True
             raise
+        except redis.ResponseError as exc:
+            refused = as_refused(exc)
+            if refused is exc:
+                raise
+            # Refused (release_refusals.py): the task is still in our list; reconcile it.
+            self.dirty = True
+            raise refused from exc
 
     def _packed(self, command: tuple[Any, ...]) -> bytes:
         """The bytes of a release's EVALSHA (RELEASE or RELEASE_AND_TAKE, told apart by their
@@ -892,9 +900,14 @@ def run_until_stopped(unit: Runnable, stop: Stop, until_idle: bool,
     """The production loop: `register`, then cycles until `stop` is set (or, with `until_idle`,
     until a cycle finds the queue empty). Losing Redis is not a crash: the unit reconciles when it
     is back. Nor is Redis out of memory: the unit waits, logging at most once per
-    `oom_log_interval`, and carries on when memory frees."""
+    `oom_log_interval`, and carries on when memory frees. Nor a release Redis refuses
+    (`ReleaseRefused`): the same back-off and throttled line, and a reconcile before the next
+    take."""
     oom = OomSpell(log, f"worker {unit.list_key}", unit.clock, unit.settings.oom_log_interval,
                    first_pause=min(1.0, unit.settings.block_timeout))
+    refusals = RefusedReleases(log, f"worker {unit.list_key}", unit.clock,
+                               unit.settings.oom_log_interval,
+                               first_pause=min(1.0, unit.settings.block_timeout))
     redirected = cluster.Backoff()
     if register is not None:
         # The unit's set-up (loading its scripts) comes before any take, whatever: the first
@@ -918,6 +931,13 @@ def run_until_stopped(unit: Runnable, stop: Stop, until_idle: bool,
             unit.dirty = True
             stop.wait(min(1.0, unit.settings.block_timeout))
             _follow(unit)  # on a cluster the slot may have failed over to another node
+            continue
+        except ReleaseRefused as exc:
+            # Not a crash (the supervisor would restart us into the same refusal, one traceback
+            # per task): the task is in our list, not committed; dirty, the next cycle drains it
+            # back to the queue before it takes, as after a crash.
+            unit.dirty = True
+            stop.wait(refusals.refused(exc))
             continue
         except (redis.ResponseError, redis.exceptions.ClusterError,
                 redis.exceptions.RedisClusterException) as exc:
@@ -945,6 +965,7 @@ def run_until_stopped(unit: Runnable, stop: Stop, until_idle: bool,
             stop.wait(oom.refused(exc))
             continue
         oom.recovered()
+        refusals.recovered()
         redirected.reset()
         if until_idle and not handled:
             return

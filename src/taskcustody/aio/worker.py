@@ -37,10 +37,11 @@ import redis.asyncio
 from .. import envelope, scripts
 from ..clock import Clock
 from ..envelope import Task
-from ..errors import MalformedTask
+from ..errors import MalformedTask, ReleaseRefused
 from ..keys import ListOwner, QueueKeys
 from ..oom import OomSpell, is_oom
 from ..recovery import Recovering, drain_inflight
+from ..release_refusals import RefusedReleases, as_refused
 from ..settings import Settings
 from ..worker import INTERRUPTED, Custody, Outcome, Release, failed, log_release
 from .bridge import SyncBridge
@@ -286,6 +287,13 @@ class AsyncWorker(Custody):
             # The release may have run: reconcile later (a second release finds nothing).
             self.dirty = True
             raise
+        except redis.ResponseError as exc:
+            refused = as_refused(exc)
+            if refused is exc:
+                raise
+            # Refused (release_refusals.py): the task is still in our list; reconcile it.
+            self.dirty = True
+            raise refused from exc
 
     # -- the cycle ---------------------------------------------------------------------------
 
@@ -432,6 +440,9 @@ async def run_until_stopped(unit: AsyncRunnable, stop: asyncio.Event, until_idle
     lost or out of memory is waited out, not a crash. Then `finish`."""
     oom = OomSpell(log, f"worker {unit.list_key}", unit.clock, unit.settings.oom_log_interval,
                    first_pause=min(1.0, unit.settings.block_timeout))
+    refusals = RefusedReleases(log, f"worker {unit.list_key}", unit.clock,
+                               unit.settings.oom_log_interval,
+                               first_pause=min(1.0, unit.settings.block_timeout))
     await unit.register()
     while not stop.is_set():
         try:
@@ -441,6 +452,11 @@ async def run_until_stopped(unit: AsyncRunnable, stop: asyncio.Event, until_idle
             unit.dirty = True
             await _wait(stop, min(1.0, unit.settings.block_timeout))
             continue
+        except ReleaseRefused as exc:
+            # As the threaded loop: the task is in our list; back off, reconcile, no crash.
+            unit.dirty = True
+            await _wait(stop, refusals.refused(exc))
+            continue
         except redis.ResponseError as exc:
             if not is_oom(exc):
                 raise
@@ -448,6 +464,7 @@ async def run_until_stopped(unit: AsyncRunnable, stop: asyncio.Event, until_idle
             await _wait(stop, oom.refused(exc))
             continue
         oom.recovered()
+        refusals.recovered()
         if until_idle and not handled:
             break
     try:
