@@ -279,9 +279,11 @@ def test_cli_enqueue_under_oom_exits_1_with_one_line(
     result = CliRunner().invoke(main, ["enqueue", "-q", "tq", "--redis-url", small_server.url,
                                        '{"n": 1}'])
     assert result.exit_code == 1, result.output
+    # The streaming enqueue says how many tasks were enqueued before the refusal: none here.
     assert result.output.strip().splitlines() == [
         f"Error: Redis is out of memory ({OOM_TEXT}): 1 task(s) not enqueued; retry once "
-        "memory frees"]
+        "memory frees; no task was enqueued"]
+    assert admin.llen(QueueKeys("tq").queue) == 0
 
 
 # -- a worker ------------------------------------------------------------------------------------
