@@ -180,3 +180,18 @@ def test_the_docs_name_only_existing_named_mutants() -> None:
     table = re.findall(r"^\| `([a-z-]+)`: ", MUTATION_PAGE.read_text(), re.M)
     assert named and set(named) <= MUTANT_NAMES
     assert sorted(table) == sorted(MUTANT_NAMES)
+
+
+@needs_docs
+def test_the_model_page_s_table_is_written_from_the_designs_table() -> None:
+    """docs/model.md's table is `python -m taskcustody.verify.designs_page`'s output: a design
+    added, renamed or re-pinned without rewriting the page fails here."""
+    from taskcustody.verify import designs_page
+
+    text = MODEL_PAGE.read_text()
+    assert designs_page.rewritten(text) == text, "run: python -m taskcustody.verify.designs_page"
+    rows = re.findall(r"^\| (\d+) \| `([a-z-]+)` \|", text, re.M)
+    assert [(int(n), name) for n, name in rows] == [(d.number, d.name) for d in DESIGNS]
+    stale = text.replace(f"| `{DESIGNS[0].name}` |", "| `renamed` |", 1)
+    assert designs_page.rewritten(stale) != stale
+    assert designs_page.main(["--check", str(MODEL_PAGE)]) == 0
