@@ -59,14 +59,16 @@ def test_the_extras_split_runtime_tests_and_development_tools() -> None:
                  "mutmut"):
         assert tool not in core
     assert {d.split(">")[0] for d in extras["verify"]} == {"fakeredis", "lupa", "hypothesis"}
-    # pytest-xdist: the README's test command runs on every core (`-n auto`)
+    # pytest-xdist: the documented test command runs on every core (`-n auto`)
     assert extras["test"] == ["taskcustody[verify,metrics,fast]", "pytest>=8", "pytest-xdist>=3.5"]
     assert extras["metrics"] == ["prometheus-client>=0.17"]
     # hiredis: redis-py's C reply parser, optional (the pure-Python one is the fallback)
     assert extras["fast"] == ["hiredis>=2"]
     assert not any(d.startswith("hiredis") for d in project["dependencies"])
-    assert {d.split(">")[0] for d in extras["dev"]} == {"taskcustody[test]", "mypy", "ruff",
+    assert {d.split(">")[0] for d in extras["dev"]} == {"taskcustody[test,docs]", "mypy", "ruff",
                                                         "mutmut"}
+    # The documentation site (mkdocs.yml), built by .ci/run: its own extra, and in dev.
+    assert [d.split(">")[0] for d in extras["docs"]] == ["mkdocs-material"]
     # CI installs what it runs: the static checks and the mutation gate need the dev extra,
     # from the lock. (The mutation gate's copy of the tree has no .ci/.)
     ci = ROOT / ".ci" / "run"
