@@ -5,7 +5,7 @@ from __future__ import annotations
 from .checker import CheckResult, Trace
 from .protocol import Action
 from .simulate import SimulationResult
-from .state import HOLDING, PHASE_NAMES, PROCESS_PHASE_NAMES, TASK_STATUS_NAMES, State
+from .state import HOLDING, PHASE_NAMES, PROCESS_PHASE_NAMES, TASK_STATUS_NAMES, Bounds, State
 
 
 def describe_action(action: Action, before: State) -> str:
@@ -127,18 +127,36 @@ def render_trace(trace: Trace, full_states: bool = False) -> str:
     return "\n".join(out)
 
 
-def render_stats(result: CheckResult) -> str:
-    b = result.bounds
+def describe_bounds(b: Bounds) -> str:
+    """The bounds as words, e.g. ``tasks=3 servers=2 workers=2 faults=2 processes-per-server=1``
+    and a word for each option that is on."""
     return (
-        f"variant {result.variant}: tasks={b.tasks} servers={b.servers} workers={b.workers} "
-        f"faults={b.faults} processes-per-server={b.processes_per_server}"
+        f"tasks={b.tasks} servers={b.servers} workers={b.workers} faults={b.faults} "
+        f"processes-per-server={b.processes_per_server}"
         + (f" late-tasks={b.late_tasks}" if b.late_tasks else "")
         + (" redis-faults" if b.redis_faults else "")
         + ("" if b.take_wait_bounded else " takes-may-outwait-the-grace")
         + (" registration-ages" if b.registration_ages else "")
+        + (f" max-recoveries={b.max_recoveries}" if b.max_recoveries is not None else "")
         + (" handler-failures" if b.handler_failures else "")
-        + "\n"
-        f"{result.states_generated} states generated, {result.distinct_states} distinct states "
+        + (" cancels-before-send" if b.cancels_before_send else "")
+        + ("" if b.drain_steps is None else " drain-steps" if b.drain_steps else " atomic-drains")
+    )
+
+
+def render_bounds(bounds: Bounds, given: list[str]) -> str:
+    """``model-check``'s first line: the bounds of the run, and where they come from (``given``:
+    the flags that replaced some of the design's own)."""
+    source = (f"{' '.join(given)} from the command line, the rest the design's own" if given
+              else "the design's own; flags override")
+    return f"bounds: {describe_bounds(bounds)} ({source})"
+
+
+def render_stats(result: CheckResult) -> str:
+    """What the search explored (its bounds are ``render_bounds``'s line)."""
+    return (
+        f"variant {result.variant}: {result.states_generated} states generated, "
+        f"{result.distinct_states} distinct states "
         f"found{' (partial-order reduced)' if result.reduced else ''}, depth {result.depth}, "
         f"{result.seconds:.1f}s "
         f"({result.states_per_second:.0f} distinct states/s)"
@@ -149,16 +167,8 @@ def render_stats(result: CheckResult) -> str:
 
 
 def render_simulation_stats(result: SimulationResult) -> str:
-    b = result.bounds
     return (
-        f"variant {result.variant}: simulation, seed {result.seed}: tasks={b.tasks} "
-        f"servers={b.servers} workers={b.workers} faults={b.faults} "
-        f"processes-per-server={b.processes_per_server}"
-        + (f" late-tasks={b.late_tasks}" if b.late_tasks else "")
-        + (" redis-faults" if b.redis_faults else "")
-        + (f" max-recoveries={b.max_recoveries}" if b.max_recoveries is not None else "")
-        + (" handler-failures" if b.handler_failures else "")
-        + "\n"
+        f"variant {result.variant}: simulation, seed {result.seed}: "
         f"{result.walks} walks, {result.steps} steps, {result.distinct_states} distinct states "
         f"seen (not reduced by symmetry), deepest walk {result.max_depth} steps, "
         f"{result.seconds:.1f}s"

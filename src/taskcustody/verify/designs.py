@@ -4,16 +4,19 @@ repository says about a design.
 A row gives the design's one name (the model variant's, the demonstration's key, the named
 mutant's when there is one that makes the same bug), its number in `docs/protocol.md`, its
 demonstration implementation in `verify/broken.py` (by class name, or None and why), the property
-it breaks, its pinned shortest model counterexample and the bounds it is pinned at, the bounds
-`taskcustody verify` model-checks it at, and what its stateful run is pinned to find. Everything
-else reads from here: the checker's pins (tests/model/test_checker.py), the finds-the-bug
+it breaks, its pinned shortest model counterexample and the bounds it is pinned at (read from the
+model's table: `Design.pinned`), the bounds `taskcustody verify` model-checks it at, and what its
+stateful run is pinned to find. Everything else reads from here: the checker's pins
+(tests/model/test_checker.py), the finds-the-bug
 expectations (tests/stateful/test_finds_broken_designs.py), `verify`'s example budgets and its
 `--variant` choices, and the demonstrations' registry (`broken.BROKEN`).
 `tests/test_designs_table.py` fails if the model's variants, the demonstrations, the named
 mutants, or the lists in docs/protocol.md and the README disagree with this table.
 
-The model keeps its parameters (`taskcustody_model.variants`, which imports nothing from here);
-this table names them.
+The model keeps its parameters (`taskcustody_model.variants`, which imports nothing from here),
+and with them each design's own bounds and shortest counterexample there, which
+`taskcustody model-check --variant NAME` runs at and `--variant list` shows; this table names them
+and reads its pins from there, so that the two cannot disagree.
 """
 
 from __future__ import annotations
@@ -21,29 +24,18 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from taskcustody_model import Bounds
+
+# (the bounds the model's table checks the designs at, named here too: the tests read them here)
+from taskcustody_model.variants import BYSTANDER_BOUNDS as BYSTANDER_BOUNDS
+from taskcustody_model.variants import CANCEL_BOUNDS as CANCEL_BOUNDS
+from taskcustody_model.variants import CHECKER_BOUNDS as CHECKER_BOUNDS
+from taskcustody_model.variants import POISON_BOUNDS as POISON_BOUNDS
+from taskcustody_model.variants import RETRY_BOUNDS as RETRY_BOUNDS
 from taskcustody_model.variants import VARIANTS, Variant
 
-#: The checker's bounds for most designs: 3 tasks, 2 servers x 2 workers, 2 faults.
-CHECKER_BOUNDS = Bounds(tasks=3, servers=2, workers=2, faults=2)
-#: Designs 10 and 11 show with poison-pill detection on: one task whose holder keeps dying, the
-#: tightest limit (a task recovered twice is dead-lettered).
-POISON_BOUNDS = Bounds(tasks=1, servers=2, workers=1, faults=3, processes_per_server=1,
-                       max_recoveries=1)
-#: Design 12 needs a process that holds two tasks (2 workers) and dies with them.
-BYSTANDER_BOUNDS = Bounds(tasks=2, servers=2, workers=2, faults=2, processes_per_server=1,
-                          max_recoveries=1)
-#: Design 13 needs a handler that fails, so that a retry is scheduled and promoted: the checker's
-#: bounds with handler failures.
-RETRY_BOUNDS = CHECKER_BOUNDS._replace(processes_per_server=1, handler_failures=True)
 #: The same, smaller: what `taskcustody verify` model-checks design 13 at.
 VERIFY_RETRY_BOUNDS = Bounds(tasks=2, servers=2, workers=1, faults=2, processes_per_server=1,
                              handler_failures=True)
-
-#: Design 16 shows with asyncio's fault, a worker step cancelled before its command is sent:
-#: 2 tasks, so that another worker can empty the queue (with a task left in the queue, the worker
-#: that believes itself clean takes it, and that release finds the first task as debris).
-CANCEL_BOUNDS = Bounds(tasks=2, servers=2, workers=1, faults=2, processes_per_server=1,
-                       cancels_before_send=True)
 
 #: Shrinking of a finds-the-bug run is capped by time (Hypothesis's own cap is 300 s); on a loaded
 #: machine a short cap leaves a few removable steps in. The pins below hold with this cap on a
@@ -54,11 +46,12 @@ SHRINK_SECONDS = 90.0
 @dataclass(frozen=True)
 class Pinned:
     """The model checker's shortest counterexample: the property it breaks and its length, at
-    these bounds."""
+    these bounds (the design's own: the model's table, ``Variant.own_bounds`` and
+    ``Variant.counterexample``, pins them)."""
 
     property: str
     length: int
-    bounds: Bounds = CHECKER_BOUNDS
+    bounds: Bounds
 
 
 @dataclass(frozen=True)
@@ -82,8 +75,6 @@ class Stateful:
 class Design:
     name: str  # the model variant's name, the demonstration's, and the same-bug named mutant's
     number: int  # its section in docs/protocol.md, section 7
-    #: the property it breaks, and the model's shortest counterexample
-    pinned: Pinned
     #: the class in `verify/broken.py`; None: there is none, `no_demo` says why (the stateful
     #: part then runs the real implementation, and only the model check can catch the design)
     demo: str | None
@@ -104,6 +95,13 @@ class Design:
         return VARIANTS[self.name]
 
     @property
+    def pinned(self) -> Pinned:
+        """The property it breaks, and the model's shortest counterexample at its own bounds."""
+        c = self.variant.counterexample
+        assert c is not None, f"{self.name}: a broken design's variant pins its counterexample"
+        return Pinned(c.property, c.length, self.variant.own_bounds)
+
+    @property
     def breaks(self) -> str:
         return self.pinned.property
 
@@ -119,18 +117,18 @@ _STEPPED_BY_THE_MODEL_ONLY = (
     "tick) catches the named mutant of the same name in the real implementation")
 
 DESIGNS: tuple[Design, ...] = (
-    Design("blpop-take", 1, Pinned("no-loss", 1),
+    Design("blpop-take", 1,
            demo="BlpopTakeServer",
            stateful=Stateful(20, None, 1, ("real:no-loss",)),
            mutant=True,
            related_mutants=(("prefetch-take-without-custody",
                              "the same flaw in the prefetching worker's batched take (RPOP in "
                              "its script), not in the take"),)),
-    Design("no-release", 2, Pinned("no-duplication", 3),
+    Design("no-release", 2,
            demo="NoReleaseServer",
            stateful=Stateful(20, None, 3, ("real:no-duplication",)),
            mutant=True),
-    Design("sweep-drains-live", 3, Pinned("no-double-execution", 3),
+    Design("sweep-drains-live", 3,
            demo="SweepDrainsLiveServer",
            stateful=Stateful(300, None, 8, ("conformance",)),
            mutant=False,
@@ -138,13 +136,13 @@ DESIGNS: tuple[Design, ...] = (
                              "only the `include_self` half: the sweep drains its own server's "
                              "live lists but still skips other live servers'; the design drains "
                              "every registered list"),)),
-    Design("startup-skips-own", 4, Pinned("prompt-recovery", 5),
+    Design("startup-skips-own", 4,
            demo="StartupSkipsOwnServer",
            # observed: 5 steps (stall, clock, claim, take, startup drain), found after 386
            # examples
            stateful=Stateful(600, None, 8, ("conformance",), slow=True),
            mutant=True),
-    Design("processing-sweep-no-custody", 5, Pinned("no-duplication", 6),
+    Design("processing-sweep-no-custody", 5,
            demo="ProcessingSweepNoCustodyServer",
            # Since the composite step's rule (2026-12-01) the derandomized search no longer
            # reaches it in 878 examples; seed 1 finds it after 27 (`python -m
@@ -153,7 +151,7 @@ DESIGNS: tuple[Design, ...] = (
            # examples), unshrunk 10 steps
            stateful=Stateful(600, 1, 12, ("conformance", "real:no-duplication"), slow=True),
            mutant=True),
-    Design("unbounded-drain", 6, Pinned("bounded-work", 8),
+    Design("unbounded-drain", 6,
            demo="UnboundedDrainServer",
            # Aimed: since the dead `execute` rule's deletion (2026-12-02) the derandomized draws
            # no longer reach it in 400 examples (nor seed 0 in 415); the machine aims at a drain
@@ -162,31 +160,27 @@ DESIGNS: tuple[Design, ...] = (
            stateful=Stateful(300, None, 14, ("real:bounded-work", "conformance"),
                              shrink_seconds=20.0, aim_at_drains=True),
            mutant=True),
-    Design("drain-before-prune", 7, Pinned("prompt-recovery", 4),
+    Design("drain-before-prune", 7,
            demo="DrainBeforePruneServer",
            # observed: 12 steps (a second worker's steps and a lost release the shrinker keeps);
            # 16 since the dead `execute` rule's deletion (2026-12-02; other draws, shrunk with
            # the 90 s cap on a 2-core machine at load 7)
            stateful=Stateful(300, None, 16, ("conformance",)),
            mutant=True),
-    # model: stall, clock, a sweep forgets the stalled server's empty list, its worker takes into
-    # it (also 4 with Redis wipes among the faults: tests/model/test_checker.py)
-    Design("register-once", 8, Pinned("registered-custody", 4),
+    Design("register-once", 8,
            demo="RegisterOnceServer",
            # observed: 6 steps: a wipe, the reconciles, then a heartbeat that registers the
            # server but not its lists (the model's heartbeat registers both)
            stateful=Stateful(300, None, 8, ("conformance", "real:registered-custody")),
            mutant=True),
-    # model: a take waits on an empty queue (arm), its server stalls and is judged dead, a sweep
-    # forgets the list at once, the waiting take is served into it
-    Design("gc-when-empty", 9, Pinned("registered-custody", 8),
+    Design("gc-when-empty", 9,
            demo="GcWhenEmptyServer",
            stateful=None,
            no_stateful=_STEPPED_BY_THE_MODEL_ONLY,
            # the named mutant is caught by the loop-driven part of `taskcustody verify`, whose
            # registrations age (`Bounds.registration_ages`: a grace of one tick)
            mutant=True),
-    Design("recoveries-not-counted", 10, Pinned("bounded-executions", 8, POISON_BOUNDS),
+    Design("recoveries-not-counted", 10,
            demo="RecoveriesNotCountedServer",
            # observed: 7 steps since the composite step's rule (2026-12-01; 2 before, with other
            # draws): a wipe, a claim, an enqueue, a reconcile, a stall, the stalled worker's
@@ -195,7 +189,7 @@ DESIGNS: tuple[Design, ...] = (
            stateful=Stateful(200, None, 8, ("conformance",)),
            mutant=True,
            verify_bounds=POISON_BOUNDS),
-    Design("count-after-recovery", 11, Pinned("bounded-executions", 8, POISON_BOUNDS),
+    Design("count-after-recovery", 11,
            demo=None,
            no_demo="this implementation counts in the script that moves the task, so there is no "
                    "later step to move the count to without rewriting recovery; the stateful part "
@@ -205,14 +199,14 @@ DESIGNS: tuple[Design, ...] = (
                        "recovered again, and this implementation has no such window to drive",
            mutant=False,
            verify_bounds=POISON_BOUNDS),
-    Design("recovered-to-queue", 12, Pinned("suspects-run-alone", 6, BYSTANDER_BOUNDS),
+    Design("recovered-to-queue", 12,
            demo="RecoveredToQueueServer",
            # observed: the same 7 steps as design 10: the model puts the counted task on the
            # suspects list, the demonstration on the queue
            stateful=Stateful(200, None, 8, ("conformance",)),
            mutant=True,
            verify_bounds=BYSTANDER_BOUNDS),
-    Design("promote-copies", 13, Pinned("no-duplication", 4, RETRY_BOUNDS),
+    Design("promote-copies", 13,
            demo="PromoteCopiesServer",
            # observed: 4 steps: take, record, the handler fails (retry scheduled), a promotion
            # copies it to the queue: in two places at once
@@ -220,26 +214,18 @@ DESIGNS: tuple[Design, ...] = (
                              handler_failures=True),
            mutant=True,
            verify_bounds=VERIFY_RETRY_BOUNDS),
-    # model: take, record, and the composite release-and-take whose reply is lost: it popped the
-    # next task into that reply, so the task is nowhere
-    Design("composite-pops-next", 14, Pinned("no-loss", 3),
+    Design("composite-pops-next", 14,
            demo="CompositePopsNextServer",
            # observed: 5 steps (the model counts the task in the worker's hands, so the real side
            # fails first)
            stateful=Stateful(300, None, 7, ("real:no-loss", "conformance")),
            mutant=False),
-    # model: take, record, stall, clock, a sweep requeues the task; the stalled worker's composite
-    # commits it (not held) and takes it back from the queue
-    Design("composite-commits-unheld", 15, Pinned("no-duplication", 6),
+    Design("composite-commits-unheld", 15,
            demo="CompositeCommitsUnheldServer",
            # observed: 10 steps with 60 s of shrinking
            stateful=Stateful(300, None, 12, ("real:no-duplication", "conformance")),
            mutant=True),
-    # model: two workers take, one records; its release is cancelled before it is sent and it
-    # goes idle with the task still in its live list, which nothing drains (only with
-    # cancellations before the send: without them the checker accepts this variant, with the
-    # correct design's very state space)
-    Design("cancelled-release-ran", 16, Pinned("eventual-recovery", 4, CANCEL_BOUNDS),
+    Design("cancelled-release-ran", 16,
            demo=None,
            no_demo="the bug is the asyncio worker's (only a cancellation can cut a release short "
                    "before its send); the named mutant of the same name makes it in "
