@@ -12,6 +12,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from taskcustody_model.trace import describe_bounds
+
 from taskcustody.verify.designs import DESIGNS, Design
 
 BEGIN = "<!-- designs:begin (written by python -m taskcustody.verify.designs_page) -->"
@@ -23,17 +25,18 @@ def _row(design: Design) -> str:
     change = design.variant.description.split(". ", 1)[1]
     stateful = "finds it" if design.stateful is not None else "cannot drive it"
     mutant = f"`{design.name}`" if design.mutant else ""
+    bounds = describe_bounds(design.pinned.bounds)
     return (f"| {design.number} | `{design.name}` | {change} | **{design.pinned.property}** | "
-            f"{design.pinned.length} | {stateful} | {mutant} |")
+            f"{bounds} | {design.pinned.length} | {stateful} | {mutant} |")
 
 
 def table() -> str:
     """The markdown table, one row per design in its protocol.md order, between the markers."""
     lines = [
         BEGIN,
-        "| # | `--variant` | the change | breaks | model's counterexample (steps) "
+        "| # | `--variant` | the change | breaks | its own bounds | model's counterexample (steps) "
         "| stateful run | named mutant |",
-        "|---:|---|---|---|---:|---|---|",
+        "|---:|---|---|---|---|---:|---|---|",
         *(_row(design) for design in DESIGNS),
         END,
     ]
