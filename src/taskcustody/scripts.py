@@ -14,6 +14,7 @@ those names. Code that several scripts share is a fragment, `lua/lib/<name>.lua`
 names on a line of its own, `--#include lib/<name>.lua`: `compose` puts the fragment's text in
 that line's place (one level: fragments include nothing). A fragment defines functions, or is a
 step that reads the locals of the headers of the scripts that include it (`lib/release_step.lua`).
+Redis is sent the composed text without its comments (`without_comments`).
 """
 
 from __future__ import annotations
