@@ -15,7 +15,7 @@ _DRAIN_MODE = 'owner.incarnation, "force" if force else "dead-only",'
 _CASE = ("Redis command names and keywords are case-insensitive (real Redis and fakeredis "
          "alike); the command sent is the same command.")
 _NOT_FORCE = ("DRAIN_CHUNK treats every mode other than 'force' as dead-only "
-              "(`ARGV[4] ~= 'force'`), so any other spelling is the same mode.")
+              "(`mode ~= 'force'`, lua/drain_chunk.lua), so any other spelling is the same mode.")
 
 _INCARNATION = ("the incarnation comes from INCR on a counter that is never written otherwise, "
                 "so it is >= 1; CLAIM returns -1 exactly when it refuses.")

@@ -108,28 +108,58 @@ def apply_edits(mutant: NamedMutant, read: Callable[[str], str]) -> dict[str, st
 
 
 def check_syntax(path: str, text: str) -> None:
-    """A mutant must be a program that runs: a syntax error would be a fake kill. For
-    scripts.py that includes its Lua: every script of its `LUA` table must load."""
-    compile(text, path, "exec")
-    if not path.endswith("scripts.py"):
+    """A mutant must be a program that runs: a syntax error would be a fake kill. A Python file
+    must compile; a Lua file (a script of lua/, or a fragment of lua/lib/) must load on its own.
+    `check_scripts` then loads the scripts as Redis is sent them."""
+    if not path.endswith(".lua"):
+        compile(text, path, "exec")
         return
+    _load_lua(path, text)
+
+
+def _load_lua(name: str, text: str) -> None:
     try:
         import lupa
     except ImportError:  # pragma: no cover - lupa is in the verify extra
         return
-    namespace: dict[str, object] = {}
-    exec(compile(text, path, "exec"), namespace)
-    # Only the scripts the module lists as Lua (`scripts.LUA`): its other constants are not.
-    lua_scripts = namespace.get("LUA")
+    loaded = lupa.LuaRuntime().eval("load")(text)
+    fn, err = loaded if isinstance(loaded, tuple) else (loaded, None)
+    if fn is None:
+        raise SyntaxError(f"Lua {name} does not compile: {err}")
+
+
+def scripts_module(lua_file: Path) -> Path:
+    """The scripts.py that loads `lua_file`: next to the `lua` directory that holds it."""
+    for parent in lua_file.parents:
+        if parent.name == "lua":
+            return parent.with_name("scripts.py")
+    raise ValueError(f"{lua_file} is not under a lua/ directory")
+
+
+def check_scripts(module: Path) -> None:
+    """Every script that `module` (a scripts.py, in a copy of the tree) loads must compile as it
+    is sent: composed with its fragments (a fragment that compiles on its own may not in place,
+    e.g. one ending with a `return`), without its comments. Raises SyntaxError. The module is
+    loaded from its file, under a name of its own, so the copy's Lua is what it reads."""
+    import importlib.util
+
+    name = f"_mutation_gate_scripts_{abs(hash(str(module)))}"
+    spec = importlib.util.spec_from_file_location(name, module)
+    if spec is None or spec.loader is None:
+        raise SyntaxError(f"cannot load {module}")
+    loaded = importlib.util.module_from_spec(spec)
+    sys.modules[name] = loaded  # (a dataclass looks its module up while it is defined)
+    try:
+        spec.loader.exec_module(loaded)
+    except (OSError, ValueError) as exc:
+        raise SyntaxError(f"{module} cannot load its Lua: {exc}") from exc
+    finally:
+        del sys.modules[name]
+    lua_scripts = getattr(loaded, "LUA", None)
     if not isinstance(lua_scripts, dict):
-        raise SyntaxError(f"{path}: no LUA table of its Lua scripts")
-    lua = lupa.LuaRuntime()
-    load = lua.eval("load")
-    for name, value in lua_scripts.items():
-        loaded = load(value)
-        fn, err = loaded if isinstance(loaded, tuple) else (loaded, None)
-        if fn is None:
-            raise SyntaxError(f"{path}: Lua script {name} does not compile: {err}")
+        raise SyntaxError(f"{module}: no LUA table of its Lua scripts")
+    for script, source in lua_scripts.items():
+        _load_lua(f"script {script}", source)
 
 
 # -- running the suite ------------------------------------------------------------------------
@@ -305,6 +335,11 @@ def run_named(snapshot: Path, workdir: Path, mutant: NamedMutant, test_timeout: 
     copy = clone(snapshot, workdir / mutant.name)
     for path, text in texts.items():
         (copy / path).write_text(text, encoding="utf-8")
+    try:
+        for module in sorted({scripts_module(copy / p) for p in texts if p.endswith(".lua")}):
+            check_scripts(module)
+    except SyntaxError as exc:
+        return NamedResult(mutant, "ERROR", False, detail=f"the rewrite does not compile: {exc}")
     run = run_suite(copy, test_timeout, suite_timeout, pytest_args,
                     first_failure=not all_killers, first=first)
     killers = run.test_failures

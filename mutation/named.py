@@ -18,10 +18,21 @@ fails too.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
 
 WORKER = "src/taskcustody/worker.py"
 RECOVERY = "src/taskcustody/recovery.py"
-SCRIPTS = "src/taskcustody/scripts.py"
+# The Lua scripts (src/taskcustody/scripts.py loads them): one file each, and the fragments
+# several include (lua/lib/).
+LUA = "src/taskcustody/lua/"
+RELEASE_STEP = LUA + "lib/release_step.lua"
+RELEASE_LUA = LUA + "release.lua"
+RELEASE_AND_TAKE_LUA = LUA + "release_and_take.lua"
+TAKE_AND_RECORD_LUA = LUA + "take_and_record.lua"
+DRAIN_CHUNK_LUA = LUA + "drain_chunk.lua"
+REQUEUE_STUCK_LUA = LUA + "requeue_stuck.lua"
 SERVER = "src/taskcustody/server.py"
 PREFETCH = "src/taskcustody/prefetch.py"
 SETTINGS = "src/taskcustody/settings.py"
@@ -99,8 +110,8 @@ MUTANTS: tuple[NamedMutant, ...] = (
         "the in-flight list, which stays there for a drain to requeue",
         (
             Edit(
-                SCRIPTS,
-                "local held = redis.call('LREM', KEYS[1], 1, ARGV[1])\n",
+                RELEASE_STEP,
+                "local held = redis.call('LREM', own, 1, raw)\n",
                 "local held = 1\n",
             ),
         ),
@@ -162,8 +173,8 @@ MUTANTS: tuple[NamedMutant, ...] = (
         "holder's list, so the drain requeues it a second time",
         (
             Edit(
-                SCRIPTS,
-                "    redis.call('LREM', KEYS[3], 1, raw)\n",
+                REQUEUE_STUCK_LUA,
+                "    redis.call('LREM', holder_list, 1, raw)\n",
                 "",
             ),
         ),
@@ -233,9 +244,9 @@ MUTANTS: tuple[NamedMutant, ...] = (
         "in-flight list -- BLPOP's flaw again, in the batched path; a lost reply loses the task",
         (
             Edit(
-                SCRIPTS,
-                "local raw = redis.call('LMOVE', KEYS[1], KEYS[2], 'RIGHT', 'LEFT')\n",
-                "local raw = redis.call('RPOP', KEYS[1])\n",
+                TAKE_AND_RECORD_LUA,
+                "local raw = redis.call('LMOVE', source, own, 'RIGHT', 'LEFT')\n",
+                "local raw = redis.call('RPOP', source)\n",
             ),
         ),
     ),
@@ -285,8 +296,8 @@ MUTANTS: tuple[NamedMutant, ...] = (
                 "        lists: list[str] = []\n",
             ),
             Edit(
-                SCRIPTS,
-                "redis.call('ZADD', KEYS[4], ARGV[2], KEYS[2])\n",
+                TAKE_AND_RECORD_LUA,
+                "redis.call('ZADD', registry, now, own)\n",
                 "",
             ),
         ),
@@ -297,7 +308,7 @@ MUTANTS: tuple[NamedMutant, ...] = (
         "task that kills each process that runs it is requeued for ever and takes the fleet down",
         (
             Edit(
-                SCRIPTS,
+                LUA + "lib/recovered.lua",
                 "  local n = redis.call('HINCRBY', counts, id, 1)\n",
                 "  local n = 1\n",
             ),
@@ -310,14 +321,14 @@ MUTANTS: tuple[NamedMutant, ...] = (
         "them together again and an innocent task is dead-lettered with a poison pill",
         (
             Edit(
-                SCRIPTS,
-                "    redis.call('LMOVE', KEYS[1], KEYS[8], 'RIGHT', 'LEFT')\n",
-                "    redis.call('LMOVE', KEYS[1], KEYS[2], 'RIGHT', 'RIGHT')\n",
+                DRAIN_CHUNK_LUA,
+                "    redis.call('LMOVE', inflight, suspects, 'RIGHT', 'LEFT')\n",
+                "    redis.call('LMOVE', inflight, queue, 'RIGHT', 'RIGHT')\n",
             ),
             Edit(
-                SCRIPTS,
-                "      redis.call('LPUSH', KEYS[8], raw)\n",
-                "      redis.call('RPUSH', KEYS[2], raw)\n",
+                REQUEUE_STUCK_LUA,
+                "      redis.call('LPUSH', suspects, raw)\n",
+                "      redis.call('RPUSH', queue, raw)\n",
             ),
         ),
     ),
@@ -328,8 +339,8 @@ MUTANTS: tuple[NamedMutant, ...] = (
         "promotion pushes it again (design 13)",
         (
             Edit(
-                SCRIPTS,
-                "  if redis.call('ZREM', KEYS[1], raw) == 1 then\n",
+                LUA + "promote.lua",
+                "  if redis.call('ZREM', scheduled, raw) == 1 then\n",
                 "  if true then\n",
             ),
         ),
@@ -337,29 +348,42 @@ MUTANTS: tuple[NamedMutant, ...] = (
 )
 
 
-# The composite step, RELEASE_AND_TAKE (issue 13): three ways to write it wrongly.
+# The composite step, RELEASE_AND_TAKE (issue 13): three ways to write it wrongly. Its release is
+# the fragment RELEASE includes too (lib/release_step.lua, after lib/release_arguments_checked.lua),
+# so the mutants of the composite step alone rewrite release_and_take.lua around those includes.
+_RELEASE_INCLUDES = ("--#include lib/release_arguments_checked.lua\n"
+                     "--#include lib/release_step.lua\n")
+
+# The take moves the next task in first; the release and a tail that replies follow, and the
+# script's real take after them is never reached (`do return ... end`).
 _TAKE_FIRST = (
-    'RELEASE_AND_TAKE = _RECORD_OWNED_BY + """\n'
-    "local source = KEYS[3]\n"
-    "if ARGV[8] == 'suspect' and redis.call('LLEN', KEYS[9]) > 0 then source = KEYS[9] end\n"
-    "local raw = false\n"
-    "if ARGV[8] ~= '' then raw = redis.call('LMOVE', source, KEYS[1], 'RIGHT', 'LEFT') end\n"
+    "local source = queue\n"
+    "if take == 'suspect' and redis.call('LLEN', suspects) > 0 then source = suspects end\n"
+    "local taken = false\n"
+    "if take ~= '' then taken = redis.call('LMOVE', source, own, 'RIGHT', 'LEFT') end\n"
     "local id = ''\n"
-    "if raw then\n"
-    "  redis.call('ZADD', KEYS[11], ARGV[10], KEYS[1])\n"
-    "  local ok, task = pcall(cjson.decode, raw)\n"
+    "if taken then\n"
+    "  redis.call('ZADD', registry, now, own)\n"
+    "  local ok, task = pcall(cjson.decode, taken)\n"
     "  if ok and type(task) == 'table' and type(task['id']) == 'string' then\n"
     "    id = task['id']\n"
-    "    redis.call('HSET', KEYS[2], id, ARGV[9])\n"
+    "    redis.call('HSET', processing, id, record)\n"
     "  end\n"
     "end\n"
-    '""" + _RELEASE_STEP[len(_RECORD_OWNED_BY):] + """\n'
-    "local remaining = redis.call('LLEN', KEYS[1]) - (raw and 1 or 0)\n"
-    "if not raw then return {held, remaining, redis.call('LLEN', KEYS[9])} end\n"
-    "return {held, remaining, redis.call('LLEN', KEYS[9]), raw, id, "
-    "source == KEYS[9] and 1 or 0}\n"
-    '"""\n'
+    + _RELEASE_INCLUDES
+    + "local left = redis.call('LLEN', own) - (taken and 1 or 0)\n"
+    "if not taken then do return {held, left, redis.call('LLEN', suspects)} end end\n"
+    "do return {held, left, redis.call('LLEN', suspects), taken, id, "
+    "source == suspects and 1 or 0} end\n"
 )
+
+
+def _commits_unheld() -> str:
+    """The release step's text, committing whether or not the task was held, in the place of its
+    include line in release_and_take.lua only (RELEASE keeps the real step)."""
+    step = (ROOT / RELEASE_STEP).read_text(encoding="utf-8")
+    return step.replace("if held == 1 then", "if true then")
+
 
 MUTANTS += (
     NamedMutant(
@@ -369,22 +393,20 @@ MUTANTS += (
         "queue's take end comes back into the list, the release finds it there and commits a "
         "run whose custody was lost, deletes the record it just wrote, and the worker runs the "
         "task again with no custody",
-        (Edit(SCRIPTS, "RELEASE_AND_TAKE = _RELEASE_STEP + _TAKE_NEXT\n", _TAKE_FIRST),),
+        (Edit(RELEASE_AND_TAKE_LUA, _RELEASE_INCLUDES, _TAKE_FIRST),),
     ),
     NamedMutant(
         "composite-takes-without-record",
         "the processing record: the composite step moves the next task into custody without "
         "writing its record, so the processing sweep and `status` cannot see it run",
-        (Edit(SCRIPTS, "  redis.call('HSET', KEYS[2], id, ARGV[9])\n", ""),),
+        (Edit(RELEASE_AND_TAKE_LUA, "  redis.call('HSET', processing, id, record)\n", ""),),
     ),
     NamedMutant(
         "composite-commits-unheld",
         "no double commit: the composite step's release commits whether or not the task was "
         "still in the own list (design 15), so a worker judged dead "
         "commits a task that recovery already handed to another worker",
-        (Edit(SCRIPTS, "RELEASE_AND_TAKE = _RELEASE_STEP + _TAKE_NEXT\n",
-              'RELEASE_AND_TAKE = _RELEASE_STEP.replace("if held == 1 then", "if true then") '
-              "+ _TAKE_NEXT\n"),),
+        (Edit(RELEASE_AND_TAKE_LUA, "--#include lib/release_step.lua\n", _commits_unheld()),),
     ),
 )
 
@@ -396,7 +418,7 @@ MUTANTS += (
         "claim-ignores-live-holder",
         "one live process per server id: the claim takes the id whatever the holder's deadline, "
         "so a second process supersedes a live, heart-beating one",
-        (Edit(SCRIPTS, "if deadline and tonumber(deadline) > tonumber(ARGV[2]) then",
+        (Edit(LUA + "claim.lua", "if current and tonumber(current) > tonumber(now) then",
               "if false then"),),
     ),
     NamedMutant(
@@ -404,15 +426,15 @@ MUTANTS += (
         "never drain a live server's list: the sweep's drain (dead-only) no longer re-checks "
         "that the list's owner is still not live, so a drain whose owner re-registered since "
         "the sweep looked moves tasks a live worker holds back to the queue",
-        (Edit(SCRIPTS, "if ARGV[4] ~= 'force' and is_live(KEYS[4], KEYS[5], ARGV[2], ARGV[3]) "
-                       "then", "if false then"),),
+        (Edit(DRAIN_CHUNK_LUA, "if mode ~= 'force' and is_live(servers, incarnations, server_id, "
+                               "incarnation) then", "if false then"),),
     ),
     NamedMutant(
         "heartbeat-accepts-superseded",
         "one live process per server id: the heartbeat script renews the registration whatever "
         "incarnation holds the id, so a superseded process's heartbeat takes the id back from "
         "the newer one (the refusal part's walk to a superseded heartbeat meets it)",
-        (Edit(SCRIPTS, "if current and current ~= ARGV[2] then return 0 end",
+        (Edit(LUA + "heartbeat.lua", "if current and current ~= incarnation then return 0 end",
               "if false then return 0 end"),),
     ),
     NamedMutant(
@@ -471,7 +493,7 @@ MUTANTS += (
 )
 
 
-# A release Redis refuses writes nothing (scripts.py, _RELEASE_ARGUMENTS_CHECKED): the check of
+# A release Redis refuses writes nothing (lua/lib/release_arguments_checked.lua): the check of
 # what Redis could refuse comes before the release's first write. Without it the order is the old,
 # non-atomic one: LREM, HDEL, INCR, then the SET that Redis refuses, after the writes.
 MUTANTS += (
@@ -481,7 +503,8 @@ MUTANTS += (
         "before its first write, so a result TTL Redis refuses stops the script after the task "
         "left the in-flight list and was counted committed, with no result stored (and a due "
         "time it refuses, after the task left the list for nowhere)",
-        (Edit(SCRIPTS, "    + _RELEASE_ARGUMENTS_CHECKED\n", ""),),
+        (Edit(RELEASE_LUA, "--#include lib/release_arguments_checked.lua\n", ""),
+         Edit(RELEASE_AND_TAKE_LUA, "--#include lib/release_arguments_checked.lua\n", "")),
     ),
 )
 
@@ -517,7 +540,7 @@ MUTANTS += (
                 "        return self.released(await self._send_release(args, "
                 "scripts.RELEASE_SCRIPT), action)\n",
                 "        script = scripts.Script(scripts.RELEASE.replace(\n"
-                "            \"local held = redis.call('LREM', KEYS[1], 1, ARGV[1])\", "
+                "            \"local held = redis.call('LREM', own, 1, raw)\", "
                 "\"local held = 1\"))\n"
                 "        return self.released(await self._send_release(args, script), action)\n",
             ),

@@ -8,6 +8,10 @@ construction, which would pass for a kill."""
 
 from __future__ import annotations
 
+import shutil
+import subprocess
+import sys
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -30,9 +34,45 @@ def test_named_mutant_anchors_occur_exactly_once(mutant: NamedMutant) -> None:
         pytest.fail(f"stale named mutant: {stale}")
     for path, text in texts.items():
         assert text != read(path), f"{mutant.name} changes nothing in {path}"
-        # Python only: the gate also loads scripts.py's Lua with lupa, which cannot be done here
-        # (a second Lua runtime in the process that fakeredis loaded one into segfaults).
-        compile(text, path, "exec")
+        # Python here; the Lua in a process of its own (below): a second Lua runtime in the
+        # process that fakeredis loaded one into segfaults.
+        if path.endswith(".py"):
+            compile(text, path, "exec")
+
+
+LUA_MUTANTS = [m for m in MUTANTS if any(e.path.endswith(".lua") for e in m.edits)]
+
+
+def test_every_lua_mutant_compiles_as_redis_is_sent_it(tmp_path: Path) -> None:
+    """What the gate checks before it runs a mutant of the Lua (`check_syntax`, then
+    `check_scripts` on the copy): the mutated file loads on its own, and every script, composed
+    with its fragments, still compiles. Each mutant goes into a copy of the scripts' module and
+    its lua/ directory, checked in a process of its own."""
+    assert len(LUA_MUTANTS) >= 14
+    package = ROOT / "src/taskcustody"
+    copies = []
+    for mutant in LUA_MUTANTS:
+        copy = tmp_path / mutant.name
+        (copy / "src/taskcustody").mkdir(parents=True)
+        shutil.copy(package / "scripts.py", copy / "src/taskcustody/scripts.py")
+        shutil.copytree(package / "lua", copy / "src/taskcustody/lua")
+        for path, text in apply_edits(mutant, read).items():
+            (copy / path).write_text(text, encoding="utf-8")
+        copies.append(str(copy))
+    code = textwrap.dedent("""
+        import sys
+        from pathlib import Path
+        from mutation.gate import check_scripts, check_syntax
+        for copy in sys.argv[1:]:
+            for lua in sorted(Path(copy).rglob("*.lua")):
+                check_syntax(str(lua), lua.read_text(encoding="utf-8"))
+            check_scripts(Path(copy) / "src/taskcustody/scripts.py")
+        print("checked", len(sys.argv) - 1)
+    """)
+    done = subprocess.run([sys.executable, "-c", code, *copies], capture_output=True, text=True,
+                          cwd=ROOT, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["checked", str(len(copies))]
 
 
 def test_a_stale_anchor_is_reported() -> None:

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -102,3 +103,35 @@ def test_the_pre_commit_hooks_run_the_locked_ruff() -> None:
               if line.startswith("ruff==")]
     assert locked and f"rev: v{locked[0]}" in config
     assert "id: ruff-check" in config and "id: ruff-format" in config
+
+
+def test_the_package_data_ships_every_lua_script() -> None:
+    """The scripts are read from files next to scripts.py: a wheel without them cannot import.
+    Every .lua file under src/taskcustody matches a package-data pattern of `taskcustody`."""
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11+
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    patterns = config["package-data"]["taskcustody"]
+    package = ROOT / "src" / "taskcustody"
+    shipped = {path for pattern in patterns for path in package.glob(pattern)}
+    lua = set(package.rglob("*.lua"))
+    assert lua and lua <= shipped, sorted(str(p) for p in lua - shipped)
+
+
+def test_a_build_holds_the_lua_scripts(tmp_path: Path) -> None:
+    """What goes into the wheel (setuptools' build_py, which bdist_wheel packs), built from a copy
+    of the sources (a build writes into the tree it runs in)."""
+    pytest.importorskip("setuptools")
+    ignore = shutil.ignore_patterns("__pycache__", "*.egg-info", ".hypothesis")
+    for name in ("src", "model"):
+        shutil.copytree(ROOT / name, tmp_path / name, ignore=ignore)
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(ROOT / name, tmp_path / name)
+    out = tmp_path / "build-lib"
+    built = subprocess.run([sys.executable, "-c", "from setuptools import setup; setup()", "-q",
+                            "build_py", "--build-lib", str(out)],
+                           capture_output=True, text=True, cwd=tmp_path, timeout=120)
+    assert built.returncode == 0, built.stderr
+    source = ROOT / "src" / "taskcustody"
+    expected = {p.relative_to(source) for p in source.rglob("*.lua")}
+    assert expected and {p.relative_to(out / "taskcustody")
+                         for p in (out / "taskcustody").rglob("*.lua")} == expected

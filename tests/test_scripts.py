@@ -1,8 +1,10 @@
 """scripts.py's two registries: `Script` (a script called by hash owns its SHA1) and `LUA` (the
-constants that are Lua, and the only ones the mutation gate loads as Lua)."""
+constants that are Lua, and the only ones the mutation gate loads as Lua), and the gate's checks
+of a mutant of the Lua."""
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -40,29 +42,46 @@ def test_every_script_called_by_hash_is_listed_as_lua() -> None:
         assert getattr(scripts, name) is source, name
 
 
-def _check_syntax(text: str) -> subprocess.CompletedProcess[str]:
-    """mutation.gate.check_syntax on `text` as scripts.py, in a process of its own (a second Lua
+def _gate(code: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """`code` run with mutation.gate's checks imported, in a process of its own (a second Lua
     runtime in the process that fakeredis loaded one into segfaults)."""
-    code = textwrap.dedent("""
-        import sys
-        from mutation.gate import check_syntax
-        check_syntax("src/taskcustody/scripts.py", sys.stdin.read())
-    """)
-    return subprocess.run([sys.executable, "-c", code], input=text, capture_output=True,
-                          text=True, cwd=ROOT, timeout=60, check=False)
+    code = "import sys\nfrom pathlib import Path\n" \
+           "from mutation.gate import check_scripts, check_syntax\n" + textwrap.dedent(code)
+    return subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True,
+                          cwd=ROOT, timeout=60, check=False)
 
 
-def test_the_gate_loads_only_the_lua_constants_as_lua() -> None:
-    """What made the script-hash clean-up fail the gate once: a constant that is a string but not
-    Lua (a SHA1) was loaded as a script. And a Lua script of `LUA` that does not compile is still
-    caught."""
-    source = (ROOT / "src/taskcustody/scripts.py").read_text(encoding="utf-8")
-    assert _check_syntax(source).returncode == 0
-    with_sha = source + '\nRELEASE_SHA = "0123456789abcdef0123456789abcdef01234567"\n'
-    ok = _check_syntax(with_sha)
+def _copy_of_the_scripts(dest: Path) -> Path:
+    package = ROOT / "src/taskcustody"
+    (dest / "taskcustody").mkdir(parents=True)
+    shutil.copy(package / "scripts.py", dest / "taskcustody/scripts.py")
+    shutil.copytree(package / "lua", dest / "taskcustody/lua")
+    return dest / "taskcustody"
+
+
+def test_the_gate_rejects_lua_that_does_not_compile() -> None:
+    """A mutated .lua file is loaded as Lua, on its own; a .py file is compiled as Python."""
+    lua = "src/taskcustody/lua/record.lua"
+    text = (ROOT / lua).read_text(encoding="utf-8")
+    ok = _gate("check_syntax(sys.argv[1], sys.argv[2])", lua, text)
     assert ok.returncode == 0, ok.stderr
-    broken = source.replace("RELEASE_AND_TAKE = _RELEASE_STEP + _TAKE_NEXT\n",
-                            'RELEASE_AND_TAKE = _RELEASE_STEP + "end end"\n')
-    assert broken != source
-    failed = _check_syntax(broken)
-    assert failed.returncode != 0 and "RELEASE_AND_TAKE does not compile" in failed.stderr
+    failed = _gate("check_syntax(sys.argv[1], sys.argv[2])", lua, text + "end\n")
+    assert failed.returncode != 0 and f"Lua {lua} does not compile" in failed.stderr
+    python = _gate("check_syntax('x.py', 'def (')")
+    assert python.returncode != 0 and "SyntaxError" in python.stderr
+
+
+def test_the_gate_compiles_each_script_as_redis_is_sent_it(tmp_path: Path) -> None:
+    """A fragment that compiles on its own can break the scripts that include it (a `return`
+    before the code that follows its include line): the gate loads the scripts' module of the
+    copy and compiles every script of its `LUA` table, composed."""
+    package = _copy_of_the_scripts(tmp_path)
+    ok = _gate("check_scripts(Path(sys.argv[1]))", str(package / "scripts.py"))
+    assert ok.returncode == 0, ok.stderr
+    fragment = package / "lua/lib/record_owned_by.lua"
+    fragment.write_text(fragment.read_text(encoding="utf-8") + "return 1\n", encoding="utf-8")
+    alone = _gate("check_syntax(sys.argv[1], Path(sys.argv[1]).read_text())", str(fragment))
+    assert alone.returncode == 0, alone.stderr
+    failed = _gate("check_scripts(Path(sys.argv[1]))", str(package / "scripts.py"))
+    assert failed.returncode != 0
+    assert "Lua script RELEASE does not compile" in failed.stderr, failed.stderr

@@ -22,31 +22,15 @@ from typing import Any
 
 import redis
 
-from . import envelope
+from . import envelope, scripts
 from .envelope import Task
 from .errors import DeadLetterNotFound, MalformedTask
 from .keys import QueueKeys
 from .redis_errors import named_errors
 
-# KEYS: dead letters, queue
-# ARGV: the exact dead-letter entry, the envelope to enqueue
-# LPUSH, the producers' end: a requeued task is new work again and waits behind the tasks already
-# queued, as a retry does (RELEASE); RPUSH would put a batch of old failures ahead of everything
-# waiting. Requeued oldest first, the batch keeps the order in which its tasks failed.
-REQUEUE_DEAD = """
-if redis.call('LREM', KEYS[1], 1, ARGV[1]) == 1 then
-  redis.call('LPUSH', KEYS[2], ARGV[2])
-  return 1
-end
-return 0
-"""
-
-# KEYS: dead letters. Returns how many entries were deleted.
-PURGE_DEAD = """
-local n = redis.call('LLEN', KEYS[1])
-redis.call('DEL', KEYS[1])
-return n
-"""
+# The two steps of the dead-letter list (lua/requeue_dead.lua, lua/purge_dead.lua).
+REQUEUE_DEAD = scripts.REQUEUE_DEAD
+PURGE_DEAD = scripts.PURGE_DEAD
 
 
 @dataclass(frozen=True)

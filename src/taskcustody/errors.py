@@ -32,13 +32,14 @@ class WrongKeyType(TaskCustodyError, redis.ResponseError):
 
 
 class ReleaseRefused(TaskCustodyError, redis.ResponseError):
-    """Redis answered a release (or a release-and-take) with an error reply that is neither out
-    of memory nor a cluster redirect: an argument it refuses, which the release script checks
-    before its first write (scripts.py), or a command the Redis user may not run. The task is
-    still in the worker's in-flight list, not committed. The worker is dirty, so it drains that
-    list back to the queue before its next take (the reconcile, as after a crash); the production
-    loop backs off and logs the refusal at most once per `Settings.oom_log_interval` (or when its
-    text changes), instead of crashing. A redis-py ResponseError too, as it was raised before."""
+    """Redis answered a release (or a release-and-take) with an error reply that is neither out of
+    memory nor a cluster redirect: an argument it refuses, which the release script checks before
+    its first write (lua/lib/release_arguments_checked.lua), or a command the Redis user may not
+    run. The task is still in the worker's in-flight list, not committed. The worker is dirty, so
+    it drains that list back to the queue before its next take (the reconcile, as after a crash);
+    the production loop backs off and logs the refusal at most once per
+    `Settings.oom_log_interval` (or when its text changes), instead of crashing. A redis-py
+    ResponseError too, as it was raised before."""
 
 
 class MalformedTask(TaskCustodyError):

@@ -1,13 +1,13 @@
 """A release Redis refuses: a wait and one log line, not a crash per task.
 
 Redis may answer a release script with an error reply: an argument it refuses (which the script
-checks before its first write, scripts.py), or a command the Redis user may not run (ACL). Before,
-such an error left the worker loop, its supervisor logged "crashed; restarting it" with a traceback
-and restarted it, and the next task did the same: a crash loop, one traceback per task. Now the
-release's error is a `ReleaseRefused`; the production loop marks the worker dirty (the task is in
-its in-flight list: the next cycle drains it back to the queue, as after a crash), waits with the
-back-off of an OOM spell, and logs the refusal once: again only when its text changes or
-`Settings.oom_log_interval` has passed on the injected clock.
+checks before its first write, lua/lib/release_arguments_checked.lua), or a command the Redis user
+may not run (ACL). Before, such an error left the worker loop, its supervisor logged "crashed;
+restarting it" with a traceback and restarted it, and the next task did the same: a crash loop, one
+traceback per task. Now the release's error is a `ReleaseRefused`; the production loop marks the
+worker dirty (the task is in its in-flight list: the next cycle drains it back to the queue, as
+after a crash), waits with the back-off of an OOM spell, and logs the refusal once: again only when
+its text changes or `Settings.oom_log_interval` has passed on the injected clock.
 """
 
 from __future__ import annotations

@@ -14,7 +14,8 @@ refused here, before anything is taken. The bounds, and why:
 * result_ttl (whole seconds, a Redis `SET ... EX`) is at most MAX_RESULT_TTL: Redis refuses an EX
   above LLONG_MAX / 1000 or one that overflows when added to its clock in milliseconds ("invalid
   expire time in 'set' command"); 10**15 s stays below that for millions of years, and is exact
-  as a Lua number (a double), so the release script can check it too (scripts.py);
+  as a Lua number (a double), so the release script can check it too
+  (lua/lib/release_arguments_checked.lua);
 * counts are whole numbers no larger than MAX_COUNT (2**53: the scripts compare them as Lua
   numbers, exact up to there), prefetch no larger than MAX_PREFETCH.
 

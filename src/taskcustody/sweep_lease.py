@@ -18,34 +18,12 @@ from __future__ import annotations
 
 import redis
 
+from . import scripts
 from .keys import QueueKeys
 
-# KEYS: lease
-# ARGV: holder, ttl in milliseconds
-# 1: we hold the lease (renewed, or just taken because nobody held it); 0: someone else holds it.
-# Only the holder extends it: a server that is not the holder never touches the expiry, so a dead
-# holder's lease lapses on time however many servers keep asking.
-ACQUIRE_OR_RENEW = """
-local holder = redis.call('GET', KEYS[1])
-if holder == ARGV[1] then
-  redis.call('PEXPIRE', KEYS[1], ARGV[2])
-  return 1
-end
-if holder then return 0 end
-redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2])
-return 1
-"""
-
-# KEYS: lease
-# ARGV: holder
-# Compare-and-delete: a server shutting down gives up the lease only if it still holds it (it may
-# have lost it while stalled, and the key may be someone else's by now).
-RELEASE = """
-if redis.call('GET', KEYS[1]) == ARGV[1] then
-  return redis.call('DEL', KEYS[1])
-end
-return 0
-"""
+# The lease's two steps (lua/sweep_lease_acquire_or_renew.lua, lua/sweep_lease_release.lua).
+ACQUIRE_OR_RENEW = scripts.SWEEP_LEASE_ACQUIRE_OR_RENEW
+RELEASE = scripts.SWEEP_LEASE_RELEASE
 
 
 def holder_name(server_id: str, incarnation: int) -> str:

@@ -27,11 +27,11 @@ from tests.conftest import Backend
 
 #: What each script turns into when it no longer refuses, and which refusal must then fail.
 NOT_REFUSING = {
-    "claim_held": ("CLAIM", "if deadline and tonumber(deadline) > tonumber(ARGV[2]) then",
+    "claim_held": ("CLAIM", "if current and tonumber(current) > tonumber(now) then",
                    "if false then"),
     "drain_live": ("DRAIN_CHUNK",
-                   "if ARGV[4] ~= 'force' and is_live(KEYS[4], KEYS[5], ARGV[2], ARGV[3]) then",
-                   "if false then"),
+                   "if mode ~= 'force' and is_live(servers, incarnations, server_id, incarnation) "
+                   "then", "if false then"),
 }
 
 

@@ -66,7 +66,7 @@ class NoReleaseWorker(Worker):
 
     def _send_release(self, args: tuple[Any, ...], script: scripts.Script) -> Any:
         # (RELEASE and RELEASE_AND_TAKE share the release's text)
-        source = script.source.replace("local held = redis.call('LREM', KEYS[1], 1, ARGV[1])",
+        source = script.source.replace("local held = redis.call('LREM', own, 1, raw)",
                                        "local held = 1")
         return self._call("EVAL", source, *args)
 
@@ -129,7 +129,7 @@ class StartupSkipsOwnServer(Server):
 
 
 _REQUEUE_KEEPING_CUSTODY = scripts.REQUEUE_STUCK.replace(
-    "    redis.call('LREM', KEYS[3], 1, raw)\n", ""
+    "    redis.call('LREM', holder_list, 1, raw)\n", ""
 )
 
 
@@ -240,11 +240,11 @@ class RecoveriesNotCountedServer(Server):
 
 
 _DRAIN_TO_QUEUE = scripts.DRAIN_CHUNK.replace(
-    "    redis.call('LMOVE', KEYS[1], KEYS[8], 'RIGHT', 'LEFT')\n",
-    "    redis.call('LMOVE', KEYS[1], KEYS[2], 'RIGHT', 'RIGHT')\n",
+    "    redis.call('LMOVE', inflight, suspects, 'RIGHT', 'LEFT')\n",
+    "    redis.call('LMOVE', inflight, queue, 'RIGHT', 'RIGHT')\n",
 )
 _REQUEUE_TO_QUEUE = scripts.REQUEUE_STUCK.replace(
-    "      redis.call('LPUSH', KEYS[8], raw)\n", "      redis.call('RPUSH', KEYS[2], raw)\n"
+    "      redis.call('LPUSH', suspects, raw)\n", "      redis.call('RPUSH', queue, raw)\n"
 )
 # That both replacements hit their line is checked by tests/test_named_mutant_anchors.py, not by
 # an assert here: a named mutant of the same lines would make this module fail to import, which
@@ -301,7 +301,7 @@ class PromoteCopiesServer(Server):
 
     def promote_due(self, now: float | None = None) -> int:
         script = scripts.PROMOTE.replace(
-            "  if redis.call('ZREM', KEYS[1], raw) == 1 then\n", "  if true then\n")
+            "  if redis.call('ZREM', scheduled, raw) == 1 then\n", "  if true then\n")
         assert script != scripts.PROMOTE
         keys = self.keys
         moved = self.client.eval(script, 4, keys.scheduled, keys.queue, keys.suspects,
@@ -319,9 +319,9 @@ class CompositePopsNextWorker(Worker):
         if script != scripts.RELEASE_AND_TAKE_SCRIPT:
             return super()._send_release(args, script)
         source = scripts.RELEASE_AND_TAKE.replace(
-            "local raw = redis.call('LMOVE', source, KEYS[1], 'RIGHT', 'LEFT')",
-            "local raw = redis.call('RPOP', source)")
-        source = source.replace("  redis.call('HSET', KEYS[2], id, ARGV[9])\n", "")
+            "local taken = redis.call('LMOVE', source, own, 'RIGHT', 'LEFT')",
+            "local taken = redis.call('RPOP', source)")
+        source = source.replace("  redis.call('HSET', processing, id, record)\n", "")
         return self._call("EVAL", source, *args)
 
 
