@@ -18,7 +18,7 @@ from taskcustody.verify import faults
 from taskcustody.verify.run import PASSED, Options, verify
 from tests.support.redis_server import RedisServerProcess
 
-#: Enough examples for the derandomized run to drop and cancel the replies of takes and
+#: Enough examples for the seeded run to drop and cancel the replies of takes and
 #: releases, and to cancel both before their send, few enough for CI (re-measured when the
 #: machine's `execute` rule was deleted, which moved every draw: at 80 no take was cancelled
 #: before its send; at 120 each kind fires, 2 of them at the least; again when the refusal
