@@ -17,7 +17,7 @@ from taskcustody_model.state import (
 )
 
 from ..envelope import Task
-from ..worker import Outcome
+from ..worker import Outcome, Worker
 from .observation import Mismatch, WorkerSlot
 from .stepping_base import SteppingBase
 
@@ -123,8 +123,12 @@ class WorkerSteps(SteppingBase):
             if self.scripts_flushed:
                 self._load_release_scripts()
             unread = worker._unread_replies
-            self.injector.arm("EVALSHA", connection=worker._conn,
-                              skip=0 if variant % 2 and unread else unread)
+            if variant % 2 and unread:  # the deferred record's (EVALSHA: a script too)
+                self.injector.arm("EVALSHA", connection=worker._conn)
+            elif _sends_its_own_release(worker):  # its own script, as EVAL: only its reply
+                self.injector.arm("EVAL", connection=worker._conn)
+            else:
+                self.injector.arm("EVALSHA", connection=worker._conn, skip=unread)
         task, outcome = ws.task, ws.outcome
         ws.task = ws.outcome = None
         try:
@@ -161,3 +165,10 @@ class WorkerSteps(SteppingBase):
             ws.task, ws.stage = task, TAKEN
         elif not lost:
             raise Mismatch(command, "the model predicts a task; the take returned None")
+
+
+def _sends_its_own_release(worker: Worker) -> bool:
+    """A demonstration's worker (verify/broken.py) that sends its own release script with EVAL,
+    not the real one by its SHA: the composite step's lost reply is that EVAL's. (The asyncio
+    harness's workers are not `Worker`s, and send the real scripts.)"""
+    return isinstance(worker, Worker) and type(worker)._send_release is not Worker._send_release
