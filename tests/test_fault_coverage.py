@@ -1,4 +1,4 @@
-"""The gate on fault coverage (issue 15, build 4): the kinds it requires are read from the code and
+"""The gate on fault coverage: the kinds it requires are read from the code and
 agree with what the worker and the server send; a kind that never fires fails the part, naming it
 with the counts; and the counts are the faults the injector really injected."""
 
@@ -15,7 +15,7 @@ from taskcustody_model import FAULTS
 from taskcustody import scripts
 from taskcustody.connection import connect_fake
 from taskcustody.keys import QueueKeys
-from taskcustody.verify import run as run_module
+from taskcustody.verify import parts
 from taskcustody.verify.aiming import DROPPED, shots, walk_to
 from taskcustody.verify.budget import Budget
 from taskcustody.verify.fault_coverage import (
@@ -180,7 +180,7 @@ def test_a_run_where_a_kind_cannot_fire_fails_naming_it_and_its_count() -> None:
 
 def test_kinds_the_first_examples_leave_short_are_aimed_at_again_until_they_fire_enough(
         ) -> None:
-    # 12 examples of 4 faults over 13 kinds leave some short (the same 12 examples, derandomized,
+    # 12 examples of 4 faults over 13 kinds leave some short (the same 12 examples, seeded,
     # with no examples after them); 30 more aimed at those alone bring each to its minimum
     first, first_stats = _small_run()
     assert not first.ok and not first.aimed_again
@@ -207,7 +207,7 @@ def test_no_kind_is_aimed_at_again_once_the_time_budget_is_spent(
     # the gate as they are, and no examples run after them
     now = [0.0]
     calls = []
-    stateful = run_module._stateful
+    stateful = parts.run_stateful
 
     def first_examples_then_spent(*args: Any, **kwargs: Any) -> Any:
         calls.append(kwargs["aim_at"])
@@ -215,7 +215,7 @@ def test_no_kind_is_aimed_at_again_once_the_time_budget_is_spent(
         now[0] = 1e9
         return outcome
 
-    monkeypatch.setattr(run_module, "_stateful", first_examples_then_spent)
+    monkeypatch.setattr(parts, "run_stateful", first_examples_then_spent)
     server = fakeredis.FakeServer()
     failure, stopped, cov = run_fault_coverage(
         Options(coverage_examples=12, bounds=COVERAGE_BOUNDS), lambda: connect_fake(server),

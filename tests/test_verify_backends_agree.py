@@ -1,5 +1,5 @@
 """`taskcustody verify` on fakeredis and on a real server agree on what they can catch
-(verify/backends.py): the same derandomized run catches the same broken designs on both; what
+(verify/backends.py): the same seeded run catches the same broken designs on both; what
 only a real server shows is caught only there, and a fakeredis run's report says so, with how to
 cover it (`--embedded-redis`, `--redis-url`)."""
 
@@ -29,11 +29,11 @@ from taskcustody.worker import Worker
 from tests.support.redis_server import RedisServerProcess
 
 ROOT = Path(__file__).resolve().parent.parent
-#: small and derandomized: the same examples on both backends, every run
+#: small and seeded: the same examples on both backends, every run
 EXAMPLES = 20
 
 
-#: the retrying client's run: the derandomized real-server run catches it within 10 examples
+#: the retrying client's run: the seeded real-server run catches it within 10 examples
 RETRY_EXAMPLES = 10
 
 

@@ -44,8 +44,10 @@ def test_correct_implementation_verifies() -> None:
 
 
 def test_the_prefetching_worker_verifies_with_its_pipelines_faulted() -> None:
+    # (seed 2: the prefetching machine has no aiming rule, and a take pipeline's lost reply is
+    # rare in the default seed's 60 short examples; seed 2's lose replies in both pipelines)
     code, out = run("--examples", "60", "--steps", "20", "--quiet", "--no-model-check",
-                    "--prefetch", "--no-fault-coverage")
+                    "--prefetch", "--no-fault-coverage", "--seed", "2")
     assert code == 0, out
     assert "with the prefetching worker" in out
     assert re.search(r"dropped-reply:prefetching-take\s+[1-9]", out), out

@@ -1,6 +1,6 @@
 """`taskcustody verify` never blames the protocol for the deployment: an error from set-up, the
 network, a cluster redirect or a wrong-type key ends the run with exit 2 and that error, never
-with a violation and a counterexample (issue 12: a MovedError during set-up, hidden behind an
+with a violation and a counterexample (a MovedError during set-up, hidden behind an
 IndexError at teardown, was printed as "VIOLATION FOUND")."""
 
 from __future__ import annotations

@@ -24,7 +24,7 @@ from taskcustody.verify.protocol_log import LOGGER, ProtocolLog, captured
 from taskcustody.verify.run import Options, verify
 
 ROOT = Path(__file__).resolve().parent.parent
-#: A short run that still injects faults the protocol logs about (derandomized: the same lines
+#: A short run that still injects faults the protocol logs about (seeded: the same lines
 #: every time): the stateful part alone, 20 examples of up to 20 steps, about 2 s.
 SHORT = ["verify", "--no-model-check", "--no-fault-coverage", "--no-loops", "--examples", "20",
          "--steps", "20"]

@@ -1,4 +1,4 @@
-"""The model drives the real implementation (issue 4): every action and fault of the model, several
+"""The model drives the real implementation: every action and fault of the model, several
 workers on several servers interleaved, on fakeredis and on a real redis-server. After every step
 the real Redis state, mapped to the model's terms, must equal the model's state, and every
 property must hold on both; at teardown recovery runs until quiescent and the eventual
@@ -13,18 +13,17 @@ from __future__ import annotations
 import os
 
 from hypothesis import settings
-from hypothesis.stateful import run_state_machine_as_test
 from taskcustody_model import REFUSALS, Bounds
 
 from taskcustody.verify.aiming import with_faults_also_aimed
 from taskcustody.verify.machine import RETRY_BOUNDS, RunStats, build_machine
 from taskcustody.verify.refusal_aiming import MINIMUM
-from taskcustody.verify.run import no_local_constants
+from taskcustody.verify.seeding import DEFAULT_SEED, run_machine
 from tests.conftest import Backend
 
 STEPS = int(os.environ.get("VERIFY_STEPS", "40"))
 #: At least this many examples whatever the profile: the fault-coverage assertions below need them
-#: (the mutation profile's 30 derandomized examples lose no release reply).
+#: (30 examples may lose no release reply).
 MIN_EXAMPLES = 50
 
 
@@ -36,22 +35,19 @@ def _run(backend: Backend, faults: tuple[str, ...], *, prefetching: bool = False
     the machine also attempts what the model refuses (`machine.with_refusals`). `aimed`: the
     machine also has a rule that aims at each kind of `faults` in turn
     (`aiming.with_faults_also_aimed`, the base's own fault rules still on), so that they fire
-    whatever the derandomized draws reach (the kinds must be the model's: `aiming.shots`)."""
+    whatever the seed's draws reach (the kinds must be the model's: `aiming.shots`)."""
     stats = RunStats()
     machine = build_machine(backend.client, real_redis=backend.real, stats=stats,
                             prefetching=prefetching, bounds=bounds, refusals=refusals)
     if aimed:
         machine = with_faults_also_aimed(machine, faults)
-    # Derandomized unless asked otherwise: the fault-coverage assertions below must not depend on
-    # the luck of one random run (the deep profile explores at random, with many more examples).
+    # Seeded unless asked otherwise: the fault-coverage assertions below must not depend on the
+    # luck of one random run (the deep profile explores at random, with many more examples).
     random = os.environ.get("HYPOTHESIS_PROFILE") == "deep" or bool(os.environ.get("VERIFY_RANDOM"))
     examples = max(min_examples, settings.default.max_examples)
-    # (no_local_constants: the same run however pytest collected it)
-    with no_local_constants():
-        run_state_machine_as_test(
-            machine, settings=settings(stateful_step_count=STEPS, derandomize=not random,
-                                      max_examples=examples)
-        )
+    run_machine(machine, settings(stateful_step_count=STEPS, derandomize=False, database=None,
+                                  max_examples=examples),
+                None if random else DEFAULT_SEED)
     assert stats.examples > 0 and stats.steps > 0
     for kind in faults:
         assert stats.faults[kind] > 0, f"no {kind} fault in {stats.examples} examples"
@@ -61,10 +57,9 @@ def _run(backend: Backend, faults: tuple[str, ...], *, prefetching: bool = False
 
 
 def test_the_implementation_conforms_to_the_model(backend: Backend) -> None:
-    # Aimed: which fault kinds the derandomized draws reach moves with every edit of the machine
-    # (without the aiming rule, the run after the dead `execute` rule's removal lost no
-    # release_and_take reply in 135 examples). 100 examples: the derandomized search reaches a
-    # worker step between two moves of a drain (12 such steps in 100 before that removal).
+    # Aimed: which fault kinds the seed's draws reach moves with every change of the machine's
+    # rules; the aiming rule reaches each kind whatever the draws. 100 examples: the search
+    # reaches a worker step between two moves of a drain.
     stats = _run(backend, ("dropped-reply:take", "dropped-reply:release",
                            "dropped-reply:release_and_take", "crash_worker", "crash_server",
                            "stall_server"), min_examples=100, aimed=True)

@@ -3,9 +3,10 @@
 the failure to a short counterexample.
 
 What each run is pinned to find is the designs table's (`taskcustody.verify.designs`, `Stateful`).
-Each run is deterministic: derandomized, or a pinned seed where the derandomized search needs more
-examples than CI can afford (the figures per seed: `python -m taskcustody.verify.seeds`). Shrinking
-is capped (`Stateful.shrink_seconds`); the pinned lengths are upper bounds observed on fakeredis.
+Each run is deterministic: seeded (`seeding.DEFAULT_SEED`, or a pinned seed where the default
+seed's search needs more examples than CI can afford; the figures per seed: `python -m
+taskcustody.verify.seeds`). Shrinking is capped (`Stateful.shrink_seconds`); the pinned lengths
+are upper bounds observed on fakeredis.
 
 Design 6 (unbounded drain) needs an appender *inside* a drain. A recovery pass runs whole inside
 one step of the machine, but between two moves of a drain the machine may let the list's owner (a
@@ -47,10 +48,10 @@ def test_the_state_machine_finds_the_broken_design(design: str) -> None:
 
 @pytest.mark.slow
 def test_the_correct_design_passes_the_same_search() -> None:
-    """The control: the same derandomized search on the real implementation finds nothing."""
+    """The control: the same seeded search on the real implementation finds nothing."""
     result = verify(Options(examples=300, model_check=False))
     assert result.failure is None, result.failure and result.failure.message
-    # ... and its fault-coverage part met its minimums (the gate of issue 15 in CI)
+    # ... and its fault-coverage part met its minimums (the fault-coverage gate in CI)
     assert result.coverage is not None and result.coverage.ok, result.coverage
 
 
@@ -78,8 +79,8 @@ def test_verify_runs_each_design_with_the_examples_this_test_needs() -> None:
 
     default = Options().examples
     for name, e in EXPECT.items():
-        # (derandomized: a larger budget finds the same first failure; a design pinned with a
-        # seed is found with that seed, `verify --variant NAME --seed N`)
+        # (the default seed: a larger budget finds the same first failure; a design pinned with
+        # a seed is found with that seed, `verify --variant NAME --seed N`)
         if e.seed is None:
             assert default_examples(name) == max(e.examples, default), name
     assert default_examples("correct") == default

@@ -1,4 +1,4 @@
-"""The production loop is part of what is verified (issue 14, point 8): the machine runs a worker's
+"""The production loop is part of what is verified: the machine runs a worker's
 real loop (`Worker.run`: `run_until_stopped`, `run_once`, `release_and_take`, `finish`) with the
 model checking every command it sends (verify/loops.py). The real loop conforms; a loop that skips
 a step the model requires is caught."""
@@ -10,7 +10,6 @@ import re
 import pytest
 from click.testing import CliRunner
 from hypothesis import Phase, settings
-from hypothesis.stateful import run_state_machine_as_test
 
 from taskcustody.cli import main
 from taskcustody.verify import server_loop
@@ -22,9 +21,9 @@ from taskcustody.verify.run import (
     LOOPS_PART,
     PASSED,
     Options,
-    no_local_constants,
     verify,
 )
+from taskcustody.verify.seeding import DEFAULT_SEED, run_machine
 from tests.conftest import Backend
 
 EXAMPLES = 15
@@ -33,21 +32,26 @@ STEPS = 20
 #: default steps: 40).
 VERIFY_LOOPS = {kind: {"examples": examples, "steps": steps or Options().steps}
                 for kind, examples, steps in LOOP_KINDS}
+#: The seed of the runs that must reach a sweep sparing a fresh registration. In the prefetching
+#: loop's machine that needs a slot's take to find the queue empty, its process to be judged dead
+#: and a sweep, all before the next tick: rare in its draws (the default seed's examples reach
+#: none, seed 3's do). The server loop's machine reaches it at the default seed, and is the one
+#: that catches design 9 in `taskcustody verify`.
+SPARING_SEEDS = {"prefetch": 3, "server": DEFAULT_SEED}
 
 
 def _run(backend: Backend, loop: str = "correct", kind: str = "worker",
          examples: int = EXAMPLES, implementation: str = "correct",
-         steps: int = STEPS) -> RunStats:
-    """A derandomized run; a failure is raised as found (not shrunk: the test wants the kind of
-    failure, fast)."""
+         steps: int = STEPS, seed: int = DEFAULT_SEED) -> RunStats:
+    """A seeded run (`seeding.DEFAULT_SEED` unless `seed`); a failure is raised as found (not
+    shrunk: the test wants the kind of failure, fast)."""
     stats = RunStats()
     machine = build_machine(backend.client, real_redis=backend.real, stats=stats,
                             drive_loops=True, loop=loop, loop_kind=kind,
                             implementation=implementation)
-    with no_local_constants():
-        run_state_machine_as_test(machine, settings=settings(
-            stateful_step_count=steps, derandomize=True, max_examples=examples, deadline=None,
-            phases=(Phase.explicit, Phase.generate), report_multiple_bugs=False))
+    run_machine(machine, settings(
+        stateful_step_count=steps, max_examples=examples, deadline=None, database=None,
+        phases=(Phase.explicit, Phase.generate), report_multiple_bugs=False), seed)
     return stats
 
 
@@ -84,9 +88,14 @@ def test_the_real_prefetching_loop_follows_the_model(backend: Backend) -> None:
 
 
 def test_a_prefetching_loop_that_skips_its_reconcile_is_caught(backend: Backend) -> None:
-    with pytest.raises(Mismatch, match=r"loop: worker \d of s\d's prefetching loop did take where "
-                                       r"the model allows only reconcile"):
+    """Caught either way, as the draws fall: the loop's take where the model allows only
+    reconcile, or, when the check after a lost reply comes first, the worker the model holds
+    dirty and the loop does not (the processes' workers differ)."""
+    with pytest.raises(Mismatch) as caught:
         _run(backend, loop="prefetch-skips-reconcile", kind="prefetch", examples=30)
+    assert re.match(r"loop: worker \d of s\d's prefetching loop did take where the model allows "
+                    r"only reconcile|conformance: processes: model .* != real ",
+                    f"{caught.value.kind}: {caught.value.message}"), caught.value
 
 
 def test_the_real_background_thread_follows_the_model(backend: Backend) -> None:
@@ -113,7 +122,7 @@ def test_the_prefetch_and_server_loop_machines_drive_the_sweeps_that_would_forge
     driven are sweeps that would forget a dead owner's empty list but for its fresh registration
     (a take pending on the empty queue: a prefetching slot's, or a worker's interleaved with the
     background thread), in the model and in Redis alike."""
-    stats = _run(backend, kind=kind, **VERIFY_LOOPS[kind])
+    stats = _run(backend, kind=kind, seed=SPARING_SEEDS[kind], **VERIFY_LOOPS[kind])
     assert stats.faults["sweeps-sparing-fresh"] > 0
     assert stats.tallies["lost"] == 0 and stats.tallies["duplicated"] == 0
     if kind == "prefetch":
@@ -131,13 +140,14 @@ def test_a_sweep_that_forgets_a_fresh_registration_is_caught_by_the_prefetch_and
     `gc-when-empty`): a sweep that ignores the registration's age forgets the fresh list of a
     dead owner's pending take, which the model keeps."""
     with pytest.raises(Mismatch, match=r"conformance: .*registered: model .* != real .*fresh: "):
-        _run(backend, kind=kind, implementation="gc-when-empty", **VERIFY_LOOPS[kind])
+        _run(backend, kind=kind, implementation="gc-when-empty", seed=SPARING_SEEDS[kind],
+             **VERIFY_LOOPS[kind])
 
 
 def test_the_default_verify_run_drives_the_production_loops() -> None:
     """The main job, not only this file, catches a loop that breaks the protocol: the part runs
     unless `--no-loops` says otherwise, with the examples of the default run (`LOOP_EXAMPLES`,
-    derandomized: the same draws as `taskcustody verify`). The named mutant
+    seeded: the same draws as `taskcustody verify`). The named mutant
     run-once-skips-reconcile is caught here (a `loop` mismatch: take where only reconcile), so
     is prefetch-run-once-skips-reconcile (the same, in the prefetching worker's cycle) and
     background-sweeps-once (the server's background thread: it did not sweep in 2 beats)."""

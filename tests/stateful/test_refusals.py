@@ -1,4 +1,4 @@
-"""Refusals are behaviour too (issue 14, point 9): the machine with `refusals` also attempts what
+"""Refusals are behaviour too: the machine with `refusals` also attempts what
 the model refuses (`taskcustody_model.refused_attempts`: a claim of an id a live process holds, a
 heartbeat from a superseded process, a sweep's drain of a live list), and the implementation must
 refuse it with Redis unchanged. An implementation that accepts one fails the stateful run with a
@@ -15,14 +15,14 @@ from __future__ import annotations
 
 import pytest
 from hypothesis import Phase, settings
-from hypothesis.stateful import run_state_machine_as_test
 from taskcustody_model import REFUSALS
 
 from taskcustody import scripts
 from taskcustody.server import Server
 from taskcustody.verify.machine import RunStats, build_machine
 from taskcustody.verify.observation import Mismatch
-from taskcustody.verify.run import Options, no_local_constants, verify
+from taskcustody.verify.run import Options, verify
+from taskcustody.verify.seeding import run_machine
 from tests.conftest import Backend
 
 #: What each script turns into when it no longer refuses, and which refusal must then fail.
@@ -39,10 +39,8 @@ def _run(backend: Backend, examples: int) -> RunStats:
     stats = RunStats()
     machine = build_machine(backend.client, real_redis=backend.real, stats=stats, refusals=True)
     phases = [Phase.explicit, Phase.generate]  # no shrinking: the kind of mismatch is enough
-    with no_local_constants():
-        run_state_machine_as_test(machine, settings=settings(
-            stateful_step_count=30, derandomize=True, max_examples=examples, deadline=None,
-            phases=phases, database=None))
+    run_machine(machine, settings(stateful_step_count=30, max_examples=examples, deadline=None,
+                                  phases=phases, database=None))
     return stats
 
 
@@ -123,12 +121,14 @@ def test_a_superseded_process_that_goes_on_after_a_refused_heartbeat_fails(
 
 
 def test_every_kind_is_attempted_in_every_example_it_is_in_reach(backend: Backend) -> None:
-    """The aiming rule walks to each kind not yet attempted in an example, so the counts do not
-    depend on the draws: over 30 derandomized examples a superseded process's heartbeat (a stall,
-    a lapsed lease, a new claim, the resume and the heartbeat that tells it) is attempted in most
-    of them (twice in 277 examples of `verify`'s run before the aiming)."""
+    """The aiming rule walks to each kind not yet attempted in an example, so the counts depend
+    little on the draws: over 30 seeded examples a superseded process's heartbeat (a stall, a
+    lapsed lease, a new claim, the resume and the heartbeat that tells it) is attempted in a good
+    share of them, whatever the seed (twice in 277 examples of `verify`'s run before the aiming;
+    from a quarter to all of the examples with seeds 0 to 2, as short examples and planner
+    bounds allow)."""
     stats = _run(backend, 30)
-    assert stats.refusals["heartbeat_superseded"] >= stats.examples // 2, stats.refusals
+    assert stats.refusals["heartbeat_superseded"] >= stats.examples // 4, stats.refusals
 
 
 def test_walk_to_refusal_plans_the_superseded_heartbeat_on_the_model() -> None:

@@ -1,6 +1,6 @@
 """The loop-driven run's registrations age (`Bounds.registration_ages` in `machine.LOOP_BOUNDS`,
 a harness grace of one tick), so every sweep is driven, also while a worker's production loop
-left a take pending on an empty queue (issue 14, point 8): Redis and the model agree on which
+left a take pending on an empty queue: Redis and the model agree on which
 registrations a sweep may forget, and a sweep that forgets a fresh one is caught.
 
 Design 9's counterexample, on the real implementation, step by step: server 0 stalls and

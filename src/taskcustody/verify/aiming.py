@@ -117,8 +117,8 @@ def with_aimed_faults(base: type[RuleBasedStateMachine], kinds: Sequence[str],
     rule uniformly among those enabled, so each copy adds to the aimed rule's weight against the
     base's rules).
 
-    A subclass, so that `base` (whose source seeds the pinned derandomized runs) stays as it is;
-    this class's own source seeds the fault-coverage part's runs."""
+    A subclass, so that `base` keeps its rules (one more rule would change what every seeded run
+    of it draws)."""
 
     kind_list = list(kinds)
 
@@ -137,8 +137,8 @@ def with_aimed_faults(base: type[RuleBasedStateMachine], kinds: Sequence[str],
             and the tasks still to take), and an example spreads its budget over several."""
             at = getattr(self, "_aim_at", None)
             if at is None:
-                # (Hypothesis draws small numbers far more often than others, a derandomized run
-                # too: the steps before the first aim spread the start over the kinds)
+                # (Hypothesis draws small numbers far more often than others: the steps before
+                # the first aim spread the start over the kinds)
                 drawn = data.draw(st.integers(0, 255), label="first kind aimed at")
                 at = (drawn + len(self.h.steps)) % len(kind_list)
             self._aim_at = (at + 1) % len(kind_list)

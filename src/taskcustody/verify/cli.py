@@ -189,12 +189,12 @@ def _no_server(message: str) -> NoReturn:
 
 @click.command(name="verify")
 @click.option("--examples", type=click.IntRange(1, 1_000_000), default=None,
-              show_default="200; 300-600 for a --variant whose derandomized search needs more",
+              show_default="200; 300-600 for a --variant whose pinned search needs more",
               help="Stateful examples (runs from a fresh deployment) to generate.")
 @click.option("--steps", type=click.IntRange(1, 10_000), default=40, show_default=True,
               help="Maximum steps per stateful example.")
 @click.option("--seed", type=int, default=None,
-              help="Explore with this random seed (default: derandomized, the same every run).")
+              help="Explore with this random seed (default: 0, the same every run).")
 @click.option("--variant", "variants", multiple=True, metavar="NAME",
               help="Verify a broken design instead of the real one (default: correct); 'list' "
                    "names them. Repeat it to run several designs, one after the other.")

@@ -1,4 +1,4 @@
-"""What a run covered, part by part (`run.Part`): in the terminal and in the HTML report.
+"""What a run covered, part by part (`result.Part`): in the terminal and in the HTML report.
 
 Said for every run, so that a run the time budget cut short (`--max-seconds`) reads as partial
 at a glance, with the examples and steps it did run.

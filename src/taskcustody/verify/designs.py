@@ -59,7 +59,7 @@ class Stateful:
     """What the stateful run (the model driving the demonstration) is pinned to find."""
 
     examples: int  # found within this many examples; `verify --variant` runs at least this many
-    seed: int | None  # None: derandomized
+    seed: int | None  # None: the default seed (`seeding.DEFAULT_SEED`)
     max_steps: int  # the shrunk counterexample has at most this many steps
     kinds: tuple[str, ...]  # what the failure is (Mismatch kinds)
     slow: bool = False
@@ -85,7 +85,7 @@ class Design:
     #: named mutants that break the same property near the same lines, but are a different bug,
     #: each with how it differs
     related_mutants: tuple[tuple[str, str], ...] = ()
-    #: the bounds `taskcustody verify` model-checks this design at; None: `run.MODEL_BOUNDS`
+    #: the bounds `taskcustody verify` model-checks this design at; None: `options.MODEL_BOUNDS`
     verify_bounds: Bounds | None = None
     no_demo: str = ""
     no_stateful: str = ""
@@ -138,38 +138,34 @@ DESIGNS: tuple[Design, ...] = (
                              "every registered list"),)),
     Design("startup-skips-own", 4,
            demo="StartupSkipsOwnServer",
-           # observed: 5 steps (stall, clock, claim, take, startup drain), found after 386
-           # examples
+           # observed: 5 steps (stall, clock, claim, take, startup drain)
            stateful=Stateful(600, None, 8, ("conformance",), slow=True),
            mutant=True),
     Design("processing-sweep-no-custody", 5,
            demo="ProcessingSweepNoCustodyServer",
-           # Since the composite step's rule (2026-12-01) the derandomized search no longer
-           # reaches it in 878 examples; seed 1 finds it after 27 (`python -m
-           # taskcustody.verify.seeds --seeds 6 --examples 600 --designs
-           # processing-sweep-no-custody`: 5 of 6 seeds, median 10.8 s; seed 0 not in 835
-           # examples), unshrunk 10 steps
+           # Pinned to seed 1, which finds it within the examples below; other seeds may need
+           # many more (`python -m taskcustody.verify.seeds --seeds 6 --examples 600 --designs
+           # processing-sweep-no-custody` says how many)
            stateful=Stateful(600, 1, 12, ("conformance", "real:no-duplication"), slow=True),
            mutant=True),
     Design("unbounded-drain", 6,
            demo="UnboundedDrainServer",
-           # Aimed: since the dead `execute` rule's deletion (2026-12-02) the derandomized draws
-           # no longer reach it in 400 examples (nor seed 0 in 415); the machine aims at a drain
-           # whose owner steps between its moves (a take, a stall, the clock, a sweep during
-           # which the stalled worker records, releases and takes the next task into the list).
+           # Aimed, so that it does not depend on which examples a seed draws: the machine aims
+           # at a drain whose owner steps between its moves (a take, a stall, the clock, a sweep
+           # during which the stalled worker records, releases and takes the next task into the
+           # list).
            stateful=Stateful(300, None, 14, ("real:bounded-work", "conformance"),
                              shrink_seconds=20.0, aim_at_drains=True),
            mutant=True),
     Design("drain-before-prune", 7,
            demo="DrainBeforePruneServer",
-           # observed: 12 steps (a second worker's steps and a lost release the shrinker keeps);
-           # 16 since the dead `execute` rule's deletion (2026-12-02; other draws, shrunk with
-           # the 90 s cap on a 2-core machine at load 7)
+           # observed: up to 16 steps (a second worker's steps and a lost release the shrinker
+           # keeps, with the 90 s cap on a loaded 2-core machine)
            stateful=Stateful(300, None, 16, ("conformance",)),
            mutant=True),
     Design("register-once", 8,
            demo="RegisterOnceServer",
-           # observed: 6 steps: a wipe, the reconciles, then a heartbeat that registers the
+           # observed: a wipe, the reconciles, then a heartbeat that registers the
            # server but not its lists (the model's heartbeat registers both)
            stateful=Stateful(300, None, 8, ("conformance", "real:registered-custody")),
            mutant=True),
@@ -182,10 +178,9 @@ DESIGNS: tuple[Design, ...] = (
            mutant=True),
     Design("recoveries-not-counted", 10,
            demo="RecoveriesNotCountedServer",
-           # observed: 7 steps since the composite step's rule (2026-12-01; 2 before, with other
-           # draws): a wipe, a claim, an enqueue, a reconcile, a stall, the stalled worker's
-           # take, and a new incarnation's startup drain that recovers it: the model counts the
-           # recovery, the demonstration does not
+           # observed: a few steps (up to a wipe, a claim, an enqueue, a reconcile, a stall, the
+           # stalled worker's take, and a new incarnation's startup drain that recovers it): the
+           # model counts the recovery, the demonstration does not
            stateful=Stateful(200, None, 8, ("conformance",)),
            mutant=True,
            verify_bounds=POISON_BOUNDS),
@@ -201,7 +196,7 @@ DESIGNS: tuple[Design, ...] = (
            verify_bounds=POISON_BOUNDS),
     Design("recovered-to-queue", 12,
            demo="RecoveredToQueueServer",
-           # observed: the same 7 steps as design 10: the model puts the counted task on the
+           # observed: the same walk as design 10: the model puts the counted task on the
            # suspects list, the demonstration on the queue
            stateful=Stateful(200, None, 8, ("conformance",)),
            mutant=True,

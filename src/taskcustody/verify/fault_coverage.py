@@ -1,7 +1,7 @@
 """The gate on fault coverage: which faults a run must inject, how often, and the verdict.
 
 A stateful run in which a fault kind never fires checks nothing about it, and passes all the
-same. The fault-coverage part of `taskcustody verify` (`run._fault_coverage_part`) runs the
+same. The fault-coverage part of `taskcustody verify` (`parts.fault_coverage_part`) runs the
 machine with a rule that aims at fault kinds (`aiming.with_aimed_faults`), and this module
 judges its counts: every fault kind, and a lost reply of every command that can lose one, must
 fire at least `MINIMUM` times, and each lost reply at least a third as often as the take's

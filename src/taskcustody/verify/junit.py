@@ -1,6 +1,6 @@
 """`taskcustody verify --junit-xml FILE`: the run as a JUnit XML report, for CI systems.
 
-One `<testsuite>` per design run, one `<testcase>` per part of it (`run.Part`): the model check,
+One `<testsuite>` per design run, one `<testcase>` per part of it (`result.Part`): the model check,
 the stateful conformance run on its backend, the fault coverage (its minimums unmet: a failure).
 A part that found a violation has a `<failure>`
 whose text is the run's report (the counterexample and the command that reproduces it); one that

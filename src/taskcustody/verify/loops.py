@@ -36,7 +36,7 @@ loop's run with the same bounds (`LOOP_BOUNDS`): their sweeps are all driven too
 What is driven here: the plain worker's loop (`Worker.run`: register, `run_until_stopped`,
 `run_once` with its reconcile, take, record, execute, release or `release_and_take`, `finish` once
 stopped). The prefetching worker's cycle is driven by verify/prefetch_loop.py (a subclass of this
-driver), the server's background thread by verify/server_loop.py (issue 14, point 8).
+driver), the server's background thread by verify/server_loop.py.
 """
 
 from __future__ import annotations

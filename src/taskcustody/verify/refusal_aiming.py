@@ -1,4 +1,4 @@
-"""Aiming at a refusal (issue 14, point 9): the shortest walk of harness steps, planned on the
+"""Aiming at a refusal: the shortest walk of harness steps, planned on the
 model, to a state where the model refuses an attempt of a given kind; and the gate on how often
 each kind was attempted.
 
@@ -7,11 +7,11 @@ The machine with refusals (`machine.with_refusals`) attempts what the model refu
 possible. A claim of a held id is possible almost always and a sweep's drain of a live list as
 soon as a worker holds a task; a heartbeat from a superseded process needs a stall, the clock
 moved past the registration's lease, a new process's claim of the id, the resume and the
-heartbeat that tells the old process it was superseded: a walk that random draws rarely take (a
-derandomized run of 30 examples never did). So the machine does not wait for it: it plans, on
-the model, a walk of ordinary harness steps from the current state to one where an attempt of a
-kind not yet made in this example is possible (`walk_to_refusal`), performs each step on the
-implementation, checked, and makes the attempt.
+heartbeat that tells the old process it was superseded: a walk that random draws rarely take.
+So the machine does not wait for it: it plans, on the model, a walk of ordinary harness steps
+from the current state to one where an attempt of a kind not yet made in this example is
+possible (`walk_to_refusal`), performs each step on the implementation, checked, and makes the
+attempt.
 
 Breadth first over a few actions (`WALK`), so the walk is a shortest one, and bounded
 (`MAX_DEPTH`, `MAX_STATES`): a kind out of reach (the fault budget spent before a stall, say) is

@@ -19,6 +19,7 @@ from .harness import StepRecord, actor_of
 from .refusal_aiming import coverage_html as refusal_coverage_html
 from .refusal_aiming import coverage_lines as refusal_coverage_lines
 from .run import Failure, Result
+from .seeding import DEFAULT_SEED
 
 # -- the steps of a counterexample, in one shape for both sources ---------------------------------
 
@@ -271,7 +272,7 @@ def text_report(result: Result) -> str:
             f"faults<={b.faults} per example; {s.examples:,} examples, {s.steps:,} steps "
             f"({s.recovery_steps:,} of them recovery), {result.steps_per_second:,.0f} steps/s, "
             f"{result.stateful_seconds:.1f} s"
-            + (f", seed {o.seed}" if o.seed is not None else ", derandomized"))
+            + (f", seed {o.seed}" if o.seed is not None else f", seed {DEFAULT_SEED}"))
     lines.append(f"time:          {result.seconds:.1f} s")
     lines.append("versions:      " + ", ".join(
         f"{k} {v}" for k, v in result.versions.items() if k != "server"))

@@ -35,13 +35,16 @@ and closes its connection (an unread deferred reply is discarded); no `finally` 
 crash crashes its workers and stops its heartbeat. Stall and resume are the model's: the harness
 stops calling that process's heartbeat and sweeps while its workers go on. Time moves by
 `ManualClock.advance`, one model tick at a time.
+
+Layout: `Stepping` is built in layers, each a module with one job: stepping_base.py (set-up and
+the model's side of a step), worker_steps.py (a worker's steps), recovery_passes.py (sweeps and
+startup drains); this module dispatches each action to them and holds the rest (the clock, the
+wipe, server steps, refused attempts, the end of a run).
 """
 
 from __future__ import annotations
 
 import time
-from collections import Counter
-from collections.abc import Callable
 from typing import Any
 
 import redis
@@ -49,194 +52,45 @@ from taskcustody_model import (
     Action,
     Attempt,
     apply,
-    check_transition,
-    enabled_actions,
     is_done,
-    is_live,
-    list_of,
-    prune,
     refused_attempts,
     renewed,
-    with_process,
 )
 from taskcustody_model.state import (
     ARMED,
-    CLAIMED,
     ENQUEUED,
     IDLE,
     POISONED,
-    RECORDED,
     RUNNING,
     SUPERSEDED,
-    TAKEN,
     TTL,
     WAITING,
     WIPED,
-    ListKey,
-    Registration,
-    State,
 )
-from taskcustody_model.trace import describe_action
 
-from .. import recovery, scheduled, scripts
-from ..clock import ManualClock
-from ..envelope import Task
+from .. import recovery, scheduled
 from ..errors import ServerIdHeld, Superseded
-from ..keys import QueueKeys
-from ..producer import Producer
-from ..server import Server
-from ..settings import Settings
-from ..worker import Outcome
-from . import faults
-from .observation import TICK, Mismatch, Observation, ProcSlot, StepRecord, WorkerSlot
+from .observation import TICK, Mismatch, StepRecord, WorkerSlot
+from .recovery_passes import MAX_STEPS_DURING_A_PASS, STEPS_DURING_A_DRAIN, RecoveryPasses
+from .stepping_base import VERIFY_SETTINGS, Interleave, ServerFactory, actor_of, default_server
 
-#: Settings whose timing matches the model: deadlines are whole ticks, a drain moves one task per
-#: command (the model's `drain_step`), takes on an empty queue return after 50 ms.
-VERIFY_SETTINGS = Settings(
-    block_timeout=0.05, socket_timeout_margin=2.0, heartbeat_interval=TICK * 0.8,
-    server_ttl=TICK * TTL, sweep_interval=TICK, max_attempts=3, drain_chunk=1,
-    track_commits=True, registry_grace=0,
-)
-
-
-#: The worker steps that may run between two moves of a drain (by the owner of the list being
-#: drained), and how many of them one pass may contain. The bound is what makes a broken drain
-#: that loops until the list is empty end in the harness: once the planned steps are spent nothing
-#: appends any more, the real drain empties the list, and the model (whose drain stops at the
-#: length it read up front) disagrees.
-STEPS_DURING_A_DRAIN = ("take", "record", "release")
-MAX_STEPS_DURING_A_PASS = 3
-
-#: Chooses one of the worker steps the model enables between two moves of a drain, or None to let
-#: the drain go on (the stateful machine draws it, so that it shrinks).
-Interleave = Callable[[list[Action]], Action | None]
-
-ServerFactory = Callable[..., Server]
+__all__ = [
+    "MAX_STEPS_DURING_A_PASS",
+    "STEPS_DURING_A_DRAIN",
+    "VERIFY_SETTINGS",
+    "Interleave",
+    "ServerFactory",
+    "Stepping",
+    "actor_of",
+    "default_server",
+]
 
 
-def default_server(client: redis.Redis, keys: QueueKeys, server_id: str, *, settings: Settings,
-                   clock: ManualClock, workers: int) -> Server:
-    return Server(client, keys, server_id, lambda payload: payload, workers=workers,
-                  settings=settings, clock=clock)
-
-
-def actor_of(action: Action, state: State) -> str:
-    """The lifeline an action belongs to (see `StepRecord.actor`), named from the state before
-    it."""
-    if action.server < 0:
-        return ""
-    who = f"s{action.server}"
-    if action.proc >= 0:
-        who += f"#{state.processes[action.server][action.proc].inc}"
-    if action.worker >= 0:
-        who += f" w{action.worker}"
-    return who
-
-
-class Stepping(Observation):
+class Stepping(RecoveryPasses):
     """Performs the model's actions on the real deployment, and on the model. The run's parts
     (clients, clock, fault injector, slots) are set up by `Harness`."""
 
-    make_client: Callable[[], redis.Redis]
-    server_factory: ServerFactory
-    settings: Settings
-    injector: faults.FaultInjector
-    #: with the Redis wipe: flush the script cache too (not on a server that is the user's)
-    flush_scripts: bool
-    #: on a real server (not fakeredis): replies arrive on a real socket
-    real_redis: bool
-    counts: Counter[str]  # faults by kind, and other events
-    refusals: Counter[str]  # refused attempts (`attempt`) by kind, each refused as the model says
-    steps_during_drains: int  # worker steps interleaved between the moves of a drain
-    seconds: float  # time spent in steps
-    scripts_flushed: bool
-
-    # -- setup ---------------------------------------------------------------------------------
-
-    def setup(self) -> None:
-        """The model's initial state, made real: every task enqueued (t0 first, so it is taken
-        first), every server claimed, startup-drained, its workers registered and reconciled."""
-        self.wipe()
-        # Workers release with EVALSHA and fall back to EVAL on NOSCRIPT. Load the scripts up
-        # front, so that a dropped release reply is always the reply of a release that ran.
-        self._load_release_scripts()
-        for t, status in enumerate(self.status):
-            if status == ENQUEUED:
-                self._enqueue(t)
-        for s in range(self.bounds.servers):
-            slot = self._claim(s, expect_model_inc=0)
-            slot.server.startup_drain()
-            self._start_workers(slot)
-        self.check()
-
-    def _load_release_scripts(self) -> None:
-        scripts.RELEASE_SCRIPT.load(self.admin)
-        scripts.RELEASE_AND_TAKE_SCRIPT.load(self.admin)
-
-    def _enqueue(self, t: int) -> None:
-        Producer(self.admin, self.keys, self.clock).enqueue({"n": t}, task_id=self.task_id(t))
-        self.status[t] = ENQUEUED
-        self.enqueued += 1
-
-    def wipe(self) -> None:
-        """Delete this run's keys, nothing else (with `--redis-url` the server is the user's)."""
-        found = self._keys_starting(self.keys.base + ":")
-        if found:
-            self.admin.delete(*found)
-
-    def _new_client(self, label: str) -> redis.Redis:
-        client = self.make_client()
-        faults.install(client, self.injector, label)
-        return client
-
-    def _claim(self, s: int, expect_model_inc: int) -> ProcSlot:
-        label = f"{self.server_id(s)}#{len(self.steps)}"
-        client = self._new_client(label)
-        server = self.server_factory(client, self.keys, self.server_id(s), settings=self.settings,
-                                     clock=self.clock, workers=self.bounds.workers)
-        try:
-            real_inc = server.claim()
-        except BaseException:
-            client.close()
-            raise
-        self._name(s, real_inc, expect_model_inc)
-        slot = ProcSlot(server, client, label, real_inc, expect_model_inc)
-        self.procs[s].append(slot)
-        return slot
-
-    def _name(self, s: int, real_inc: int, model_inc: int) -> None:
-        for r, m in list(self.names[s].items()):
-            if m == model_inc and r != real_inc:
-                del self.names[s][r]  # the model reuses a number nothing mentions any more
-        self.names[s][real_inc] = model_inc
-
-    def _start_workers(self, slot: ProcSlot) -> None:
-        """What `Server.start` and `Worker.run` do before the first take: make each worker,
-        register its list, reconcile (a new worker is dirty; its list is new and empty)."""
-        slot.workers = []
-        for w in range(self.bounds.workers):
-            worker = slot.server.make_worker(w)
-            worker.register()
-            worker.reconcile()
-            slot.workers.append(WorkerSlot(worker))
-        slot.phase = RUNNING
     # -- stepping ------------------------------------------------------------------------------
-
-    def enabled(self) -> list[Action]:
-        """The model's enabled actions, minus the mid-pass ones (`drain_step`: passes run whole
-        inside one step; its dropped reply is chosen with the pass, see `step`)."""
-        return [a for a in enabled_actions(self.state, self.config)
-                if a.name not in ("drain_step", "arm") and a.command != "drain_step"]
-
-    def model_step(self, action: Action) -> None:
-        """The model's side of a step: `action` applied to the model's state, after checking the
-        model's step properties on it (the implementation's side is the caller's)."""
-        before = self.state
-        after = apply(before, action, self.config)
-        bad = check_transition(before, action, self.config)
-        if bad is not None:
-            raise Mismatch(f"model:{bad[0]}", bad[1])
-        self.state = after
 
     def step(self, action: Action, *, drop_at: int = 0, variant: int = 0,
              interleave: Interleave | None = None) -> None:
@@ -253,10 +107,6 @@ class Stepping(Observation):
             self._step(action, drop_at, variant, interleave)
         finally:
             self.seconds += time.perf_counter() - started
-
-    def describe(self, action: Action) -> str:
-        """`action` in words, as the model's traces say it (in the state before it)."""
-        return describe_action(action, self.state)
 
     def _step(self, action: Action, drop_at: int, variant: int,
               interleave: Interleave | None = None) -> None:
@@ -398,164 +248,6 @@ class Stepping(Observation):
         ws.armed = True
         self.counts["arms-interleaved"] += 1
 
-    def _crash_worker(self, ws: WorkerSlot) -> None:
-        if ws.worker is not None:
-            ws.worker.close()  # whatever reply it had not read is gone with it
-        ws.worker = None
-        ws.task = None
-        ws.crashed = True
-
-    def settle(self) -> None:
-        """A superseded process exits once none of its workers holds a task."""
-        for procs in self.procs:
-            for slot in list(procs):
-                if slot.server.superseded and all(
-                    ws.crashed or ws.stopped for ws in slot.workers
-                ):
-                    slot.client.close()
-                    procs.remove(slot)
-
-    def _faults_left(self) -> bool:
-        return self.state.faults < self.bounds.faults
-    # -- worker steps: one step of `Worker.run_once`, in its order ----------------------------
-
-    def _worker_step(self, action: Action, command: str, lost: bool, variant: int) -> None:
-        try:
-            self._real_worker_step(action, command, lost, variant)
-        finally:
-            self.injector.disarm_all()
-        self.model_step(action)
-
-    def _real_worker_step(self, action: Action, command: str, lost: bool, variant: int) -> None:
-        """The implementation's side of a worker step (the caller steps the model)."""
-        s, i, w = action.server, action.proc, action.worker
-        slot = self.procs[s][i]
-        ws = slot.workers[w]
-        worker = ws.worker
-        assert worker is not None
-        conn = worker._conn
-        if command == "take":
-            # the model's take is the queue's; a suspect's take is a step of its own
-            self._take(ws, command, lost, worker.take_command,
-                       lambda: worker.take_from_queue(timeout=self.settings.block_timeout))
-        elif command == "take_suspect":
-            # The model enables it when the suspects list holds a task and the process's slot
-            # is free: the worker's hint may still say none wait (it learns at its next release
-            # or timed-out take); the step is the take the worker then makes.
-            worker.suspects.maybe_waiting = True
-            self._take(ws, command, lost, "EVALSHA", worker.take_suspect)
-        elif command == "record":
-            assert ws.task is not None
-            worker.record(ws.task)
-            ws.stage = RECORDED
-            if self.real_redis or self.scripts_flushed:
-                # The record's reply is read with the release's; read it now so that what we
-                # read back next is not a race against our own socket, and so that a record
-                # refused with NOSCRIPT (the script cache went with a wipe) is sent again as
-                # EVAL now, not with the release.
-                worker.flush()
-        elif command in ("release", "retry"):
-            assert ws.task is not None
-            if command == "retry":  # the handler fails: the release's retry branch
-                ws.outcome = Outcome(False, error="handler failed (injected by verify)")
-            if ws.outcome is None:  # the model's release includes the handler's execution
-                ws.outcome = worker.execute(ws.task)
-            assert ws.outcome is not None
-            if lost:
-                # The release's reply, or the deferred record reply read just before it: either
-                # way the script ran and the worker cannot know whether it committed.
-                # (Both are EVALSHA: the record is a script too.) After a wipe flushed the script
-                # cache, the scripts are loaded again first: a NOSCRIPT reply is of a release that
-                # did not run, and losing it is no lost reply of the model's.
-                if self.scripts_flushed:
-                    self._load_release_scripts()
-                unread = worker._unread_replies
-                skip = 0 if variant % 2 and unread else unread
-                self.injector.arm("EVALSHA", connection=conn, skip=skip)
-            task, outcome = ws.task, ws.outcome
-            ws.task = ws.outcome = None
-            try:
-                worker.release(task, outcome)
-            except redis.ConnectionError:
-                if not lost:
-                    raise
-            if slot.server.superseded:
-                ws.stopped = True  # `Worker.run` checks the stop event before its next cycle
-        elif command == "release_and_take":
-            self._release_and_take(action, ws, lost, variant)
-        elif command == "reconcile":
-            if lost:
-                # the reply of the last move of the drain (the model moves the whole list)
-                n = len(list_of(self.state, (s, slot.model_inc, w)))
-                self.injector.arm("EVAL", label=slot.label, skip=n - 1)
-            try:
-                worker.reconcile()
-            except redis.ConnectionError:
-                worker.dirty = True  # `Worker.run` marks the worker dirty on any Redis error
-                if not lost:
-                    raise
-
-    def _release_and_take(self, action: Action, ws: WorkerSlot, lost: bool,
-                          variant: int) -> None:
-        """The composite step (`Worker.release_and_take`): the release of the task the worker
-        holds and, in the same script, the take of the next one with its record. The model takes
-        a waiting suspect when the process's slot is free (or the worker's own). The worker's hint
-        (does a suspect wait?) is set to what the model knows, so that it asks for a suspect
-        exactly then: a worker that asks takes the slot before it sends, and keeps it after a lost
-        reply until its reconcile, as the model's take_suspect does."""
-        worker = ws.worker
-        assert worker is not None and ws.task is not None
-        if ws.outcome is None:  # the model's release includes the handler's execution
-            ws.outcome = worker.execute(ws.task)
-        proc = self.state.processes[action.server][action.proc]
-        key = (action.server, proc.inc, action.worker)
-        debris = set(list_of(self.state, key)) - {proc.workers[action.worker].task}
-        worker.suspects.maybe_waiting = (bool(self.state.suspects) and not debris
-                                         and proc.suspect in (-1, action.worker))
-        if lost:
-            # the step's reply, or the deferred record reply read just before it (as a release)
-            if self.scripts_flushed:
-                self._load_release_scripts()
-            unread = worker._unread_replies
-            self.injector.arm("EVALSHA", connection=worker._conn,
-                              skip=0 if variant % 2 and unread else unread)
-        task, outcome = ws.task, ws.outcome
-        ws.task = ws.outcome = None
-        try:
-            _, taken = worker.release_and_take(task, outcome)
-        except redis.ConnectionError:
-            if not lost:
-                raise
-            return
-        if lost:
-            raise Mismatch("fault", "the dropped release_and_take reply did not surface")
-        if taken is None:
-            raise Mismatch("release_and_take", "the model predicts a task; the step took none")
-        ws.task, ws.stage = taken, RECORDED
-
-    def _take(self, ws: WorkerSlot, command: str, lost: bool, armed: str,
-              take: Callable[[], Task | None]) -> None:
-        """One take by the real worker (`take`), with its reply dropped (`armed` is the command
-        whose reply the injector drops on the worker's connection) when `lost`."""
-        worker = ws.worker
-        assert worker is not None
-        ws.armed = False  # (a take left waiting by a production loop: this one is served)
-        if lost:
-            self.injector.arm(armed, connection=worker._conn)
-        try:
-            task = take()
-        except redis.ConnectionError:
-            task = None
-            if not lost:
-                raise
-        else:
-            if lost:
-                raise Mismatch("fault", f"the dropped {command} reply did not surface")
-        if task is not None:
-            ws.task, ws.stage = task, TAKEN
-        elif not lost:
-            raise Mismatch(command, "the model predicts a task; the take returned None")
-
     def _promote(self, action: Action) -> None:
         """The model promotes one member, any one (due times are abstracted away). Redis
         promotes every member due by `now`: the harness promotes with `now` = the chosen
@@ -575,6 +267,7 @@ class Stepping(Observation):
             scheduled.promote(self.admin, self.keys, due_at)
         for u in due[:scheduled.PROMOTE_BATCH]:
             self.model_step(Action("promote", task=u))
+
     # -- refused attempts ----------------------------------------------------------------------
 
     def refused(self) -> list[Attempt]:
@@ -635,7 +328,6 @@ class Stepping(Observation):
                                             chunk=self.settings.drain_chunk)
             return f"the drain moved {moved} task(s)" if moved else ""
         raise ValueError(f"the harness cannot attempt {a!r}")
-
     # -- server steps --------------------------------------------------------------------------
 
     def _heartbeat(self, action: Action, variant: int) -> None:
@@ -696,194 +388,6 @@ class Stepping(Observation):
         except ServerIdHeld as exc:
             raise Mismatch("claim", f"the model lets server {s} claim its id; Redis refused: "
                                     f"{exc}") from exc
-
-    def _spares_fresh(self, s: int, inc: int, pruned: tuple[Registration | None, ...]) -> bool:
-        """Whether a sweep of server `s`'s incarnation `inc` would forget a registered list but
-        for its fresh registration (`Bounds.registration_ages`): empty, not its own, its owner
-        not live. The sweep where a collection that ignores the age (design 9) forgets what the
-        model keeps."""
-        held = {k for k, _ in self.state.lists}
-        return any(k not in held and k[:2] != (s, inc) and not is_live(pruned, k)
-                   for k in self.state.fresh)
-
-    def _pass(self, action: Action, command: str, lost: bool, drop_at: int,
-              interleave: Interleave | None = None) -> None:
-        """A whole sweep pass or startup drain: the implementation runs it in one call; the
-        model walks it (`sweep`/`startup_drain`, every `drain_step`, then for a sweep the
-        processing sweep). With `drop_at` = k, the k-th move's reply is lost. With `interleave`,
-        the owner of a list being drained may step between two of its moves (module doc)."""
-        s, i = action.server, action.proc
-        slot = self.procs[s][i]
-        server = slot.server
-        # The model first: it says how many moves the pass makes, so we know where to drop, and
-        # which worker steps run after which move: {(real list key, n-th move of it): steps}.
-        queue_before = self.state.queue, self.state.suspects
-        me = self.state.processes[s][i]
-        pruned = prune(self.state.registry)
-        # (with `Bounds.registration_ages` the grace is a tick: fresh registrations are not
-        # candidates; else it is 0, and none is fresh)
-        gc_candidates = [k for k in self.state.registered
-                         if k[:2] != (s, me.inc) and not is_live(pruned, k)
-                         and k not in self.state.fresh]
-        if command == "sweep" and self._spares_fresh(s, me.inc, pruned):
-            self.counts["sweeps-sparing-fresh"] += 1
-        self.model_step(action)
-        self._order_drains(s, i)
-        procs = self.state.processes[s]
-        # The length each drain of the pass reads up front: its bound (bounded work).
-        bounds = {self._real_key(d.key): (d.key, d.length)
-                  for d in (procs[i].drains if i < len(procs) else ())}
-        moves = 0
-        abandoned = lost
-        plan: dict[tuple[str, int], list[Action]] = {}
-        moves_of: Counter[ListKey] = Counter()
-        budget = MAX_STEPS_DURING_A_PASS if interleave is not None else 0
-        while not abandoned:
-            procs = self.state.processes[s]
-            proc = procs[i] if i < len(procs) else None
-            if proc is None or not proc.drains:
-                break
-            moves += 1
-            if moves == drop_at and self._faults_left():
-                self.counts["dropped-reply:drain_step"] += 1
-                self.model_step(Action("dropped_reply", s, i, -1, "drain_step"))
-                abandoned = True
-            else:
-                key = proc.drains[0].key
-                held = len(list_of(self.state, key))
-                self.model_step(Action("drain_step", s, i))
-                # it moved a task (to the queue, or a poison pill to the dead letters): the hook
-                # runs on both sides
-                if len(list_of(self.state, key)) < held:
-                    moves_of[key] += 1
-                    if budget > 0 and interleave is not None:
-                        between = self._steps_during_drain(key, interleave, budget)
-                        budget -= len(between)
-                        if between:
-                            plan[(self._real_key(key), moves_of[key])] = between
-        # Now the implementation. A sweep's first EVAL is the prune; then, if the registry holds
-        # lists of owners that are not live (and old enough), one garbage collection per batch
-        # of them; then the drains.
-        evals_before = 0
-        if command == "sweep":
-            evals_before = 1 + -(-len(gc_candidates) // recovery.BATCH)
-        if lost:
-            self.injector.arm("EVAL", label=slot.label)
-        elif abandoned:
-            self.injector.arm("EVAL", label=slot.label, skip=evals_before + moves - 1)
-        failed = False
-        hook_before = recovery.between_drain_chunks
-        real_moves: Counter[str] = Counter()  # per list; one move per chunk (`drain_chunk=1`)
-        recovery.between_drain_chunks = self._drain_hook(plan, real_moves)
-        try:
-            if command == "sweep":
-                report = server.sweep()
-                self.recovered += report.moved + report.requeued_stuck
-            else:
-                drained = server.startup_drain()
-                self.recovered += sum(drained.values())
-        except redis.ConnectionError:
-            failed = True
-        finally:
-            recovery.between_drain_chunks = hook_before
-            self.injector.disarm_all()
-        if failed and not (lost or abandoned):
-            raise Mismatch("fault", f"{command} failed with no fault injected")
-        if (lost or abandoned) and not failed:
-            raise Mismatch("fault", f"{command}: the dropped reply did not surface (the pass made "
-                                    "fewer moves than the model predicts)")
-        for real_key, n in real_moves.items():
-            if real_key in bounds and n > bounds[real_key][1]:
-                key, length = bounds[real_key]
-                raise Mismatch("real:bounded-work",
-                               f"a drain of inflight:{key[0]}:{key[1]}:{key[2]} made {n} moves; "
-                               f"the list held {length} when it started")
-        if command == "startup_drain":
-            if failed:
-                slot.phase = CLAIMED
-            else:
-                self._start_workers(slot)
-        elif not failed:
-            # The implementation's sweep ends with the processing sweep; so does the model's walk.
-            self.model_step(Action("requeue_stuck_processing_tasks", s, i))
-        self._adopt_recovery_order(queue_before)
-
-    def _steps_during_drain(self, key: ListKey, interleave: Interleave,
-                            budget: int) -> list[Action]:
-        """The model's side of the hook, right after a move out of `key`: the worker steps of the
-        list's owner that `interleave` picks (at most `budget`), applied to the model."""
-        done: list[Action] = []
-        while len(done) < budget:
-            options = [
-                a for a in enabled_actions(self.state, self.config)
-                if a.name in STEPS_DURING_A_DRAIN and (a.server, a.worker) == (key[0], key[2])
-                and self.state.processes[a.server][a.proc].inc == key[1]
-                # Not a superseded process: its release could make it exit, and renumber the
-                # processes in the middle of the pass.
-                and self.state.processes[a.server][a.proc].phase == RUNNING
-            ]
-            if not options:
-                break
-            chosen = interleave(options)
-            if chosen is None:
-                break
-            self.steps.append(StepRecord(
-                len(self.steps) + 1, chosen,
-                f"{self.describe(chosen)} (between two moves of the drain of "
-                f"inflight:{key[0]}:{key[1]}:{key[2]})",
-                False, actor_of(chosen, self.state)))
-            self.model_step(chosen)
-            done.append(chosen)
-        self.steps_during_drains += len(done)
-        return done
-
-    def _drain_hook(self, plan: dict[tuple[str, int], list[Action]],
-                    moved: Counter[str]) -> Callable[[str], None]:
-        """The implementation's side: `recovery.between_drain_chunks` for one pass, counting the
-        moves per list in `moved` and performing the planned worker steps after the n-th move out
-        of a list. Steps are planned only for the moves the model makes, so a drain that moves
-        more finds nothing more to run there, and ends."""
-
-        def between_drain_chunks(list_key: str) -> None:
-            moved[list_key] += 1
-            for a in plan.pop((list_key, moved[list_key]), ()):
-                self._real_worker_step(a, a.name, False, 0)
-
-        return between_drain_chunks
-
-    def _order_drains(self, s: int, i: int) -> None:
-        """The protocol does not fix the order in which a pass drains its lists; the
-        implementation goes by sorted key. The model's pass is ordered the same way, so that the
-        k-th move (where a dropped reply may hit) is the same task on both sides."""
-        procs = self.state.processes[s]
-        if i >= len(procs) or len(procs[i].drains) < 2:
-            return
-        proc = procs[i]
-        ordered = tuple(sorted(proc.drains, key=lambda d: self._real_key(d.key)))
-        self.state = with_process(self.state, s, i, proc._replace(drains=ordered))
-
-    def _adopt_recovery_order(
-        self, before: tuple[tuple[int, ...], tuple[int, ...]]
-    ) -> None:
-        """The processing sweep requeues stuck tasks in the order Redis lists the processing
-        hash; the model goes by task number. The protocol fixes neither. If one pass requeued
-        the same *set* of tasks on both sides, the model adopts the real order of that segment;
-        any other difference is left for `check` to report. The same for the suspects list,
-        whose recovered tasks are pushed on its left (the queue's on its right)."""
-        queue_before, suspects_before = before
-        model_q = self.state.queue
-        if model_q[: len(queue_before)] == queue_before:
-            real_q = self.observe_queue()
-            if (real_q[: len(queue_before)] == queue_before
-                    and sorted(real_q[len(queue_before):])
-                    == sorted(model_q[len(queue_before):])):
-                self.state = self.state._replace(queue=real_q)
-        model_s, n = self.state.suspects, len(suspects_before)
-        if model_s[len(model_s) - n:] == suspects_before:
-            real_s = self.observe_queue(self.keys.suspects)
-            if (real_s[len(real_s) - n:] == suspects_before
-                    and sorted(real_s[: len(real_s) - n]) == sorted(model_s[: len(model_s) - n])):
-                self.state = self.state._replace(suspects=real_s)
     # -- the end of a run ----------------------------------------------------------------------
 
     PRIORITY = ("release", "release_and_take", "record", "reconcile",
