@@ -22,8 +22,9 @@ def environment_steps(state: State, config: Config) -> list[Action]:
 
 
 def advance_clock(state: State, action: Action, config: Config, lost: bool) -> State:
-    """One tick: every registration no healthy process renews expires (its relative deadline
-    drops to 0, until the next prune); renewed ones stay (their heartbeats are folded in here)."""
+    """When a tick matters (``environment_steps``), one tick: every registration no healthy
+    process renews expires (its relative deadline drops to 0, until the next prune); renewed ones
+    stay (their heartbeats are folded in here)."""
     state = state._replace(
         registry=tuple(
             None

@@ -148,27 +148,29 @@ WORKER_INTERRUPTIONS: tuple[tuple[int, str, int], ...] = (
 
 
 def crash_worker(state: State, action: Action, config: Config, lost: bool) -> State:
-    """The worker stops between two commands; no ``finally`` runs.  Its list keeps what it
-    held, for recovery (or its own reconcile, once restarted)."""
+    """A worker neither crashed nor stopped stops between two commands; no ``finally`` runs.
+    Its list keeps what it held, for recovery (or its own reconcile, once restarted)."""
     return settle(with_worker(state, action.server, action.proc, action.worker, Worker(CRASHED)))
 
 
 def crash_server(state: State, action: Action, config: Config, lost: bool) -> State:
-    """The process is gone; only what it left in Redis remains."""
+    """Any process may crash: it is gone, with its workers; only what it left in Redis
+    remains."""
     return with_process(state, action.server, action.proc, None)
 
 
 def stall_server(state: State, action: Action, config: Config, lost: bool) -> State:
-    """The process's heartbeat and sweep loops stop (its workers run on): a live server may
-    look dead."""
+    """A process neither stalled nor superseded stalls: its heartbeat and sweep loops stop
+    (its workers run on), so a live server may look dead."""
     s, i = action.server, action.proc
     state = state._replace(stalled_ever=True)
     return with_process(state, s, i, state.processes[s][i]._replace(stalled=True))
 
 
 def redis_wipe(state: State, action: Action, config: Config, lost: bool) -> State:
-    """Redis restarts empty: queue, in-flight lists, both registries, processing records,
-    counters and scripts are gone, and every client connection breaks."""
+    """With ``Bounds.redis_faults``, Redis restarts empty: queue, in-flight lists, both
+    registries, processing records, counters and scripts are gone, and every client connection
+    breaks."""
     # Tasks that were enqueued and not committed are Redis's loss (``WIPED``), counted apart.
     # Every running worker finds its connection broken: its next command fails, so it is dirty
     # and reconciles before it takes again; a worker that held a task holds one Redis no longer
@@ -212,10 +214,13 @@ def redis_wipe(state: State, action: Action, config: Config, lost: bool) -> Stat
 
 
 def cancel_before_send(state: State, action: Action, config: Config, lost: bool) -> State:
-    """asyncio's fault: the step ``action.command`` is cancelled at an await before its command
-    is sent. Nothing moves in Redis: no take, no registration, no release, no commit. What the
-    worker did before the send stands: a take of a suspect (and a composite that asks for one)
-    took its process's suspect slot, which it keeps until it is clean again. The worker cannot
+    """With ``Bounds.cancels_before_send``, a ``CANCELLABLE`` step whose command is not sent yet
+    (``action.command``) is cancelled at an await before the send (asyncio's fault): the worker
+    is dirty, and nothing moves in Redis.
+
+    No take, no registration, no release, no commit. What the worker did before the send
+    stands: a take of a suspect (and a composite that asks for one) took its process's suspect
+    slot, which it keeps until it is clean again. The worker cannot
     tell a cancellation before the send from one with the reply in flight (the model's lost
     reply), so it reacts as to that: it is dirty, and reconciles before its next take (which
     finds its list as it was: a task it held goes back to the queue, counted as a recovery, as

@@ -179,7 +179,8 @@ def heartbeat(state: State, action: Action, config: Config, lost: bool) -> State
 
 
 def count_recovery(state: State, action: Action, config: Config, lost: bool) -> State:
-    """Design 11's second step: write the counts of what this process recovered."""
+    """The process owes recovery counts (design 11 only: its recoveries did not write them):
+    write them, in a step of their own, after the step that recovered the tasks."""
     s, i = action.server, action.proc
     proc = state.processes[s][i]
     recoveries = state.recoveries
