@@ -12,8 +12,9 @@ from pathlib import Path
 from .native import STAMP, source_digest
 
 #: the modules the search spends its time in (the rest stays interpreted)
-COMPILED = ("state", "variants", "protocol", "invariants", "symmetry", "graph", "reduction",
-            "checker", "parallel")
+COMPILED = ("state", "variants", "action", "custody", "selection", "worker_steps",
+            "server_steps", "environment", "faults", "protocol", "invariants", "symmetry", "graph",
+            "reduction", "checker", "parallel")
 
 
 def build(out: Path) -> Path:

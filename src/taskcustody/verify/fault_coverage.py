@@ -8,20 +8,18 @@ fire at least `MINIMUM` times, and each lost reply at least a third as often as 
 (`RATIO`, the most frequent by far in the plain run), or the part fails with the counts.
 
 The kinds are read from the code, not listed by hand: the fault actions of the model
-(`taskcustody_model.FAULTS`) and the commands of its `dropped_reply` actions (read from
-`enabled_actions`'s source), plus the lost replies the harness injects that the model folds into
-nothing (`HARNESS_ONLY`). `tests/test_fault_coverage.py` checks that the commands the worker and
-the server send are exactly these, or steps whose lost reply the model has no action for.
+(`taskcustody_model.FAULTS`) and the commands of its `dropped_reply` actions (its table
+`LOSES_REPLY`, which `enabled_actions` reads), plus the lost replies the harness injects that
+the model folds into nothing (`HARNESS_ONLY`). `tests/test_fault_coverage.py` checks that the
+commands the worker and the server send are exactly these, or steps whose lost reply the model
+has no action for.
 """
 
 from __future__ import annotations
 
-import ast
 import html
-import inspect
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from functools import cache
 
 from taskcustody_model import FAULTS, Bounds
 from taskcustody_model import protocol as model_protocol
@@ -41,19 +39,10 @@ HARNESS_ONLY = ("heartbeat",)
 NOT_COUNTED_HERE = ("dropped_reply", "retry")
 
 
-@cache
 def model_losable_commands() -> tuple[str, ...]:
-    """The commands whose reply the model can lose: the `command` of every
-    `Action("dropped_reply", ..., command)` its `enabled_actions` builds, read from its source."""
-    tree = ast.parse(inspect.getsource(model_protocol.enabled_actions))
-    found = set()
-    for node in ast.walk(tree):
-        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
-                and node.func.id == "Action" and len(node.args) == 5
-                and isinstance(node.args[0], ast.Constant) and node.args[0].value == "dropped_reply"
-                and isinstance(node.args[4], ast.Constant)):
-            found.add(str(node.args[4].value))
-    return tuple(sorted(found))
+    """The commands whose reply the model can lose: the keys of its `LOSES_REPLY` table, which
+    its `enabled_actions` reads to offer a `dropped_reply` of a step."""
+    return tuple(sorted(model_protocol.LOSES_REPLY))
 
 
 def losable_commands() -> tuple[str, ...]:
