@@ -57,9 +57,10 @@ from bench.harness import (
     parse_sizes,
     rerender,
 )
-from taskcustody import QueueKeys, Settings, connect, recovery
-from taskcustody.envelope import new_task
-from taskcustody.keys import ListOwner
+from taskcustody import QueueKeys, Settings, connect
+from taskcustody.core import recovery
+from taskcustody.core.envelope import new_task
+from taskcustody.core.keys import ListOwner
 
 RESULTS = BENCH_DIR / "results"
 QUEUE = "gcq"

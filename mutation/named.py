@@ -19,13 +19,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-WORKER = "src/taskcustody/worker.py"
-RECOVERY = "src/taskcustody/recovery.py"
+WORKER = "src/taskcustody/core/worker.py"
+RECOVERY = "src/taskcustody/core/recovery.py"
 SCRIPTS = "src/taskcustody/scripts.py"
-SERVER = "src/taskcustody/server.py"
-PREFETCH = "src/taskcustody/prefetch.py"
-SETTINGS = "src/taskcustody/settings.py"
-SUSPECTS = "src/taskcustody/suspects.py"
+SERVER = "src/taskcustody/core/server.py"
+PREFETCH = "src/taskcustody/core/prefetch.py"
+SETTINGS = "src/taskcustody/core/settings.py"
+SUSPECTS = "src/taskcustody/core/suspects.py"
 AIO_WORKER = "src/taskcustody/aio/worker.py"
 AIO_PREFETCH = "src/taskcustody/aio/prefetch.py"
 

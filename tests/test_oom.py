@@ -29,10 +29,10 @@ from taskcustody import (
     drain_inflight,
     scripts,
 )
-from taskcustody.cli import main
-from taskcustody.oom import MAX_PAUSE, OomSpell, is_oom
-from taskcustody.prefetch import PrefetchingWorker
-from taskcustody.worker import Outcome, Worker
+from taskcustody.cli.app import main
+from taskcustody.core.prefetch import PrefetchingWorker
+from taskcustody.core.worker import Outcome, Worker
+from taskcustody.deploy.oom import MAX_PAUSE, OomSpell, is_oom
 from tests.conftest import TEST_SETTINGS
 from tests.helpers import Stop, all_custody, commits, ids_in, make_server
 from tests.support.redis_server import (

@@ -93,7 +93,7 @@ def test_the_ci_example_uses_options_that_exist() -> None:
     `verify --help`, every --taskcustody-* option it passes to pytest is the plugin's."""
     from click.testing import CliRunner
 
-    from taskcustody.cli import main
+    from taskcustody.cli.app import main
 
     block = re.search(r"```yaml\n(.*?)```", section("### Verify in your CI"), re.S)
     assert block is not None and "image: redis:7" in block.group(1)

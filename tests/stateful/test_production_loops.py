@@ -12,7 +12,7 @@ from click.testing import CliRunner
 from hypothesis import Phase, settings
 from hypothesis.stateful import run_state_machine_as_test
 
-from taskcustody.cli import main
+from taskcustody.cli.app import main
 from taskcustody.verify import server_loop
 from taskcustody.verify.machine import RunStats, build_machine
 from taskcustody.verify.observation import Mismatch

@@ -19,7 +19,7 @@ from hypothesis.stateful import run_state_machine_as_test
 from taskcustody_model import REFUSALS
 
 from taskcustody import scripts
-from taskcustody.server import Server
+from taskcustody.core.server import Server
 from taskcustody.verify.machine import RunStats, build_machine
 from taskcustody.verify.observation import Mismatch
 from taskcustody.verify.run import Options, no_local_constants, verify

@@ -27,8 +27,8 @@ from typing import Any
 import redis
 
 from .. import scripts
-from ..prefetch_custody import RELEASE, Batch, PrefetchCustody
-from ..worker import Release
+from ..core.prefetch_custody import RELEASE, Batch, PrefetchCustody
+from ..core.worker import Release
 from .connection import own_connection
 from .worker import UNKNOWN, AsyncWorker, _cancel_pending, complete, run_until_stopped
 

@@ -34,16 +34,17 @@ from typing import Any, Protocol, TypeVar
 import redis
 import redis.asyncio
 
-from .. import envelope, scripts
-from ..clock import Clock
-from ..envelope import Task
-from ..errors import MalformedTask, ReleaseRefused
-from ..keys import ListOwner, QueueKeys
-from ..oom import OomSpell, is_oom
-from ..recovery import Recovering, drain_inflight
-from ..release_refusals import RefusedReleases, as_refused
-from ..settings import Settings
-from ..worker import INTERRUPTED, Custody, Outcome, Release, failed, log_release
+from .. import scripts
+from ..core import envelope
+from ..core.clock import Clock
+from ..core.envelope import Task
+from ..core.errors import MalformedTask, ReleaseRefused
+from ..core.keys import ListOwner, QueueKeys
+from ..core.recovery import Recovering, drain_inflight
+from ..core.settings import Settings
+from ..core.worker import INTERRUPTED, Custody, Outcome, Release, failed, log_release
+from ..deploy.oom import OomSpell, is_oom
+from ..deploy.release_refusals import RefusedReleases, as_refused
 from .bridge import SyncBridge
 from .connection import is_fake, own_connection, refuse_unsupported
 

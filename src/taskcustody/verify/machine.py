@@ -28,8 +28,8 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 from taskcustody_model.protocol import Action
 from taskcustody_model.state import Bounds
 
-from ..keys import QueueKeys
-from ..settings import Settings
+from ..core.keys import QueueKeys
+from ..core.settings import Settings
 from . import loops, prefetch_loop, server_loop
 from . import prefetching as pipelines
 from .aiming import walked

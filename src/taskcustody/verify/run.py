@@ -36,10 +36,10 @@ from hypothesis.reporting import with_reporter
 from hypothesis.stateful import RuleBasedStateMachine, get_state_machine_test
 from taskcustody_model import Bounds, CheckResult, Progress, check
 
-from .. import cluster
-from ..connection import connect, connect_fake
-from ..keys import QueueKeys
-from ..settings import Settings
+from ..core.keys import QueueKeys
+from ..core.settings import Settings
+from ..deploy import cluster
+from ..deploy.connection import connect, connect_fake
 from .aiming import with_aimed_faults, with_drain_aimed
 from .budget import Budget, BudgetSpent
 from .deployment import DeploymentError, deployment_error, describe

@@ -78,15 +78,16 @@ from taskcustody_model.state import (
 )
 from taskcustody_model.trace import describe_action
 
-from .. import recovery, scheduled, scripts
-from ..clock import ManualClock
-from ..envelope import Task
-from ..errors import ServerIdHeld, Superseded
-from ..keys import QueueKeys
-from ..producer import Producer
-from ..server import Server
-from ..settings import Settings
-from ..worker import Outcome
+from .. import scripts
+from ..core import recovery, scheduled
+from ..core.clock import ManualClock
+from ..core.envelope import Task
+from ..core.errors import ServerIdHeld, Superseded
+from ..core.keys import QueueKeys
+from ..core.producer import Producer
+from ..core.server import Server
+from ..core.settings import Settings
+from ..core.worker import Outcome
 from . import faults
 from .observation import TICK, Mismatch, Observation, ProcSlot, StepRecord, WorkerSlot
 

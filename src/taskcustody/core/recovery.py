@@ -16,7 +16,8 @@ from dataclasses import dataclass, field
 
 import redis
 
-from . import events, scripts
+from .. import scripts
+from ..ops import events
 from .keys import ListOwner, QueueKeys
 
 #: Lists per round trip when a pass reads lengths or collects garbage.

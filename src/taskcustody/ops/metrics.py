@@ -16,12 +16,12 @@ from typing import TYPE_CHECKING, Any
 
 import redis
 
+from ..core.keys import QueueKeys
 from . import events
-from .keys import QueueKeys
 from .status import queue_status
 
 if TYPE_CHECKING:
-    from .server import Server
+    from ..core.server import Server
 
 log = logging.getLogger("taskcustody.metrics")
 

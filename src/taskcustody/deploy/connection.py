@@ -9,14 +9,14 @@ from redis.backoff import NoBackoff
 from redis.exceptions import NoPermissionError
 from redis.retry import Retry
 
+from ..core.errors import RedisTooOld, WrongKeyType
+from ..core.keys import QueueKeys
+from ..core.settings import Settings
+from ..ops.logs import remember_url
 from .cluster import cluster_client, is_cluster, is_cluster_node, node_client, route
-from .errors import RedisTooOld, WrongKeyType
 from .eviction import check_eviction_policy
-from .keys import QueueKeys
-from .logs import remember_url
 from .redis_errors import is_unknown_command, reachable, refuse_replica
 from .redis_options import no_maint_notifications
-from .settings import Settings
 
 MIN_VERSION = (6, 2, 0)
 

@@ -15,7 +15,7 @@ from typing import Any
 
 import redis
 
-from .errors import EvictingPolicy
+from ..core.errors import EvictingPolicy
 
 log = logging.getLogger("taskcustody.eviction")
 

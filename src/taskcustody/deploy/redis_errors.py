@@ -17,7 +17,7 @@ from typing import Any
 import redis
 from redis import exceptions as rx
 
-from .errors import (
+from ..core.errors import (
     AuthenticationFailed,
     ClusterRedirect,
     NoPermission,
@@ -28,7 +28,7 @@ from .errors import (
     TaskCustodyError,
     WrongKeyType,
 )
-from .keys import QueueKeys
+from ..core.keys import QueueKeys
 from .oom import is_oom
 
 # Redis's error codes for the cluster errors (MovedError first: it is a kind of AskError).

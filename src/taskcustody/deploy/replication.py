@@ -24,10 +24,10 @@ from typing import Any
 
 import redis
 
-from .clock import Clock
+from ..core.clock import Clock
+from ..core.errors import TaskCustodyError
+from ..core.settings import Settings
 from .connection import is_fakeredis
-from .errors import TaskCustodyError
-from .settings import Settings
 
 log = logging.getLogger("taskcustody.replication")
 

@@ -34,9 +34,9 @@ from typing import Any, BinaryIO, TextIO
 import click
 import redis
 
-from .cli_errors import UsageFailure, one_line
-from .errors import ReplicationTimeout
-from .producer import Producer
+from ..core.errors import ReplicationTimeout
+from ..core.producer import Producer
+from .errors import UsageFailure, one_line
 
 #: Payloads per batch (one LPUSH) when streaming. Small enough that an id is printed soon after
 #: its line is read and that a Ctrl-C stops within a fraction of a second (a batch is pushed and

@@ -14,14 +14,15 @@ from types import FrameType
 
 import redis
 
-from . import recovery, scheduled, scripts
+from .. import scripts
+from ..deploy.cluster import is_cluster, redirect_kind, slot_owner
+from ..deploy.connection import check_server
+from ..deploy.oom import OomSpell, is_oom
+from ..ops.logs import client_url
+from . import recovery, scheduled
 from .clock import Clock, RedisClock
-from .cluster import is_cluster, redirect_kind, slot_owner
-from .connection import check_server
 from .errors import RedisOutOfMemory, ServerIdHeld, StoppedBeforeStart, Superseded
 from .keys import ListOwner, QueueKeys, check_name
-from .logs import client_url
-from .oom import OomSpell, is_oom
 from .prefetch import PrefetchingWorker
 from .recovery import RecoveryReport, ServerIdentity
 from .settings import Settings

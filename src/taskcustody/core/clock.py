@@ -8,7 +8,7 @@ from typing import Protocol
 
 import redis
 
-from .cluster import node_client
+from ..deploy.cluster import node_client
 
 
 class Clock(Protocol):

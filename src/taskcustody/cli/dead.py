@@ -10,7 +10,18 @@ from typing import TypeVar
 import click
 import redis
 
-from .cli import (
+from ..core.keys import QueueKeys
+from ..deploy.connection import check_key_types, check_server
+from ..deploy.redis_errors import reachable
+from ..ops.deadletters import (
+    DeadLetter,
+    dead_letter,
+    list_dead_letters,
+    purge_dead_letters,
+    requeue_dead_letters,
+)
+from ..ops.results import get_result
+from .app import (
     _client,
     _keys,
     _run,
@@ -20,18 +31,7 @@ from .cli import (
     queue_option,
     url_option,
 )
-from .cli_errors import Failure, UsageFailure
-from .connection import check_key_types, check_server
-from .deadletters import (
-    DeadLetter,
-    dead_letter,
-    list_dead_letters,
-    purge_dead_letters,
-    requeue_dead_letters,
-)
-from .keys import QueueKeys
-from .redis_errors import reachable
-from .results import get_result
+from .errors import Failure, UsageFailure
 
 T = TypeVar("T")
 

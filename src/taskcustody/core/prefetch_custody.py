@@ -15,10 +15,11 @@ from typing import Any, Generic, TypeVar
 
 import redis
 
-from . import envelope, scripts
+from .. import scripts
+from ..deploy.release_refusals import as_refused
+from . import envelope
 from .envelope import Task
 from .errors import MalformedTask
-from .release_refusals import as_refused
 from .worker import INTERRUPTED, NOT_REACHED, Custody, Outcome, Release, log_release
 
 #: A pipelined take of one slot: TAKE_AND_RECORD by hash, then its numkeys and keys/argv.

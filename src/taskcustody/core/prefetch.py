@@ -21,7 +21,8 @@ from typing import Any
 
 import redis
 
-from . import cluster, replication, scripts
+from .. import scripts
+from ..deploy import cluster, replication
 from .prefetch_custody import RELEASE, Batch, Plan, PrefetchCustody
 from .worker import REDIRECT_ATTEMPTS, Release, Worker, run_until_stopped
 

@@ -16,9 +16,9 @@ import logging
 
 import redis
 
+from ..core.clock import Clock
+from ..core.errors import ReleaseRefused
 from . import cluster
-from .clock import Clock
-from .errors import ReleaseRefused
 from .oom import FIRST_PAUSE, OomSpell, is_oom
 
 

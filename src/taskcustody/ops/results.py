@@ -25,12 +25,12 @@ from typing import Any
 
 import redis
 
-from . import envelope
-from .clock import Clock
+from ..core import envelope
+from ..core.clock import Clock
+from ..core.errors import MalformedTask, ResultTimeout, TaskFailed, UnknownTask
+from ..core.keys import QueueKeys
+from ..deploy.redis_errors import named_errors
 from .deadletters import DeadLetter, list_dead_letters, parse
-from .errors import MalformedTask, ResultTimeout, TaskFailed, UnknownTask
-from .keys import QueueKeys
-from .redis_errors import named_errors
 
 FIRST_PAUSE = 0.01
 MAX_PAUSE = 1.0

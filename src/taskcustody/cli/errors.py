@@ -17,8 +17,8 @@ from urllib.parse import urlparse
 import click
 import redis
 
-from .errors import BadPayload, InvalidName, TaskCustodyError
-from .redis_errors import translate
+from ..core.errors import BadPayload, InvalidName, TaskCustodyError
+from ..deploy.redis_errors import translate
 
 
 class Failure(click.ClickException):

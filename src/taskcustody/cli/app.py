@@ -15,20 +15,21 @@ from typing import Any
 import click
 import redis
 
-from . import cluster as cluster_routing
-from . import logs, recovery, scheduled
-from .aio import AsyncServer, connect_async, is_async_handler
-from .cli_errors import Failure, MappedErrors, UsageFailure, as_click, check_url
-from .clock import RedisClock
-from .connection import check_server, connect
-from .errors import TaskCustodyError
+from ..aio import AsyncServer, connect_async, is_async_handler
+from ..core import recovery, scheduled
+from ..core.clock import RedisClock
+from ..core.errors import TaskCustodyError
+from ..core.keys import QueueKeys
+from ..core.producer import Producer
+from ..core.recovery import ServerIdentity
+from ..core.server import Server, default_server_id
+from ..core.settings import MAX_SECONDS, Settings, SettingsError
+from ..deploy import cluster as cluster_routing
+from ..deploy.connection import check_server, connect
+from ..ops import logs
+from ..ops.status import QueueStatus, queue_status
+from .errors import Failure, MappedErrors, UsageFailure, as_click, check_url
 from .handler_import import import_failure
-from .keys import QueueKeys
-from .producer import Producer
-from .recovery import ServerIdentity
-from .server import Server, default_server_id
-from .settings import MAX_SECONDS, Settings, SettingsError
-from .status import QueueStatus, queue_status
 
 DEFAULT_URL = "redis://127.0.0.1:6379/0"
 
@@ -165,10 +166,10 @@ def _run(action: Callable[[], Any], client: redis.Redis | None = None,
 
 # `dead` and `result` live in cli_dead.py, which imports this module's options: loaded when used.
 @click.group(cls=MappedErrors, context_settings={"help_option_names": ["-h", "--help"]},
-             lazy_commands={"dead": "taskcustody.cli_dead:dead",
-                            "result": "taskcustody.cli_dead:result",
+             lazy_commands={"dead": "taskcustody.cli.dead:dead",
+                            "result": "taskcustody.cli.dead:result",
                             # the verify extra's command, or a stand-in naming the extra
-                            "verify": "taskcustody.cli_verify:verify_command"})
+                            "verify": "taskcustody.cli.verify:verify_command"})
 @click.version_option(package_name="taskcustody")
 def main() -> None:
     """A Redis task queue that never loses a task and never hands one task to two workers."""
@@ -322,7 +323,7 @@ def _run_async(fn: Callable[[Any], Any], redis_url: str, settings: Settings,
 
 def _serve_metrics(client: redis.Redis, keys: QueueKeys, srv: Server, port: int,
                    addr: str) -> None:
-    from .metrics import EXTRA_MESSAGE, Metrics
+    from ..ops.metrics import EXTRA_MESSAGE, Metrics
 
     try:
         import prometheus_client  # noqa: F401
@@ -374,7 +375,7 @@ def enqueue(queue: str, prefix: str, redis_url: str, allow_evicting_policy: bool
     """
     from typing import BinaryIO
 
-    from .cli_enqueue import Payload, StopSignals, Stream, parse
+    from .enqueue import Payload, StopSignals, Stream, parse
 
     settings = _settings(min_replicas=min_replicas, replica_timeout=replica_timeout)
     sources: list[Payload | BinaryIO] = []

@@ -11,7 +11,7 @@ import importlib
 
 import click
 
-from .cli_errors import Failure
+from .errors import Failure
 
 #: What the verify job imports, beyond the core dependencies.
 NEEDS = ("hypothesis", "fakeredis", "lupa")
@@ -44,7 +44,7 @@ def load() -> click.Command:
     missing = _missing()
     if missing is not None:
         return _stand_in(missing)
-    from .verify.cli import verify_command
+    from ..verify.cli import verify_command
 
     return verify_command
 

@@ -22,11 +22,11 @@ from typing import Any
 
 import redis
 
-from . import envelope
-from .envelope import Task
-from .errors import DeadLetterNotFound, MalformedTask
-from .keys import QueueKeys
-from .redis_errors import named_errors
+from ..core import envelope
+from ..core.envelope import Task
+from ..core.errors import DeadLetterNotFound, MalformedTask
+from ..core.keys import QueueKeys
+from ..deploy.redis_errors import named_errors
 
 # KEYS: dead letters, queue
 # ARGV: the exact dead-letter entry, the envelope to enqueue

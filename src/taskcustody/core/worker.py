@@ -24,15 +24,18 @@ from typing import Any, Protocol, TypeVar
 
 import redis
 
-from . import cluster, envelope, events, replication, scheduled, scripts, wire
+from .. import scripts
+from ..deploy import cluster, replication
+from ..deploy.connection import is_fakeredis
+from ..deploy.oom import OomSpell, is_oom
+from ..deploy.release_refusals import RefusedReleases, as_refused
+from ..ops import events
+from . import envelope, scheduled, wire
 from .clock import Clock
-from .connection import is_fakeredis
 from .envelope import Task
 from .errors import MalformedTask, ReleaseRefused, WrongKeyType
 from .keys import ListOwner, QueueKeys
-from .oom import OomSpell, is_oom
 from .recovery import Recovering, drain_inflight
-from .release_refusals import RefusedReleases, as_refused
 from .settings import Settings
 from .suspects import SuspectSlot
 
@@ -76,11 +79,13 @@ class Release:
 #: would weigh on all of them. 4,096 is some thirty frames of the usual length, the innermost ones.
 MAX_TRACEBACK = 4096
 
-#: Where the frames above a handler's own are: this package (the worker's `execute`), and the
-#: machinery an asyncio worker runs a plain handler through (`asyncio.to_thread`).
+#: Where the frames above a handler's own are: the taskcustody package (every worker's `execute`,
+#: threaded, prefetching or asyncio), and the machinery an asyncio worker runs a plain handler
+#: through (`asyncio.to_thread`).
 _ABOVE_THE_HANDLER = tuple(
     os.path.dirname(path) + os.sep
-    for path in (__file__, asyncio.__file__, concurrent.futures.__file__))
+    for path in (os.path.dirname(os.path.dirname(__file__)) + os.sep, asyncio.__file__,
+                 concurrent.futures.__file__))
 
 
 def bounded_traceback(exc: BaseException, limit: int = MAX_TRACEBACK) -> str:

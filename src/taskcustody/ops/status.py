@@ -7,9 +7,9 @@ from typing import Any
 
 import redis
 
-from .keys import QueueKeys
-from .recovery import ServerIdentity, _text, parse_record, registered_lists
-from .redis_errors import named_errors
+from ..core.keys import QueueKeys
+from ..core.recovery import ServerIdentity, _text, parse_record, registered_lists
+from ..deploy.redis_errors import named_errors
 
 
 @dataclass

@@ -21,7 +21,7 @@ from types import TracebackType
 
 import taskcustody
 
-from .cli_errors import one_line
+from .errors import one_line
 
 
 def _dirs(paths: list[str]) -> tuple[str, ...]:

@@ -8,15 +8,15 @@ from typing import Any
 
 import redis
 
-from . import cluster
+from ..deploy import cluster
+from ..deploy.oom import is_oom
+from ..deploy.redis_errors import translate
+from ..deploy.replication import acknowledged, refuse_fakeredis, wait_command
+from ..ops.results import TaskHandle
 from .clock import Clock, WallClock
 from .envelope import new_task
 from .errors import RedisOutOfMemory, ReplicationTimeout
 from .keys import QueueKeys
-from .oom import is_oom
-from .redis_errors import translate
-from .replication import acknowledged, refuse_fakeredis, wait_command
-from .results import TaskHandle
 from .settings import Settings
 
 #: Times an LPUSH + WAIT refused by a cluster redirect is sent again.

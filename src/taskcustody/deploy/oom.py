@@ -26,7 +26,7 @@ import logging
 
 import redis
 
-from .clock import Clock
+from ..core.clock import Clock
 
 #: The first pause after a refusal, then doubled per refusal in a row up to MAX_PAUSE: a worker
 #: carries on within seconds once memory frees, and asks Redis no more than every few seconds
