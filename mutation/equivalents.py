@@ -38,7 +38,7 @@ _ALLOW_NAN = ("json tests allow_nan for truth only: None and False take the same
 
 EQUIVALENTS: list[dict[str, str]] = [
     # -- flags tested for truth only ------------------------------------------------------------
-    {"function": "taskcustody.core.worker._result_json",
+    {"function": "taskcustody.core.custody._result_json",
      "original": "return json.dumps(result, allow_nan=False)",
      "mutated": "return json.dumps(result, allow_nan=None)",
      "reason": _ALLOW_NAN},
@@ -49,13 +49,13 @@ EQUIVALENTS: list[dict[str, str]] = [
     {"function": "taskcustody.core.worker.Worker._call", "original": "resend_record = False",
      "mutated": "resend_record = None", "reason": "resend_record is " + _FALSY},
     # -- worker.py: the take and the release -------------------------------------------------
-    {"function": "taskcustody.core.worker.Custody._take_args", "original": _TAKE,
+    {"function": "taskcustody.core.custody.Custody._take_args", "original": _TAKE,
      "mutated": _TAKE.replace('"BLMOVE"', '"blmove"'), "reason": _CASE},
-    {"function": "taskcustody.core.worker.Custody._take_args", "original": _TAKE,
+    {"function": "taskcustody.core.custody.Custody._take_args", "original": _TAKE,
      "mutated": _TAKE.replace('"RIGHT"', '"right"'), "reason": _CASE},
-    {"function": "taskcustody.core.worker.Custody._take_args", "original": _TAKE,
+    {"function": "taskcustody.core.custody.Custody._take_args", "original": _TAKE,
      "mutated": _TAKE.replace('"LEFT"', '"left"'), "reason": _CASE},
-    {"function": "taskcustody.core.worker.Custody._take_args",
+    {"function": "taskcustody.core.custody.Custody._take_args",
      "original": 'return ("BRPOPLPUSH", self.keys.queue, self.list_key, block)',
      "mutated": 'return ("brpoplpush", self.keys.queue, self.list_key, block)', "reason": _CASE},
     {"function": "taskcustody.core.worker.Worker._send_release",

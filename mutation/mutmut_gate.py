@@ -40,11 +40,13 @@ TEST_TIMEOUT = 60.0
 # The protocol's critical functions: take, record, release, reconcile, drain, the sweeps, startup.
 CRITICAL: dict[str, tuple[str, ...]] = {
     "taskcustody.core.worker": (
-        "Worker.register", "Worker.reconcile", "Worker.take", "Custody._take_args",
+        "Worker.register", "Worker.reconcile", "Worker.take",
         "Worker.record", "Worker.release", "Worker.run_once", "Worker._release_raw",
         "Worker._send_release", "Worker._redirected", "Worker.release_and_take",
         "Worker._release_and_take_raw",
-        "Custody.verdict", "Custody.release_args", "Custody.released",
+    ),
+    "taskcustody.core.custody": (
+        "Custody._take_args", "Custody.verdict", "Custody.release_args", "Custody.released",
     ),
     "taskcustody.core.recovery": (
         "prune_inactive_servers", "drain_inflight", "live_owners", "registered_lists",

@@ -20,6 +20,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 WORKER = "src/taskcustody/core/worker.py"
+CUSTODY = "src/taskcustody/core/custody.py"
+OUTCOME = "src/taskcustody/core/outcome.py"
+LOOP = "src/taskcustody/core/loop.py"
 RECOVERY = "src/taskcustody/core/recovery.py"
 SCRIPTS = "src/taskcustody/scripts.py"
 SERVER = "src/taskcustody/core/server.py"
@@ -60,7 +63,7 @@ MUTANTS: tuple[NamedMutant, ...] = (
         "written after the reply; the release then finds no custody to give up",
         (
             Edit(
-                WORKER,
+                CUSTODY,
                 '        if self.take_command == "BLMOVE":\n'
                 '            return ("BLMOVE", self.keys.queue, self.list_key, "RIGHT", "LEFT", '
                 "block)\n"
@@ -274,7 +277,7 @@ MUTANTS: tuple[NamedMutant, ...] = (
         "recovery can find",
         (
             Edit(
-                WORKER,
+                CUSTODY,
                 "        return (\"ZADD\", self.keys.inflight_registry, repr(self.clock.now()), "
                 "self.list_key)\n",
                 "        return None\n",

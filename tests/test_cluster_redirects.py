@@ -24,7 +24,7 @@ from taskcustody import (
     scripts,
 )
 from taskcustody.cli.app import main
-from taskcustody.core.worker import run_until_stopped
+from taskcustody.core.loop import run_until_stopped
 from taskcustody.deploy import cluster
 from tests.helpers import commits, make_server
 from tests.support.redis_cluster import LocalCluster, tags_on_distinct_masters

@@ -25,7 +25,7 @@ from taskcustody import (
 )
 from taskcustody.cli import dead as cli_dead
 from taskcustody.cli.app import main
-from taskcustody.core.worker import MAX_TRACEBACK
+from taskcustody.core.outcome import MAX_TRACEBACK
 from tests.conftest import TEST_SETTINGS, Backend
 from tests.helpers import dead_letters, make_server
 from tests.support.aio import run_with_client

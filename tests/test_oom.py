@@ -30,8 +30,9 @@ from taskcustody import (
     scripts,
 )
 from taskcustody.cli.app import main
+from taskcustody.core.outcome import Outcome
 from taskcustody.core.prefetch import PrefetchingWorker
-from taskcustody.core.worker import Outcome, Worker
+from taskcustody.core.worker import Worker
 from taskcustody.deploy.oom import MAX_PAUSE, OomSpell, is_oom
 from tests.conftest import TEST_SETTINGS
 from tests.helpers import Stop, all_custody, commits, ids_in, make_server

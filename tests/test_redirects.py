@@ -11,7 +11,8 @@ import pytest
 import redis
 
 from taskcustody import ManualClock, Producer, QueueKeys, Worker, connect_fake
-from taskcustody.core.worker import REDIRECT_ATTEMPTS, run_until_stopped
+from taskcustody.core.loop import run_until_stopped
+from taskcustody.core.worker import REDIRECT_ATTEMPTS
 from taskcustody.deploy import cluster
 from tests.test_worker_run_loop import Stop, new_worker, script
 

@@ -12,7 +12,7 @@ import redis
 
 from taskcustody import ManualClock, Producer, QueueKeys, Settings, Worker
 from taskcustody.core.envelope import Task
-from taskcustody.core.worker import Outcome
+from taskcustody.core.outcome import Outcome
 from tests.conftest import TEST_SETTINGS, Backend
 from tests.helpers import (
     all_custody,

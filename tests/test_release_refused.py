@@ -34,7 +34,8 @@ from taskcustody import (
     get_result,
     scripts,
 )
-from taskcustody.core.worker import Outcome, Worker
+from taskcustody.core.outcome import Outcome
+from taskcustody.core.worker import Worker
 from taskcustody.deploy.release_refusals import RefusedReleases, as_refused
 from taskcustody.scripts import MAX_RESULT_TTL
 from tests.conftest import TEST_SETTINGS

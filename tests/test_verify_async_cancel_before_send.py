@@ -15,7 +15,7 @@ from taskcustody_model import Action, Bounds
 from taskcustody_model.state import DIRTY, list_of
 
 from taskcustody.aio import AsyncWorker
-from taskcustody.core.worker import Release
+from taskcustody.core.outcome import Release
 from taskcustody.verify import aio
 from taskcustody.verify.aio import AsyncHarness
 from taskcustody.verify.harness import Mismatch

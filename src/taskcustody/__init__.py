@@ -33,6 +33,7 @@ from .core.errors import (
     WrongKeyType,
 )
 from .core.keys import ListOwner, QueueKeys
+from .core.outcome import Outcome, Release
 from .core.producer import Producer
 from .core.recovery import (
     ServerIdentity,
@@ -44,7 +45,7 @@ from .core.recovery import (
 )
 from .core.server import Server, default_server_id
 from .core.settings import Settings, SettingsError
-from .core.worker import Outcome, Release, Worker
+from .core.worker import Worker
 from .deploy.connection import check_server, connect, connect_fake
 from .ops.deadletters import (
     DeadLetter,

@@ -16,7 +16,8 @@ from ..deploy.redis_options import no_maint_notifications
 
 
 def no_retry() -> Retry:
-    """The asyncio twin of `taskcustody.connection.no_retry`: retries belong to the protocol."""
+    """The asyncio twin of `taskcustody.deploy.connection.no_retry`: retries belong to the
+    protocol."""
     return Retry(NoBackoff(), 0)
 
 

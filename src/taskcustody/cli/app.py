@@ -125,7 +125,7 @@ def load_handler(spec: str) -> Callable[[Any], Any]:
     return handler  # type: ignore[no-any-return]
 
 
-_Failure = Failure  # a runtime failure: exit 1 with one line (cli_errors.py)
+_Failure = Failure  # a runtime failure: exit 1 with one line (errors.py)
 
 
 def _where(client: redis.Redis | None, keys: QueueKeys | None) -> str:
@@ -140,7 +140,7 @@ def _where(client: redis.Redis | None, keys: QueueKeys | None) -> str:
 
 def _run(action: Callable[[], Any], client: redis.Redis | None = None,
          keys: QueueKeys | None = None) -> Any:
-    """Run a command's work, its errors mapped to one line and an exit code (cli_errors.py);
+    """Run a command's work, its errors mapped to one line and an exit code (errors.py);
     a cluster's redirects and resharding name the slot and its node."""
     try:
         return action()
@@ -164,7 +164,7 @@ def _run(action: Callable[[], Any], client: redis.Redis | None = None,
         raise mapped from exc
 
 
-# `dead` and `result` live in cli_dead.py, which imports this module's options: loaded when used.
+# `dead` and `result` live in dead.py, which imports this module's options: loaded when used.
 @click.group(cls=MappedErrors, context_settings={"help_option_names": ["-h", "--help"]},
              lazy_commands={"dead": "taskcustody.cli.dead:dead",
                             "result": "taskcustody.cli.dead:result",

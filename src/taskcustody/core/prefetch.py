@@ -23,8 +23,10 @@ import redis
 
 from .. import scripts
 from ..deploy import cluster, replication
+from .loop import run_until_stopped
+from .outcome import Release
 from .prefetch_custody import RELEASE, Batch, Plan, PrefetchCustody
-from .worker import REDIRECT_ATTEMPTS, Release, Worker, run_until_stopped
+from .worker import REDIRECT_ATTEMPTS, Worker
 
 __all__ = ["Batch", "PrefetchingWorker"]
 
@@ -186,7 +188,7 @@ class PrefetchingWorker(PrefetchCustody[Worker]):
         return replies, None
 
     def _pipeline(
-        self, commands: list[tuple[Any, ...]], script: str, step: str
+        self, commands: list[tuple[Any, ...]], script: str, step: replication.Step
     ) -> tuple[list[Any], Exception | None]:
         """Send `commands` (EVALSHA of `script`) in one write; read the replies in order until
         one is lost. Returns the replies read (a ResponseError in place of a failed command's
@@ -208,7 +210,7 @@ class PrefetchingWorker(PrefetchCustody[Worker]):
         return replies, error
 
     def _send_and_read(
-        self, commands: list[tuple[Any, ...]], step: str
+        self, commands: list[tuple[Any, ...]], step: replication.Step
     ) -> tuple[list[Any], Exception | None]:
         conn = self._conn
         replies: list[Any] = []

@@ -1,9 +1,9 @@
 """The sans-IO half of a prefetching worker: the commands its pipelines send, the reading of their
 replies slot by slot, and the bookkeeping of a batch, with no I/O of its own.
 
-`taskcustody.prefetch.PrefetchingWorker` (threads) and `taskcustody.aio.AsyncPrefetchingWorker`
+`taskcustody.core.prefetch.PrefetchingWorker` (threads) and `taskcustody.aio.AsyncPrefetchingWorker`
 (asyncio) both inherit `PrefetchCustody`, as `Worker` and `AsyncWorker` share
-`taskcustody.worker.Custody`: the two build the same take and release pipelines, read a lost
+`taskcustody.core.custody.Custody`: the two build the same take and release pipelines, read a lost
 reply the same way (that slot and every later one dirty), and give up a batch's tasks the same
 way (the task a handler was running when interrupted as a failed attempt, those it never reached
 requeued unchanged); each only sends its pipelines its own way and awaits its handlers or not.
@@ -18,9 +18,10 @@ import redis
 from .. import scripts
 from ..deploy.release_refusals import as_refused
 from . import envelope
+from .custody import Custody
 from .envelope import Task
 from .errors import MalformedTask
-from .worker import INTERRUPTED, NOT_REACHED, Custody, Outcome, Release, log_release
+from .outcome import INTERRUPTED, NOT_REACHED, Outcome, Release, Verdict, log_release
 
 #: A pipelined take of one slot: TAKE_AND_RECORD by hash, then its numkeys and keys/argv.
 TAKE = ("EVALSHA", scripts.TAKE_AND_RECORD_SCRIPT.sha, 4)
@@ -29,7 +30,7 @@ RELEASE = ("EVALSHA", scripts.RELEASE_SCRIPT.sha)
 
 Slot = TypeVar("Slot", bound=Custody)
 #: Per release of a batch: (slot, action, RELEASE's arguments).
-Plan = tuple[Any, str, tuple[Any, ...]]
+Plan = tuple[Any, Verdict, tuple[Any, ...]]
 #: Per release of a batch: (task id, data, the handler's error) for its log line.
 Logged = tuple[str, str | bytes, str]
 
@@ -39,7 +40,7 @@ class Batch:
 
     def __init__(self) -> None:
         self.raws: list[tuple[Any, bytes, str]] = []  # (slot, raw task, id recorded)
-        self.verdicts: list[tuple[str, str | bytes]] = []  # per handled task: (action, data)
+        self.verdicts: list[tuple[Verdict, str | bytes]] = []  # per handled task: (action, data)
         self.errors: list[str] = []  # per handled task: the handler's error ("" if none)
 
 

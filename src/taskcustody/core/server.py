@@ -108,7 +108,7 @@ class Server:
         self.clock = clock or RedisClock(client, key=keys.queue)
         self.incarnation: int | None = None
         # The injected clock's time of our last registration that Redis accepted (claim or
-        # heartbeat); None before the first (metrics.py reports its age).
+        # heartbeat); None before the first (ops/metrics.py reports its age).
         self.last_heartbeat: float | None = None
         self.stop_event = threading.Event()
         self.superseded = False

@@ -19,7 +19,7 @@ refused here, before anything is taken. The bounds, and why:
   numbers, exact up to there), prefetch no larger than MAX_PREFETCH.
 
 A refusal is a SettingsError (a ValueError) that names the fields it is about; the CLI renders
-those names as the flags the user typed (cli.py).
+those names as the flags the user typed (cli/app.py).
 """
 
 from __future__ import annotations

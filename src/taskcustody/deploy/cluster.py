@@ -1,8 +1,9 @@
 """Redis Cluster: detecting a cluster node, routing to the node that owns a queue's slot, and
 naming what a redirect means.
 
-Every key of a queue shares one hash tag (keys.py), so a queue lives in one slot, on one master:
-every script and pipeline we send stays on that node. What this module adds is the client side:
+Every key of a queue shares one hash tag (core/keys.py), so a queue lives in one slot, on one
+master: every script and pipeline we send stays on that node. What this module adds is the client
+side:
 
 * `connect` (connection.py) asks the node (`INFO cluster`) and builds a `RedisCluster` for a
   cluster node. Any node works as the seed, a replica included: the client reads the slot map.
@@ -20,17 +21,19 @@ from __future__ import annotations
 
 import random
 import weakref
-from typing import Any, cast
+from typing import Any, Final, Literal, cast
 
 import redis
 from redis.cluster import ClusterNode, RedisCluster
 
 from .redis_options import no_maint_notifications
 
+#: What a redirect means for the command it refused (which did not run).
+Redirect = Literal["moved", "busy"]
 #: A redirect after which the slot lives elsewhere: refresh the slot map and reconnect.
-MOVED = "moved"
+MOVED: Final[Redirect] = "moved"
 #: A redirect during a migration (or a cluster healing): back off and send the same step again.
-BUSY = "busy"
+BUSY: Final[Redirect] = "busy"
 
 #: Back-off after ASK / TRYAGAIN / CLUSTERDOWN: doubles from FIRST to at most MAX, with jitter.
 FIRST_BACKOFF = 0.05
@@ -140,7 +143,7 @@ def refresh(client: redis.Redis) -> None:
         _cluster(client).nodes_manager.initialize()
 
 
-def redirect_kind(exc: BaseException) -> str | None:
+def redirect_kind(exc: BaseException) -> Redirect | None:
     """MOVED, BUSY or None (not a redirect). In each redirect case the command did not run."""
     if isinstance(exc, redis.exceptions.MovedError):
         return MOVED

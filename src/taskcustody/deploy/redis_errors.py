@@ -2,9 +2,9 @@
 
 redis-py reports a wrong database index, a port that answers HTTP, a read-only replica or a key
 of the wrong type as bare `ResponseError`s and `InvalidResponse`s whose text means little out of
-context. `translate` turns each case we can name into an exception of `taskcustody.errors` that
+context. `translate` turns each case we can name into an exception of `taskcustody.core.errors` that
 says what is wrong and what to do; the library's entry points run under `named_errors`, and the
-CLI maps whatever reaches it through the same function (cli_errors.py).
+CLI maps whatever reaches it through the same function (cli/errors.py).
 """
 
 from __future__ import annotations

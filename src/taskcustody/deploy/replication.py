@@ -20,7 +20,7 @@ See the README, "Failover and replication", for what a failover may then undo.
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import Any, Final, Literal
 
 import redis
 
@@ -34,8 +34,9 @@ log = logging.getLogger("taskcustody.replication")
 #: Seconds between two warnings of one worker about WAITs that returned short.
 WARN_INTERVAL = 60.0
 #: The steps a worker's WAIT follows, as its warnings name them.
-TAKE = "take"
-RELEASE = "release"
+Step = Literal["take", "release"]
+TAKE: Final[Step] = "take"
+RELEASE: Final[Step] = "release"
 
 
 def wait_command(settings: Settings) -> tuple[Any, ...] | None:
@@ -75,7 +76,7 @@ class Shortfalls:
         self._unlogged = 0
         self._next_warning: float | None = None
 
-    def check(self, reply: Any, step: str) -> None:
+    def check(self, reply: Any, step: Step) -> None:
         """Check WAIT's reply after `step` ("take" or "release")."""
         acks, reason = acknowledged(reply)
         if acks >= self.settings.min_replicas:

@@ -2,7 +2,7 @@
 
 A worker dead-letters a task whose handler failed `max_attempts` times, and bytes in the queue that
 are not a task envelope, by LPUSHing onto `P:{Q}:dead` a JSON object
-`{"raw": base64 of the task's bytes, "error", "task_id", "at"}` (worker.py, `_dead_letter`); a
+`{"raw": base64 of the task's bytes, "error", "task_id", "at"}` (core/custody.py, `_dead_letter`); a
 handler's failure adds `"traceback"`, its formatted traceback (bounded: worker.MAX_TRACEBACK).
 
 A requeue moves one entry from the dead-letter list to the queue in ONE Lua step (REQUEUE_DEAD):

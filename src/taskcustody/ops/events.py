@@ -13,14 +13,16 @@ unobserved process pays one list check per event and nothing else. Events and th
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Literal
 
-Listener = Callable[[str, dict[str, Any]], None]
+#: The events above, by name.
+Event = Literal["released", "handled", "recovered", "poison-pill"]
+Listener = Callable[[Event, dict[str, Any]], None]
 
 #: Called in order with (event, fields) by `emit`. A listener must not raise.
 listeners: list[Listener] = []
 
 
-def emit(event: str, **fields: Any) -> None:
+def emit(event: Event, **fields: Any) -> None:
     for listener in listeners:
         listener(event, fields)

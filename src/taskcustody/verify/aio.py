@@ -41,10 +41,10 @@ from ..aio.worker import AsyncWorker
 from ..core.clock import Clock
 from ..core.envelope import Task
 from ..core.keys import ListOwner, QueueKeys
+from ..core.outcome import Outcome, Release
 from ..core.prefetch_custody import Batch
 from ..core.server import Server
 from ..core.settings import Settings
-from ..core.worker import Outcome, Release
 from ..deploy.redis_options import no_maint_notifications
 from . import faults
 from .harness import Harness

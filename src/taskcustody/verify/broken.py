@@ -24,10 +24,11 @@ from ..core import recovery
 from ..core.clock import Clock
 from ..core.envelope import Task, decode
 from ..core.keys import QueueKeys
+from ..core.outcome import Release
 from ..core.recovery import RecoveryReport
 from ..core.server import Server
 from ..core.settings import Settings
-from ..core.worker import Release, Worker
+from ..core.worker import Worker
 from .designs import DESIGNS, design
 
 

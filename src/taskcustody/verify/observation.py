@@ -48,10 +48,11 @@ from ..core import recovery
 from ..core.clock import ManualClock
 from ..core.envelope import Task, decode
 from ..core.keys import ListOwner, QueueKeys
+from ..core.outcome import Outcome
 from ..core.recovery import parse_record
 from ..core.server import Server
 from ..core.settings import Settings
-from ..core.worker import Outcome, Worker
+from ..core.worker import Worker
 from ..deploy import cluster
 
 #: One model tick of the clock, in seconds. Server TTL = the model's TTL in ticks.

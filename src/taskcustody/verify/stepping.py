@@ -84,10 +84,10 @@ from ..core.clock import ManualClock
 from ..core.envelope import Task
 from ..core.errors import ServerIdHeld, Superseded
 from ..core.keys import QueueKeys
+from ..core.outcome import Outcome
 from ..core.producer import Producer
 from ..core.server import Server
 from ..core.settings import Settings
-from ..core.worker import Outcome
 from . import faults
 from .observation import TICK, Mismatch, Observation, ProcSlot, StepRecord, WorkerSlot
 
