@@ -1,5 +1,6 @@
 """`taskcustody dead list | show ID | requeue [ID... | --all] | purge --yes` and
-`taskcustody result ID` (the library's deadletters.py and results.py, on the command line)."""
+`taskcustody result ID` (the library's ops/deadletters.py and ops/results.py, on the command
+line)."""
 
 from __future__ import annotations
 

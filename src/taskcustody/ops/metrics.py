@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 import redis
 
 from ..core.keys import QueueKeys
+from ..core.outcome import Action
 from . import events
 from .status import queue_status
 
@@ -28,8 +29,9 @@ log = logging.getLogger("taskcustody.metrics")
 EXTRA_MESSAGE = ("--metrics-port needs the metrics extra (prometheus-client is not installed): "
                  "pip install 'taskcustody[metrics]'")
 
-OUTCOMES = {"committed": "committed", "retried": "retried", "dead-lettered": "dead_lettered",
-            "lost-custody": "lost_custody"}
+#: The `outcome` label of each release action (Prometheus label values use underscores).
+OUTCOMES: dict[Action, str] = {"committed": "committed", "retried": "retried",
+                               "dead-lettered": "dead_lettered", "lost-custody": "lost_custody"}
 
 
 class Metrics:
@@ -66,7 +68,7 @@ class Metrics:
         if self.on_event in events.listeners:
             events.listeners.remove(self.on_event)
 
-    def on_event(self, event: str, fields: dict[str, Any]) -> None:
+    def on_event(self, event: events.Event, fields: dict[str, Any]) -> None:
         if not str(fields.get("list_key", "")).startswith(self._lists):
             return  # another queue's
         if event == "released":
