@@ -132,7 +132,7 @@ def started_worker(client: redis.Redis, keys: QueueKeys, clock: ManualClock,
     return worker
 
 
-# -- what Redis does over its limit (pins the notes in taskcustody/oom.py) ---------------------
+# -- what Redis does over its limit (pins the notes in taskcustody/deploy/oom.py) -----------------
 
 
 def test_over_maxmemory_redis_refuses_our_growing_steps_whole_and_runs_the_release(
