@@ -374,12 +374,12 @@ def named_gate(snapshot: Path, workdir: Path, jobs: int, test_timeout: float,
     pytest_args = list(pytest_args)
     if not with_model_tests and independent_of_core(snapshot, ["model", "tests/model"]):
         # The model's own tests import only the model, which no named mutant touches; they run
-        # in the README's test command. Leaving them out here saves their deep searches.
+        # in the documented test command. Leaving them out here saves their deep searches.
         print("   tests/model left out: they import only the model (checked)", flush=True)
         pytest_args.append("--ignore=tests/model")
     # The cluster tests (marker `cluster`) start a 6-node Redis Cluster per run and check the
     # client layer's routing; every named mutant rewrites a protocol line that the rest of the
-    # suite exercises on one node. They run in the README's test command, not once per mutant.
+    # suite exercises on one node. They run in the documented test command, not once per mutant.
     markers = "not cluster"
     if not full_suite:
         # The searches for the broken designs check the stateful machine against the
@@ -399,7 +399,7 @@ def named_gate(snapshot: Path, workdir: Path, jobs: int, test_timeout: float,
     base = clone(snapshot, workdir / "unmutated")
     check_imports_from(base)
     if confirm_only:
-        # The caller ran the whole suite green just before (CI: the README's test command), so
+        # The caller ran the whole suite green just before (CI: the documented test command), so
         # the unmutated run is not repeated: each kill is confirmed afterwards by its test
         # passing on the unmutated copy (`confirm_kills`), and the per-test limits are those of
         # the last recorded unmutated run.

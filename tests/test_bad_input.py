@@ -14,6 +14,7 @@ from taskcustody import (
     Producer,
     QueueKeys,
     RedisTooOld,
+    Server,
     Settings,
     WrongKeyType,
     check_server,
@@ -90,6 +91,24 @@ def test_wrong_type_at_take_time_is_named(backend: Backend, keys: QueueKeys) -> 
     client.set(keys.queue, "oops")
     with pytest.raises(WrongKeyType, match="queue"):
         worker.take(timeout=0.05)
+
+
+@pytest.mark.parametrize("timeout", [float("nan"), float("inf"), 0.0, -1.0])
+def test_a_take_timeout_that_is_not_a_positive_finite_number_is_refused_before_redis(
+    backend: Backend, keys: QueueKeys, timeout: float
+) -> None:
+    client = backend.client()
+    (worker,) = make_server(client, keys, "s1", ManualClock()).start()
+    client.rpush(keys.queue, b"untouched")
+    with pytest.raises(ValueError, match="take timeout must be a finite number > 0"):
+        worker.take(timeout=timeout)
+    assert client.lrange(keys.queue, 0, -1) == [b"untouched"]
+
+
+def test_a_server_with_no_or_too_many_worker_threads_is_refused() -> None:
+    for count in (0, 1025):
+        with pytest.raises(ValueError, match="1 to 1024 worker threads"):
+            Server(redis.Redis(), QueueKeys("q"), "s1", lambda payload: None, workers=count)
 
 
 @pytest.mark.parametrize("name", ["has space", "a{b}", "a:b", ""])

@@ -144,3 +144,21 @@ def test_a_refused_setting_leaves_the_queue_and_the_registry_untouched(
     assert {k: client.type(k) for k in client.keys("*")} == before
     assert client.llen(keys.queue) == 1 and task_id.encode() in client.lindex(keys.queue, 0)
     assert client.zcard(keys.servers) == 0
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "1e999"])
+def test_sweep_refuses_a_grace_that_is_not_a_finite_number_naming_the_flag(value: str) -> None:
+    line = error_line(invoke(["sweep", "--queue", "q", "--redis-url", "redis://127.0.0.1:1/0",
+                              "--registry-grace", value]))
+    assert line.startswith("Error: --registry-grace must be a finite number of seconds"), line
+
+
+def test_sweep_refuses_a_grace_no_longer_than_a_take_naming_the_flag() -> None:
+    line = error_line(invoke(["sweep", "--queue", "q", "--redis-url", "redis://127.0.0.1:1/0",
+                              "--registry-grace", "1"]))
+    assert line.startswith("Error: --registry-grace must exceed"), line
+
+
+def test_worker_threads_are_bounded_naming_the_flag() -> None:
+    line = error_line(invoke([*WORKER, "--workers", "100000"]))
+    assert "--workers" in line and "1<=x<=1024" in line, line

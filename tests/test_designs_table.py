@@ -1,6 +1,6 @@
 """The designs table (`taskcustody.verify.designs`) is the one home of the broken designs: the
 model's variants, the demonstrations in `verify/broken.py`, the named mutants, and the lists in
-docs/protocol.md and the README must agree with it."""
+docs/protocol.md and the documentation's pages must agree with it."""
 
 from __future__ import annotations
 
@@ -19,13 +19,17 @@ from taskcustody.verify.designs import BY_NAME, CHOICES, DESIGNS, Design
 ROOT = Path(__file__).resolve().parent.parent
 PROTOCOL = ROOT / "docs" / "protocol.md"
 README = ROOT / "README.md"
+#: The page that says which part of `verify` finds which design.
+MODEL_PAGE = ROOT / "docs" / "model.md"
+#: The page with the table of named mutants.
+MUTATION_PAGE = ROOT / "docs" / "development" / "mutation-gate.md"
 MUTANT_NAMES = {m.name for m in MUTANTS}
 NUMBER_WORDS = ("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine",
                 "ten", "eleven", "twelve", "thirteen", "fourteen", "fifteen", "sixteen",
                 "seventeen", "eighteen", "nineteen", "twenty")
 
 # The mutation gate runs the suite in a copy without docs/ and the README (mutation/gate.py).
-needs_docs = pytest.mark.skipif(not (PROTOCOL.exists() and README.exists()),
+needs_docs = pytest.mark.skipif(not (PROTOCOL.exists() and MODEL_PAGE.exists()),
                                 reason="no docs (e.g. the mutation gate's copy)")
 
 
@@ -111,7 +115,7 @@ def test_a_mutant_that_cites_a_design_is_the_table_s() -> None:
     assert cited >= 2  # (promote-copies and composite-commits-unheld cite theirs)
 
 
-# -- docs/protocol.md and the README --------------------------------------------------------------
+# -- docs/protocol.md and the other pages ---------------------------------------------------------
 
 def _protocol_section_7() -> str:
     text = PROTOCOL.read_text()
@@ -144,8 +148,12 @@ def _stateless() -> set[int]:
     return {d.number for d in DESIGNS if d.stateful is None}
 
 
+def _pages() -> list[Path]:
+    return [p for p in (README, *sorted((ROOT / "docs").rglob("*.md"))) if p.exists()]
+
+
 @needs_docs
-@pytest.mark.parametrize("path", [PROTOCOL, README], ids=["protocol", "readme"])
+@pytest.mark.parametrize("path", [PROTOCOL, MODEL_PAGE], ids=["protocol", "model"])
 def test_the_docs_count_and_exceptions_match_the_table(path: Path) -> None:
     text = " ".join(path.read_text().split())
     counts = re.findall(r"\ball (?!but\b)(\w+)(?: designs\b|, and the stateful)", text)
@@ -156,9 +164,8 @@ def test_the_docs_count_and_exceptions_match_the_table(path: Path) -> None:
 
 
 @needs_docs
-@pytest.mark.parametrize("path", [PROTOCOL, README], ids=["protocol", "readme"])
-def test_the_docs_cite_each_design_by_its_number_and_name(path: Path) -> None:
-    text = " ".join(path.read_text().split())
+def test_the_docs_cite_each_design_by_its_number_and_name() -> None:
+    text = " ".join(" ".join(path.read_text().split()) for path in _pages())
     cited = re.findall(r"\b[Dd]esign (\d+), `([a-z-]+)`", text)
     for number, name in cited:
         assert BY_NAME[name].number == int(number), (number, name)
@@ -167,9 +174,24 @@ def test_the_docs_cite_each_design_by_its_number_and_name(path: Path) -> None:
 
 
 @needs_docs
-def test_the_readme_names_only_existing_named_mutants() -> None:
-    text = " ".join(README.read_text().split())
+def test_the_docs_name_only_existing_named_mutants() -> None:
+    text = " ".join(" ".join(path.read_text().split()) for path in _pages())
     named = re.findall(r"named mutant `([a-z-]+)`", text)
-    table = re.findall(r"^\| `([a-z-]+)`: ", README.read_text(), re.M)
+    table = re.findall(r"^\| `([a-z-]+)`: ", MUTATION_PAGE.read_text(), re.M)
     assert named and set(named) <= MUTANT_NAMES
     assert sorted(table) == sorted(MUTANT_NAMES)
+
+
+@needs_docs
+def test_the_model_page_s_table_is_written_from_the_designs_table() -> None:
+    """docs/model.md's table is `python -m taskcustody.verify.designs_page`'s output: a design
+    added, renamed or re-pinned without rewriting the page fails here."""
+    from taskcustody.verify import designs_page
+
+    text = MODEL_PAGE.read_text()
+    assert designs_page.rewritten(text) == text, "run: python -m taskcustody.verify.designs_page"
+    rows = re.findall(r"^\| (\d+) \| `([a-z-]+)` \|", text, re.M)
+    assert [(int(n), name) for n, name in rows] == [(d.number, d.name) for d in DESIGNS]
+    stale = text.replace(f"| `{DESIGNS[0].name}` |", "| `renamed` |", 1)
+    assert designs_page.rewritten(stale) != stale
+    assert designs_page.main(["--check", str(MODEL_PAGE)]) == 0

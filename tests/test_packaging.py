@@ -59,16 +59,46 @@ def test_the_extras_split_runtime_tests_and_development_tools() -> None:
                  "mutmut"):
         assert tool not in core
     assert {d.split(">")[0] for d in extras["verify"]} == {"fakeredis", "lupa", "hypothesis"}
-    # pytest-xdist: the README's test command runs on every core (`-n auto`)
+    # pytest-xdist: the documented test command runs on every core (`-n auto`)
     assert extras["test"] == ["taskcustody[verify,metrics,fast]", "pytest>=8", "pytest-xdist>=3.5"]
     assert extras["metrics"] == ["prometheus-client>=0.17"]
     # hiredis: redis-py's C reply parser, optional (the pure-Python one is the fallback)
     assert extras["fast"] == ["hiredis>=2"]
     assert not any(d.startswith("hiredis") for d in project["dependencies"])
-    assert {d.split(">")[0] for d in extras["dev"]} == {"taskcustody[test]", "mypy", "ruff",
+    assert {d.split(">")[0] for d in extras["dev"]} == {"taskcustody[test,docs]", "mypy", "ruff",
                                                         "mutmut"}
+    # The documentation site (mkdocs.yml), built by .ci/run: its own extra, and in dev.
+    assert [d.split(">")[0] for d in extras["docs"]] == ["mkdocs-material"]
     # CI installs what it runs: the static checks and the mutation gate need the dev extra,
     # from the lock. (The mutation gate's copy of the tree has no .ci/.)
     ci = ROOT / ".ci" / "run"
     assert not ci.exists() or (
         "pip install -q -c .ci/constraints.txt -e '.[dev]'" in ci.read_text())
+
+
+def test_the_version_has_one_source_the_package_reads_and_the_cli_prints() -> None:
+    import re
+    from importlib.metadata import version
+
+    from click.testing import CliRunner
+
+    import taskcustody
+    from taskcustody.cli.app import main
+
+    # Read as text (tomllib is 3.11+, and the matrix runs 3.10): no literal version anywhere.
+    pyproject = (ROOT / "pyproject.toml").read_text()
+    assert re.search(r'^dynamic = \["version"\]$', pyproject, re.M)
+    assert not re.search(r'^version = "', pyproject, re.M)
+    assert version("taskcustody") == taskcustody.__version__
+    out = CliRunner().invoke(main, ["--version"])
+    assert out.exit_code == 0 and taskcustody.__version__ in out.output
+
+
+def test_the_pre_commit_hooks_run_the_locked_ruff() -> None:
+    # The hooks and the gate must agree on what "formatted" means: the same ruff release.
+    config = (ROOT / ".pre-commit-config.yaml").read_text()
+    locked = [line.split("==")[1].strip() for line in
+              (ROOT / ".ci" / "constraints.txt").read_text().splitlines()
+              if line.startswith("ruff==")]
+    assert locked and f"rev: v{locked[0]}" in config
+    assert "id: ruff-check" in config and "id: ruff-format" in config

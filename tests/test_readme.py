@@ -1,23 +1,25 @@
-"""The README's front door (issue 16, part 8): its sections come in the order a new user needs
-them, and its five-line library example runs as written (against a throwaway redis-server: the
-URL is the only thing replaced)."""
+"""The README is the front door: short, in the order a new user needs it, with a five-line example
+that runs (tests/test_docs_examples.py runs it), commands and options that exist, links that lead
+somewhere, and no history (that is CHANGELOG.md and git's)."""
 
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
+import shlex
 from pathlib import Path
 
+import click
 import pytest
 
-from tests.support.redis_server import throwaway_redis_server
+from tests.support.commands import every_command
+from tests.support.markdown import blocks
 
 ROOT = Path(__file__).resolve().parent.parent
 README_PATH = ROOT / "README.md"
 # The mutation gate runs the suite in a copy without the README (mutation/gate.py, COPIED).
 README = README_PATH.read_text() if README_PATH.exists() else ""
-EXAMPLE_URL = "redis://127.0.0.1:6379/0"
+#: At most this long: what does not fit is a page of the documentation.
+MAX_LINES = 300
 
 pytestmark = pytest.mark.skipif(not README, reason="no README.md (e.g. the mutation gate's copy)")
 
@@ -28,96 +30,78 @@ def section(heading: str) -> str:
     return README[start: start + 1 + following.start()] if following else README[start:]
 
 
-def first_example() -> str:
-    match = re.search(r"```python\n(.*?)```", section("## A first queue"), re.S)
-    assert match is not None
-    return match.group(1)
-
-
-def test_the_readme_opens_with_install_example_cli_verify_then_the_tests() -> None:
-    headings = re.findall(r"^#{2,3} .*$", README, re.M)
-    order = ["## Install", "## A first queue", "## Using it", "## `taskcustody verify`",
-             "## Running the tests", "## The protocol"]
-    assert [h for h in headings if h in order] == order
-    assert headings[0] == "## Install"  # right after the title and what it is
-    # Headings other branches edit, kept as they were.
-    for kept in ("## Tested with", "## Benchmarks", "### Retries, dead letters and poison pills"):
-        assert kept in headings
+def test_the_readme_is_a_front_door_in_the_order_a_new_user_needs() -> None:
+    assert len(README.splitlines()) <= MAX_LINES
+    headings = re.findall(r"^## .*$", README, re.M)
+    assert headings == ["## Install", "## A first queue", "## The command line at a glance",
+                        "## `taskcustody verify` in your CI", "## The protocol",
+                        "## What is guaranteed, and what is not", "## Documentation"]
 
 
 def test_the_first_example_is_five_lines() -> None:
-    assert len(first_example().strip().splitlines()) == 5
+    [example] = [b for b in blocks(README_PATH) if b.language == "python"]
+    assert example.not_run is None
+    assert f"\n{example.body}" in section("## A first queue")
+    assert len(example.body.strip().splitlines()) == 5
 
 
-@pytest.mark.real_redis
-def test_the_first_example_runs_as_written(tmp_path: Path) -> None:
-    code = first_example()
-    assert code.count(EXAMPLE_URL) == 1
-    with throwaway_redis_server() as server:
-        result = subprocess.run([sys.executable, "-c", code.replace(EXAMPLE_URL, server.url)],
-                                capture_output=True, text=True, timeout=120, cwd=tmp_path)
-    assert result.returncode == 0, result.stderr
-    assert result.stdout == "42\n"
+def test_the_protocol_is_drawn() -> None:
+    assert "```mermaid\nsequenceDiagram" in section("## The protocol")
 
 
-@pytest.mark.real_redis
-def test_the_asyncio_example_runs_as_written(tmp_path: Path) -> None:
-    match = re.search(r"```python\n(.*?)```", section("### asyncio"), re.S)
-    assert match is not None
-    code = match.group(1)
-    assert code.count(EXAMPLE_URL) == 1
-    with throwaway_redis_server() as server:
-        result = subprocess.run([sys.executable, "-c", code.replace(EXAMPLE_URL, server.url)],
-                                capture_output=True, text=True, timeout=120, cwd=tmp_path)
-    assert result.returncode == 0, result.stderr
-    assert result.stdout == "{'resized': 'https://...'}\n"
+def test_every_relative_link_leads_to_a_file() -> None:
+    links = re.findall(r"\]\(([^)#:]+)(?:#[^)]*)?\)", README)
+    assert "docs/protocol.md" in links and "docs/validating-a-design.md" in links
+    assert sorted(link for link in links if not (ROOT / link).exists()) == []
 
 
-def test_every_python_block_of_the_readme_compiles_and_imports_what_exists() -> None:
-    import ast
-
-    import taskcustody
-
-    blocks = re.findall(r"```python\n(.*?)```", README, re.S)
-    assert len(blocks) >= 2
-    for block in blocks:
-        tree = ast.parse(block)
-        for node in ast.walk(tree):
-            if isinstance(node, ast.ImportFrom) and node.module == "taskcustody":
-                missing = [a.name for a in node.names if not hasattr(taskcustody, a.name)]
-                assert not missing, f"the README imports {missing} from taskcustody"
-
-
-def test_the_ci_example_uses_options_that_exist() -> None:
-    """The "Verify in your CI" workflow: every option it passes to `taskcustody verify` is in
-    `verify --help`, every --taskcustody-* option it passes to pytest is the plugin's."""
-    from click.testing import CliRunner
-
-    from taskcustody.cli.app import main
-
-    block = re.search(r"```yaml\n(.*?)```", section("### Verify in your CI"), re.S)
-    assert block is not None and "image: redis:7" in block.group(1)
-    text = block.group(1)
-    verify_help = CliRunner().invoke(main, ["verify", "--help"]).output
-    verify_options = re.findall(r"--[a-z-]+", text[text.index("taskcustody verify"):
-                                                    text.index("python -m pytest")])
-    assert {"--redis-url", "--junit-xml", "--max-seconds"} <= set(verify_options)
-    for option in verify_options:
-        assert option in verify_help, option
-    plugin = (ROOT / "src" / "taskcustody_pytest" / "__init__.py").read_text()
-    plugin_options = re.findall(r"--taskcustody-[a-z-]+", text)
-    assert "--taskcustody-redis-url" in plugin_options
-    for option in plugin_options:
-        assert f"\"{option}\"" in plugin, option
+def test_the_cli_at_a_glance_shows_commands_and_options_that_exist() -> None:
+    """Each line of the block is a real command, with options that command has."""
+    [block] = [b for b in blocks(README_PATH) if b.language == "bash"
+               and "taskcustody worker" in b.body]
+    commands = {path.removeprefix("taskcustody "): command for path, command, _ in every_command()}
+    seen = set()
+    for line in block.body.splitlines():
+        words = shlex.split(line.split(" # ")[0].replace("[", "").replace("]", ""))
+        command_line = words[words.index("taskcustody") + 1:]
+        name = command_line[0]
+        if len(command_line) > 1 and f"{name} {command_line[1]}" in commands:
+            name = f"{name} {command_line[1]}"
+        assert name in commands, line
+        seen.add(name)
+        command = commands[name]
+        spellings = {s for p in command.params if isinstance(p, click.Option)
+                     for s in (*p.opts, *p.secondary_opts)}
+        for option in (w.split("=")[0] for w in command_line if w.startswith("--")):
+            assert option in spellings, (name, option)
+    assert {"enqueue", "worker", "status", "verify", "model-check"} <= seen
 
 
-def test_ci_runs_the_readmes_test_command() -> None:
-    """`bash .ci/run` must run exactly the README's test command: a CI that ran something else
-    (say without `-n auto`, or with a marker that skips a half) would not vouch for what the
-    README tells users to run."""
-    block = re.search(r"```bash\n(.*?)```", section("## Running the tests"), re.S)
-    assert block is not None
-    commands = [line.split("#")[0].strip() for line in block.group(1).splitlines()]
-    test_command = next(c for c in commands if c.startswith("python -m pytest"))
-    ci_lines = [line.strip() for line in (ROOT / ".ci" / "run").read_text().splitlines()]
-    assert test_command in ci_lines
+def _pages() -> list[Path]:
+    return [README_PATH, *sorted((ROOT / "docs").rglob("*.md"))]
+
+
+HISTORY = {
+    "a tracker reference": re.compile(r"\bissue [0-9]+|#[0-9]+"),
+    "a date": re.compile(r"\b20[0-9]{2}-[0-9]{2}-[0-9]{2}\b"),
+    "a commit hash": re.compile(r"(?:\bcommit |\bat |\bbefore |\bafter |`)[0-9a-f]{7,12}\b"),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(HISTORY))
+def test_no_history_in_the_readme_or_the_docs(kind: str) -> None:
+    """History lives in CHANGELOG.md and git; figures in bench/results/, written by the commands
+    that measure them. A page that quotes a run's date or commit goes stale the day after."""
+    found = [f"{page.relative_to(ROOT)}:{n}: {line.strip()}" for page in _pages()
+             for n, line in enumerate(page.read_text().splitlines(), 1)
+             if HISTORY[kind].search(line)]
+    assert found == [], kind
+
+
+def test_the_history_patterns_can_fail() -> None:
+    assert HISTORY["a tracker reference"].search("fixed in issue 15")
+    assert HISTORY["a tracker reference"].search("see #12")
+    assert HISTORY["a date"].search("run of 2026-12-01")
+    assert HISTORY["a commit hash"].search("at `a15fa38` on 2 cores")
+    assert HISTORY["a commit hash"].search("commit fb52da7, Redis 7")
+    assert not HISTORY["a commit hash"].search("drop:EVALSHA/fdacc359/fetch:5:task")

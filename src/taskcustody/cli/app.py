@@ -22,7 +22,7 @@ from ..core.errors import TaskCustodyError
 from ..core.keys import QueueKeys
 from ..core.producer import Producer
 from ..core.recovery import ServerIdentity
-from ..core.server import Server, default_server_id
+from ..core.server import MAX_WORKER_THREADS, Server, default_server_id
 from ..core.settings import MAX_SECONDS, Settings, SettingsError
 from ..deploy import cluster as cluster_routing
 from ..deploy.connection import check_server, connect
@@ -180,8 +180,9 @@ def main() -> None:
 @queue_option
 @prefix_option
 @url_option
-@click.option("--workers", "-w", default=1, show_default=True, type=click.IntRange(min=1),
-              help="Worker threads.")
+@click.option("--workers", "-w", default=1, show_default=True,
+              type=click.IntRange(min=1, max=MAX_WORKER_THREADS),
+              help="Worker threads (each holds its own Redis connection).")
 @click.option("--prefetch", default=1, show_default=True, type=click.IntRange(min=1),
               help="Tasks a worker thread (an asyncio worker, for an async def handler) takes in "
                    "one round trip while the queue is busy (each held in an in-flight list of its "
@@ -476,6 +477,9 @@ def sweep(queue: str, prefix: str, redis_url: str, allow_evicting_policy: bool,
     """Run one recovery pass: prune expired servers, forget their empty in-flight lists once
     the grace has passed, drain the others, requeue stuck processing records. Never touches a
     live server's lists."""
+    # The grace is checked as a worker's would be (finite, bounded, longer than a take's block):
+    # a NaN or infinite grace would otherwise reach the sweep as a comparison that never holds.
+    registry_grace = _settings(registry_grace=registry_grace).registry_grace
     keys = _keys(queue, prefix)
     client = _client(redis_url, cluster=cluster)
     # The CLI holds no server id of its own: nothing is "self" here.

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import json
+import math
 import time
 from collections.abc import Callable
 from typing import Any, Literal
@@ -107,8 +108,9 @@ class Custody:
         A longer one would let a stalled worker's pending BLMOVE fill a list that a sweep forgot
         meanwhile (a task no recovery can find); 0 would block forever."""
         grace, margin = self.settings.registry_grace, self.settings.socket_timeout_margin
-        if timeout <= 0:
-            raise ValueError("take timeout must be > 0 (0 would block forever)")
+        if not math.isfinite(timeout) or timeout <= 0:
+            raise ValueError(f"take timeout must be a finite number > 0 (0 would block forever), "
+                             f"not {timeout}")
         if grace and timeout + margin >= grace:
             raise ValueError(
                 f"take timeout {timeout:g} s must be shorter than registry_grace - "

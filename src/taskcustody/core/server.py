@@ -53,6 +53,10 @@ def new_incarnation() -> int:
     return secrets.randbits(62) | 1
 
 
+#: The most worker threads one server process runs. Each holds a Redis connection and a thread
+#: stack; past this, more processes (each its own server id) serve a fleet better than one.
+MAX_WORKER_THREADS = 1024
+
 class Server:
     """A server process's part in the protocol: it holds a server id exclusively, keeps it alive
     with heartbeats, recovers the tasks of dead holders, and runs `workers` worker threads.
@@ -97,8 +101,9 @@ class Server:
         settings: Settings | None = None,
         clock: Clock | None = None,
     ) -> None:
-        if workers < 1:
-            raise ValueError("a server needs at least one worker")
+        if not 1 <= workers <= MAX_WORKER_THREADS:
+            raise ValueError(
+                f"a server runs 1 to {MAX_WORKER_THREADS} worker threads, not {workers}")
         self.client = client
         self.keys = keys
         self.server_id = check_name("server id", server_id)
