@@ -90,7 +90,7 @@ def scan_registrations(client: redis.Redis, keys: Any) -> dict[str, float]:
 def scan_based(client: redis.Redis, keys: Any, me: Any) -> int:
     """The library's own sweep with one change: lists are found by SCAN, not from the registry
     (``recovery.registrations`` swapped for :func:`scan_registrations` for the call)."""
-    from taskcustody import recovery
+    from taskcustody.core import recovery
 
     original = recovery.registrations
     recovery.registrations = scan_registrations

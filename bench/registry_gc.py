@@ -14,7 +14,7 @@ Sweep part. The queue is written straight into Redis, rebuilt for every round:
 * N dead registered lists: registry entries an hour old whose owners (server id, incarnation) are
   not registered, the lists themselves empty (absent), as restarts and crashes leave them.
 The sweeper is the live server, at the same simulated time as the build; the sweep is the
-library's own `taskcustody.recovery.sweep`, with the default `Settings.registry_grace` and
+library's own `taskcustody.core.recovery.sweep`, with the default `Settings.registry_grace` and
 `drain_chunk` (what `Server.sweep` passes). Per round, on the same state:
 1. GC off: the same sweep with a grace so large that nothing is old enough; it changes
    nothing, so every sweep without the collection costs this. (Before issue 10 the sweep also
@@ -57,9 +57,10 @@ from bench.harness import (
     parse_sizes,
     rerender,
 )
-from taskcustody import QueueKeys, Settings, connect, recovery
-from taskcustody.envelope import new_task
-from taskcustody.keys import ListOwner
+from taskcustody import QueueKeys, Settings, connect
+from taskcustody.core import recovery
+from taskcustody.core.envelope import new_task
+from taskcustody.core.keys import ListOwner
 
 RESULTS = BENCH_DIR / "results"
 QUEUE = "gcq"
@@ -287,7 +288,7 @@ def render(result: dict[str, Any]) -> str:
         "times are noisy; round trips and commands are exact).",
         "",
         f"One live server ({WORKERS} workers, one task each) sweeps "
-        "(`taskcustody.recovery.sweep`, default grace "
+        "(`taskcustody.core.recovery.sweep`, default grace "
         f"{result['grace']:g} s) a queue with N dead registered lists: registry entries "
         f"{AGE:g} s old whose owners are not live, the lists empty. State written straight "
         "into a throwaway redis-server and rebuilt every round; each round runs the sweeps "

@@ -55,8 +55,8 @@ if __package__ in (None, ""):  # `python bench/sweep_load.py`
 
 from bench.harness import BENCH_DIR, RedisServer, parse_sizes, rerender
 from taskcustody import ManualClock, QueueKeys, Server, Settings, connect
-from taskcustody.envelope import new_task
-from taskcustody.keys import ListOwner
+from taskcustody.core.envelope import new_task
+from taskcustody.core.keys import ListOwner
 
 RESULTS = BENCH_DIR / "results"
 WORKERS = 16

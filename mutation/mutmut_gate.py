@@ -39,22 +39,24 @@ TEST_TIMEOUT = 60.0
 
 # The protocol's critical functions: take, record, release, reconcile, drain, the sweeps, startup.
 CRITICAL: dict[str, tuple[str, ...]] = {
-    "taskcustody.worker": (
-        "Worker.register", "Worker.reconcile", "Worker.take", "Custody._take_args",
+    "taskcustody.core.worker": (
+        "Worker.register", "Worker.reconcile", "Worker.take",
         "Worker.record", "Worker.release", "Worker.run_once", "Worker._release_raw",
         "Worker._send_release", "Worker._redirected", "Worker.release_and_take",
         "Worker._release_and_take_raw",
-        "Custody.verdict", "Custody.release_args", "Custody.released",
     ),
-    "taskcustody.recovery": (
+    "taskcustody.core.custody": (
+        "Custody._take_args", "Custody.verdict", "Custody.release_args", "Custody.released",
+    ),
+    "taskcustody.core.recovery": (
         "prune_inactive_servers", "drain_inflight", "live_owners", "registered_lists",
         "recover_inflight", "sweep", "parse_record", "requeue_stuck_processing_tasks",
     ),
-    "taskcustody.prefetch": (
+    "taskcustody.core.prefetch": (
         "PrefetchingWorker.take_all", "PrefetchingWorker.handle", "PrefetchingWorker.release_all",
         "PrefetchingWorker.run_once",
     ),
-    "taskcustody.server": (
+    "taskcustody.core.server": (
         "Server.claim", "Server.startup_drain", "Server.sweep",
         "Server.requeue_stuck_processing_tasks", "Server.start",
     ),
@@ -86,7 +88,8 @@ class Verdict:
 
 
 def parse_key(key: str) -> tuple[str, str]:
-    """`taskcustody.worker.xǁWorkerǁtake__mutmut_3` -> ("taskcustody.worker", "Worker.take")."""
+    """`taskcustody.core.worker.xǁWorkerǁtake__mutmut_3`
+    -> ("taskcustody.core.worker", "Worker.take")."""
     name = key.rsplit("__mutmut_", 1)[0]
     module, _, mangled = name.rpartition(".")
     if mangled.startswith("xǁ"):

@@ -22,8 +22,11 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 
-WORKER = "src/taskcustody/worker.py"
-RECOVERY = "src/taskcustody/recovery.py"
+WORKER = "src/taskcustody/core/worker.py"
+CUSTODY = "src/taskcustody/core/custody.py"
+OUTCOME = "src/taskcustody/core/outcome.py"
+LOOP = "src/taskcustody/core/loop.py"
+RECOVERY = "src/taskcustody/core/recovery.py"
 # The Lua scripts (src/taskcustody/scripts.py loads them): one file each, and the fragments
 # several include (lua/lib/).
 LUA = "src/taskcustody/lua/"
@@ -33,10 +36,10 @@ RELEASE_AND_TAKE_LUA = LUA + "release_and_take.lua"
 TAKE_AND_RECORD_LUA = LUA + "take_and_record.lua"
 DRAIN_CHUNK_LUA = LUA + "drain_chunk.lua"
 REQUEUE_STUCK_LUA = LUA + "requeue_stuck.lua"
-SERVER = "src/taskcustody/server.py"
-PREFETCH = "src/taskcustody/prefetch.py"
-SETTINGS = "src/taskcustody/settings.py"
-SUSPECTS = "src/taskcustody/suspects.py"
+SERVER = "src/taskcustody/core/server.py"
+PREFETCH = "src/taskcustody/core/prefetch.py"
+SETTINGS = "src/taskcustody/core/settings.py"
+SUSPECTS = "src/taskcustody/core/suspects.py"
 AIO_WORKER = "src/taskcustody/aio/worker.py"
 AIO_PREFETCH = "src/taskcustody/aio/prefetch.py"
 
@@ -71,7 +74,7 @@ MUTANTS: tuple[NamedMutant, ...] = (
         "written after the reply; the release then finds no custody to give up",
         (
             Edit(
-                WORKER,
+                CUSTODY,
                 '        if self.take_command == "BLMOVE":\n'
                 '            return ("BLMOVE", self.keys.queue, self.list_key, "RIGHT", "LEFT", '
                 "block)\n"
@@ -285,7 +288,7 @@ MUTANTS: tuple[NamedMutant, ...] = (
         "recovery can find",
         (
             Edit(
-                WORKER,
+                CUSTODY,
                 "        return (\"ZADD\", self.keys.inflight_registry, repr(self.clock.now()), "
                 "self.list_key)\n",
                 "        return None\n",

@@ -10,7 +10,7 @@ from typing import Any
 import redis
 
 from taskcustody import ManualClock, QueueKeys, Server, Settings
-from taskcustody.envelope import decode
+from taskcustody.core.envelope import decode
 from tests.conftest import TEST_SETTINGS
 
 

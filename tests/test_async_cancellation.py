@@ -21,7 +21,7 @@ import redis.asyncio
 
 from taskcustody import AsyncProducer, AsyncWorker, ListOwner, ManualClock, QueueKeys, scripts
 from taskcustody.aio import complete
-from taskcustody.envelope import decode
+from taskcustody.core.envelope import decode
 from tests.conftest import TEST_SETTINGS, Backend
 from tests.support.aio import Gate, named, run_with_client
 

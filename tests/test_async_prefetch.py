@@ -29,9 +29,9 @@ from taskcustody import (
     scripts,
 )
 from taskcustody.aio import AsyncPrefetchingWorker
-from taskcustody.envelope import decode
-from taskcustody.prefetch import PrefetchingWorker
-from taskcustody.worker import Worker
+from taskcustody.core.envelope import decode
+from taskcustody.core.prefetch import PrefetchingWorker
+from taskcustody.core.worker import Worker
 from tests.conftest import TEST_SETTINGS, Backend
 from tests.helpers import all_custody, commits
 from tests.support.aio import Gate, cancel_inside_the_handshake, run_with_client

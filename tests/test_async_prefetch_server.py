@@ -28,7 +28,7 @@ from taskcustody import (
     scripts,
 )
 from taskcustody.aio import AsyncPrefetchingWorker
-from taskcustody.envelope import decode
+from taskcustody.core.envelope import decode
 from tests.conftest import TEST_SETTINGS, Backend
 from tests.helpers import all_custody, commits
 from tests.support.aio import (

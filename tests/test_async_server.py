@@ -15,7 +15,7 @@ from typing import Any
 import redis.asyncio
 
 from taskcustody import AsyncProducer, AsyncServer, ManualClock, QueueKeys, Server
-from taskcustody.envelope import decode
+from taskcustody.core.envelope import decode
 from tests.conftest import TEST_SETTINGS, Backend
 from tests.helpers import commits
 from tests.support.aio import (

@@ -24,7 +24,7 @@ from taskcustody import (
     QueueKeys,
     Worker,
 )
-from taskcustody.envelope import decode, new_task
+from taskcustody.core.envelope import decode, new_task
 from tests.conftest import TEST_SETTINGS, Backend
 from tests.helpers import commits
 from tests.support.aio import run_with_client

@@ -19,7 +19,7 @@ from taskcustody import (
     WrongKeyType,
     check_server,
 )
-from taskcustody.cli import main
+from taskcustody.cli.app import main
 from tests.conftest import TEST_SETTINGS, Backend
 from tests.helpers import commits, dead_letters, ids_in, make_server
 

@@ -9,8 +9,8 @@ import logging
 import pytest
 
 from taskcustody import ManualClock, QueueKeys, connect
-from taskcustody.logs import redact_url
-from taskcustody.server import Server
+from taskcustody.core.server import Server
+from taskcustody.ops.logs import redact_url
 from tests.conftest import TEST_SETTINGS
 from tests.helpers import make_server
 from tests.support.redis_cluster import LocalCluster, tags_on_distinct_masters

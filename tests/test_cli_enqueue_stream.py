@@ -20,9 +20,9 @@ import redis
 from click.testing import CliRunner
 
 from taskcustody import Producer, QueueKeys, connect
-from taskcustody.cli import main
-from taskcustody.cli_enqueue import STREAM_BATCH
-from taskcustody.envelope import decode
+from taskcustody.cli.app import main
+from taskcustody.cli.enqueue import STREAM_BATCH
+from taskcustody.core.envelope import decode
 from tests.support.enqueue_command import (
     Feeder,
     Lines,

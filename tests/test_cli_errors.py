@@ -22,7 +22,7 @@ import redis
 from click.testing import CliRunner, Result
 
 from taskcustody import ManualClock, QueueKeys, Server
-from taskcustody.cli import main
+from taskcustody.cli.app import main
 from tests.conftest import TEST_SETTINGS
 from tests.support.redis_server import (
     RedisServerProcess,

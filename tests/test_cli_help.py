@@ -7,7 +7,7 @@ from __future__ import annotations
 import click
 from click.testing import CliRunner
 
-from taskcustody.cli import main
+from taskcustody.cli.app import main
 from tests.support.commands import every_command
 
 

@@ -12,8 +12,8 @@ import redis
 from click.testing import CliRunner, Result
 
 from taskcustody import Producer, QueueKeys, Settings, SettingsError
-from taskcustody import cli as cli_module
-from taskcustody.cli import main
+from taskcustody.cli import app as cli_module
+from taskcustody.cli.app import main
 from tests.support.redis_server import RedisServerProcess, free_port
 
 WORKER = ["worker", "json:dumps", "--queue", "cliq"]

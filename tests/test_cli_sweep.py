@@ -6,8 +6,8 @@ import redis
 from click.testing import CliRunner
 
 from taskcustody import QueueKeys
-from taskcustody.cli import main
-from taskcustody.keys import ListOwner
+from taskcustody.cli.app import main
+from taskcustody.core.keys import ListOwner
 from tests.support.redis_server import RedisServerProcess
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-import taskcustody.clock as clock_module
+import taskcustody.core.clock as clock_module
 from taskcustody import ManualClock, RedisClock
 from tests.conftest import Backend
 

@@ -23,8 +23,9 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from taskcustody import Producer, QueueKeys, cluster, connect
-from taskcustody.cli import main
+from taskcustody import Producer, QueueKeys, connect
+from taskcustody.cli.app import main
+from taskcustody.deploy import cluster
 from tests.helpers import commits
 from tests.support.redis_cluster import LocalCluster, tags_on_distinct_masters
 

@@ -20,12 +20,12 @@ from taskcustody import (
     ReplicationTimeout,
     Settings,
     Worker,
-    cluster,
     connect,
     scripts,
 )
-from taskcustody.cli import main
-from taskcustody.worker import run_until_stopped
+from taskcustody.cli.app import main
+from taskcustody.core.loop import run_until_stopped
+from taskcustody.deploy import cluster
 from tests.helpers import commits, make_server
 from tests.support.redis_cluster import LocalCluster, tags_on_distinct_masters
 

@@ -20,8 +20,8 @@ from taskcustody import (
     connect,
     connect_fake,
 )
-from taskcustody.cli import main
-from taskcustody.connection import (
+from taskcustody.cli.app import main
+from taskcustody.deploy.connection import (
     MIN_VERSION,
     check_key_types,
     parse_version,

@@ -33,7 +33,7 @@ from taskcustody import (
     recover_inflight,
     scripts,
 )
-from taskcustody.recovery import live_owners, parse_record, requeue_stuck_processing_tasks
+from taskcustody.core.recovery import live_owners, parse_record, requeue_stuck_processing_tasks
 from tests.conftest import TEST_SETTINGS, Backend
 from tests.helpers import commits, dead_letters, ids_in, make_server
 

@@ -20,12 +20,12 @@ from taskcustody import (
     Producer,
     QueueKeys,
     TaskFailed,
-    cli_dead,
     dead_letter,
     get_result,
 )
-from taskcustody.cli import main
-from taskcustody.worker import MAX_TRACEBACK
+from taskcustody.cli import dead as cli_dead
+from taskcustody.cli.app import main
+from taskcustody.core.outcome import MAX_TRACEBACK
 from tests.conftest import TEST_SETTINGS, Backend
 from tests.helpers import dead_letters, make_server
 from tests.support.aio import run_with_client
@@ -110,7 +110,7 @@ def test_dead_show_prints_the_handlers_traceback_with_its_file_and_line_numbers(
     assert out.rstrip().splitlines()[-1] != "ValueError: boom on n=47"  # the payload follows
     assert "  ValueError: boom on n=47" in out
     # the worker's own frames above the handler say nothing about the failure: left out
-    assert "taskcustody/worker.py" not in out
+    assert "taskcustody/core/worker.py" not in out
 
 
 def test_dead_list_and_result_keep_one_line_per_letter_while_json_carries_the_traceback(
@@ -161,7 +161,7 @@ def test_a_prefetching_worker_stores_the_traceback_as_the_single_worker_does(
     task_id = dead_lettered(client, keys, nested_handler, {"n": 47}, prefetch=3)
     trace = dead_letter(client, keys, task_id).traceback
     assert all(frame in trace for frame in NESTED_FRAMES), trace
-    assert "taskcustody/prefetch.py" not in trace
+    assert "taskcustody/core/prefetch.py" not in trace
 
 
 @pytest.mark.parametrize("kind", ["async def", "plain def"])

@@ -20,9 +20,9 @@ from taskcustody import (
     purge_dead_letters,
     requeue_dead_letters,
 )
-from taskcustody.cli import main
-from taskcustody.deadletters import parse, requeue_one
-from taskcustody.envelope import decode
+from taskcustody.cli.app import main
+from taskcustody.core.envelope import decode
+from taskcustody.ops.deadletters import parse, requeue_one
 from tests.conftest import TEST_SETTINGS, Backend
 from tests.helpers import commits, ids_in, make_server
 from tests.support.redis_server import RedisServerProcess

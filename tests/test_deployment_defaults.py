@@ -29,9 +29,9 @@ import pytest
 import redis
 
 from taskcustody import Producer, QueueKeys, connect, get_result
-from taskcustody.cli import main
-from taskcustody.keys import check_name
-from taskcustody.server import default_server_id
+from taskcustody.cli.app import main
+from taskcustody.core.keys import check_name
+from taskcustody.core.server import default_server_id
 from tests.support.redis_server import RedisServerProcess, throwaway_redis_server
 from tests.support.waiting import wait_for
 

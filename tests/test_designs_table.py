@@ -12,7 +12,7 @@ import pytest
 from taskcustody_model.variants import VARIANTS, variant_listing
 
 from mutation.named import MUTANTS
-from taskcustody.server import Server
+from taskcustody.core.server import Server
 from taskcustody.verify import broken
 from taskcustody.verify.designs import BY_NAME, CHOICES, DESIGNS, Design
 

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from taskcustody.cli import main
+from taskcustody.cli.app import main
 from tests.model.test_checker import PINNED
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -94,7 +94,7 @@ def test_the_ci_example_uses_options_that_exist(page: str) -> None:
     `verify --help`, every --taskcustody-* option it passes to pytest is the plugin's."""
     from click.testing import CliRunner
 
-    from taskcustody.cli import main
+    from taskcustody.cli.app import main
 
     path = ROOT / page
     if not path.exists():

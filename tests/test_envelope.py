@@ -9,7 +9,7 @@ import json
 import pytest
 
 from taskcustody import MalformedTask
-from taskcustody.envelope import decode, encode, new_task
+from taskcustody.core.envelope import decode, encode, new_task
 
 
 def test_new_task_round_trips() -> None:

@@ -11,16 +11,9 @@ import pytest
 import redis
 from click.testing import CliRunner
 
-from taskcustody import (
-    EvictingPolicy,
-    ManualClock,
-    QueueKeys,
-    Settings,
-    check_server,
-    connect,
-    eviction,
-)
-from taskcustody.cli import main
+from taskcustody import EvictingPolicy, ManualClock, QueueKeys, Settings, check_server, connect
+from taskcustody.cli.app import main
+from taskcustody.deploy import eviction
 from tests.conftest import TEST_SETTINGS
 from tests.helpers import make_server
 from tests.support.redis_server import (

@@ -13,8 +13,8 @@ import pytest
 from taskcustody_model import FAULTS
 
 from taskcustody import scripts
-from taskcustody.connection import connect_fake
-from taskcustody.keys import QueueKeys
+from taskcustody.core.keys import QueueKeys
+from taskcustody.deploy.connection import connect_fake
 from taskcustody.verify import parts
 from taskcustody.verify.aiming import DROPPED, shots, walk_to
 from taskcustody.verify.budget import Budget

@@ -17,9 +17,9 @@ import redis
 from click.testing import CliRunner
 
 from taskcustody import QueueKeys, connect
-from taskcustody.cli import main as taskcustody
-from taskcustody.cluster import is_cluster
-from taskcustody.connection import no_retry
+from taskcustody.cli.app import main as taskcustody
+from taskcustody.deploy.cluster import is_cluster
+from taskcustody.deploy.connection import no_retry
 from taskcustody.verify.local_cluster import main
 from tests.conftest import cluster_binaries_present
 

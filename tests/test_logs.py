@@ -12,11 +12,11 @@ import pytest
 import redis
 
 from taskcustody import ManualClock, Producer, QueueKeys, Settings, connect
-from taskcustody.envelope import encode, new_task
-from taskcustody.keys import ListOwner
-from taskcustody.logs import JsonFormatter, client_url, configure, redact_url
-from taskcustody.recovery import Recovering, drain_inflight
-from taskcustody.server import Server
+from taskcustody.core.envelope import encode, new_task
+from taskcustody.core.keys import ListOwner
+from taskcustody.core.recovery import Recovering, drain_inflight
+from taskcustody.core.server import Server
+from taskcustody.ops.logs import JsonFormatter, client_url, configure, redact_url
 from tests.conftest import TEST_SETTINGS, Backend
 from tests.helpers import make_server
 from tests.support.redis_server import RedisServerProcess, free_port
@@ -293,7 +293,7 @@ def test_an_interrupted_batch_logs_the_task_it_ran_and_the_one_it_never_reached(
 def test_the_worker_command_leaves_no_logging_behind_when_invoked_in_process() -> None:
     from click.testing import CliRunner
 
-    from taskcustody.cli import main
+    from taskcustody.cli.app import main
 
     root = logging.getLogger()
     before = root.handlers[:], root.level

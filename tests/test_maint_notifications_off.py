@@ -17,11 +17,12 @@ import pytest
 import redis
 import redis.asyncio
 
-from taskcustody import connect, redis_options
+from taskcustody import connect
 from taskcustody.aio.connection import connect_async
 from taskcustody.aio.connection import own_connection as own_async_connection
-from taskcustody.cluster import own_connection
-from taskcustody.connection import check_version
+from taskcustody.deploy import redis_options
+from taskcustody.deploy.cluster import own_connection
+from taskcustody.deploy.connection import check_version
 from taskcustody.verify.aio import async_client_like
 from tests.support.redis_cluster import LocalCluster
 from tests.support.redis_server import RedisServerProcess

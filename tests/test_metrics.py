@@ -16,10 +16,11 @@ from pathlib import Path
 import pytest
 import redis
 
-from taskcustody import ManualClock, Producer, QueueKeys, connect, events
-from taskcustody.envelope import encode, new_task
-from taskcustody.keys import ListOwner
-from taskcustody.recovery import Recovering, drain_inflight
+from taskcustody import ManualClock, Producer, QueueKeys, connect
+from taskcustody.core.envelope import encode, new_task
+from taskcustody.core.keys import ListOwner
+from taskcustody.core.recovery import Recovering, drain_inflight
+from taskcustody.ops import events
 from tests.conftest import Backend
 from tests.helpers import make_server
 from tests.support.redis_server import free_port, throwaway_redis_server
@@ -28,7 +29,7 @@ from tests.support.waiting import wait_for
 prometheus_client = pytest.importorskip("prometheus_client")
 from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
 
-from taskcustody.metrics import Metrics  # noqa: E402
+from taskcustody.ops.metrics import Metrics  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 CLI = str(Path(sys.executable).with_name("taskcustody"))

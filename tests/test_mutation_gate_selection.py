@@ -29,7 +29,7 @@ def test_reading_the_designs_table_keeps_a_folder_independent(tmp_path: Path) ->
 
 
 def test_importing_the_core_makes_a_folder_dependent(tmp_path: Path) -> None:
-    tree = _tree(tmp_path, "from taskcustody.worker import Worker\n",
+    tree = _tree(tmp_path, "from taskcustody.core.worker import Worker\n",
                  "from taskcustody_model import Bounds\n")
     assert not independent_of_core(tree, ["tests/model"])
 

@@ -26,7 +26,7 @@ from taskcustody import (
     connect,
     queue_status,
 )
-from taskcustody.redis_errors import translate
+from taskcustody.deploy.redis_errors import translate
 from tests.conftest import Backend
 from tests.support.redis_server import RedisServerProcess
 

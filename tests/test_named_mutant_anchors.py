@@ -79,7 +79,7 @@ def test_a_stale_anchor_is_reported() -> None:
     """The check above can fail: an anchor that is not in the tree raises Stale."""
     from mutation.named import Edit
 
-    ghost = NamedMutant("ghost", "nothing", (Edit("src/taskcustody/worker.py",
+    ghost = NamedMutant("ghost", "nothing", (Edit("src/taskcustody/core/worker.py",
                                                    "no such line\n", "x\n"),))
     with pytest.raises(Stale):
         apply_edits(ghost, read)

@@ -29,10 +29,11 @@ from taskcustody import (
     drain_inflight,
     scripts,
 )
-from taskcustody.cli import main
-from taskcustody.oom import MAX_PAUSE, OomSpell, is_oom
-from taskcustody.prefetch import PrefetchingWorker
-from taskcustody.worker import Outcome, Worker
+from taskcustody.cli.app import main
+from taskcustody.core.outcome import Outcome
+from taskcustody.core.prefetch import PrefetchingWorker
+from taskcustody.core.worker import Worker
+from taskcustody.deploy.oom import MAX_PAUSE, OomSpell, is_oom
 from tests.conftest import TEST_SETTINGS
 from tests.helpers import Stop, all_custody, commits, ids_in, make_server
 from tests.support.redis_server import (
@@ -131,7 +132,7 @@ def started_worker(client: redis.Redis, keys: QueueKeys, clock: ManualClock,
     return worker
 
 
-# -- what Redis does over its limit (pins the notes in taskcustody/oom.py) ---------------------
+# -- what Redis does over its limit (pins the notes in taskcustody/deploy/oom.py) -----------------
 
 
 def test_over_maxmemory_redis_refuses_our_growing_steps_whole_and_runs_the_release(

@@ -84,7 +84,7 @@ def test_the_version_has_one_source_the_package_reads_and_the_cli_prints() -> No
     from click.testing import CliRunner
 
     import taskcustody
-    from taskcustody.cli import main
+    from taskcustody.cli.app import main
 
     # Read as text (tomllib is 3.11+, and the matrix runs 3.10): no literal version anywhere.
     pyproject = (ROOT / "pyproject.toml").read_text()

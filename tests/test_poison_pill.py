@@ -11,7 +11,7 @@ from typing import Any
 import redis
 
 from taskcustody import ManualClock, Producer, QueueKeys, Server
-from taskcustody.recovery import Recovering, drain_inflight, requeue_stuck_processing_tasks
+from taskcustody.core.recovery import Recovering, drain_inflight, requeue_stuck_processing_tasks
 from tests.conftest import TEST_SETTINGS, Backend
 from tests.helpers import commits, dead_letters, ids_in, make_server
 

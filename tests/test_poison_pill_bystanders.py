@@ -23,9 +23,9 @@ import pytest
 import redis
 
 from taskcustody import ManualClock, Producer, QueueKeys, Settings
-from taskcustody.envelope import decode
-from taskcustody.prefetch import PrefetchingWorker
-from taskcustody.worker import Worker
+from taskcustody.core.envelope import decode
+from taskcustody.core.prefetch import PrefetchingWorker
+from taskcustody.core.worker import Worker
 from tests.conftest import TEST_SETTINGS, Backend
 from tests.helpers import commits, dead_letters, make_server
 

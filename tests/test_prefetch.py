@@ -14,8 +14,8 @@ import pytest
 import redis
 
 from taskcustody import ManualClock, Producer, QueueKeys, Settings
-from taskcustody.errors import WrongKeyType
-from taskcustody.prefetch import PrefetchingWorker
+from taskcustody.core.errors import WrongKeyType
+from taskcustody.core.prefetch import PrefetchingWorker
 from taskcustody.verify.faults import FaultInjector, InjectedDrop, install
 from tests.conftest import TEST_SETTINGS, Backend
 from tests.helpers import all_custody, commits, dead_letters, ids_in, make_server

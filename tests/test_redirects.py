@@ -10,8 +10,10 @@ import fakeredis
 import pytest
 import redis
 
-from taskcustody import ManualClock, Producer, QueueKeys, Worker, cluster, connect_fake
-from taskcustody.worker import REDIRECT_ATTEMPTS, run_until_stopped
+from taskcustody import ManualClock, Producer, QueueKeys, Worker, connect_fake
+from taskcustody.core.loop import run_until_stopped
+from taskcustody.core.worker import REDIRECT_ATTEMPTS
+from taskcustody.deploy import cluster
 from tests.test_worker_run_loop import Stop, new_worker, script
 
 MOVED = redis.exceptions.MovedError("9450 127.0.0.1:7102")

@@ -28,7 +28,7 @@ import pytest
 import redis
 
 from taskcustody import Producer, QueueKeys, connect
-from taskcustody.keys import ListOwner
+from taskcustody.core.keys import ListOwner
 from tests.support.redis_server import (
     RedisServerProcess,
     redis_server_binary,

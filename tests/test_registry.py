@@ -30,18 +30,18 @@ from taskcustody import (
     Superseded,
     WrongKeyType,
     prune_inactive_servers,
-    recovery,
     scripts,
 )
-from taskcustody.prefetch import PrefetchingWorker
-from taskcustody.recovery import (
+from taskcustody.core import recovery
+from taskcustody.core.prefetch import PrefetchingWorker
+from taskcustody.core.recovery import (
     BATCH,
     forget_dead_empty_lists,
     live_owners,
     migrate_legacy_registry,
     registrations,
 )
-from taskcustody.worker import Worker
+from taskcustody.core.worker import Worker
 from tests.conftest import TEST_SETTINGS, Backend
 from tests.helpers import all_custody, commits, ids_in, make_server
 from tests.support.redis_server import RedisServerProcess

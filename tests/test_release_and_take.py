@@ -11,8 +11,8 @@ import pytest
 import redis
 
 from taskcustody import ManualClock, Producer, QueueKeys, Settings, Worker
-from taskcustody.envelope import Task
-from taskcustody.worker import Outcome
+from taskcustody.core.envelope import Task
+from taskcustody.core.outcome import Outcome
 from tests.conftest import TEST_SETTINGS, Backend
 from tests.helpers import (
     all_custody,

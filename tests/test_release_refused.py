@@ -34,9 +34,10 @@ from taskcustody import (
     get_result,
     scripts,
 )
-from taskcustody.release_refusals import RefusedReleases, as_refused
+from taskcustody.core.outcome import Outcome
+from taskcustody.core.worker import Worker
+from taskcustody.deploy.release_refusals import RefusedReleases, as_refused
 from taskcustody.scripts import MAX_RESULT_TTL
-from taskcustody.worker import Outcome, Worker
 from tests.conftest import TEST_SETTINGS
 from tests.helpers import Stop, all_custody, ids_in, make_server
 from tests.support.redis_server import RedisServerProcess

@@ -32,9 +32,9 @@ from taskcustody import (
     Worker,
     connect,
 )
-from taskcustody.cli import main
-from taskcustody.prefetch import PrefetchingWorker
-from taskcustody.replication import WARN_INTERVAL, Shortfalls
+from taskcustody.cli.app import main
+from taskcustody.core.prefetch import PrefetchingWorker
+from taskcustody.deploy.replication import WARN_INTERVAL, Shortfalls
 from tests.conftest import TEST_SETTINGS
 from tests.helpers import commits, ids_in, make_server
 from tests.support.enqueue_command import Lines, payload_lines, running, start_enqueue

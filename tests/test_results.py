@@ -20,8 +20,8 @@ from taskcustody import (
     Worker,
     get_result,
 )
-from taskcustody.cli import main
-from taskcustody.results import DEAD_WINDOW, FIRST_PAUSE, MAX_PAUSE
+from taskcustody.cli.app import main
+from taskcustody.ops.results import DEAD_WINDOW, FIRST_PAUSE, MAX_PAUSE
 from tests.conftest import TEST_SETTINGS, Backend
 from tests.helpers import make_server
 from tests.support.redis_server import RedisServerProcess

@@ -13,9 +13,9 @@ import redis
 from click.testing import CliRunner
 
 from taskcustody import ManualClock, Producer, QueueKeys, Settings, queue_status
-from taskcustody.cli import main
-from taskcustody.scheduled import backoff_cap, promote, retry_delay
-from taskcustody.server import Server
+from taskcustody.cli.app import main
+from taskcustody.core.scheduled import backoff_cap, promote, retry_delay
+from taskcustody.core.server import Server
 from tests.conftest import TEST_SETTINGS, Backend
 from tests.helpers import dead_letters, ids_in, make_server
 from tests.support.redis_server import RedisServerProcess
@@ -28,7 +28,7 @@ def _failing(payload: Any) -> None:
 
 
 def _scheduled(client: redis.Redis, keys: QueueKeys) -> list[tuple[str, float]]:
-    from taskcustody.envelope import decode
+    from taskcustody.core.envelope import decode
 
     return [(decode(raw).id, float(score))
             for raw, score in client.zrange(keys.scheduled, 0, -1, withscores=True)]

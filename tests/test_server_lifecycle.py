@@ -21,8 +21,8 @@ import pytest
 import redis
 
 from taskcustody import ManualClock, Producer, QueueKeys, Server, Settings, connect_fake
-from taskcustody.clock import RedisClock
-from taskcustody.errors import InvalidName, ServerIdHeld, Superseded
+from taskcustody.core.clock import RedisClock
+from taskcustody.core.errors import InvalidName, ServerIdHeld, Superseded
 from tests.conftest import TEST_SETTINGS, Backend
 from tests.helpers import commits, ids_in, make_server
 

@@ -33,9 +33,9 @@ from taskcustody import (
     connect,
     get_result,
 )
-from taskcustody.cli import main
+from taskcustody.cli.app import main
+from taskcustody.core.settings import MAX_COUNT, MAX_PREFETCH, MAX_SECONDS, MAX_SOCKET_TIMEOUT
 from taskcustody.scripts import MAX_RESULT_TTL
-from taskcustody.settings import MAX_COUNT, MAX_PREFETCH, MAX_SECONDS, MAX_SOCKET_TIMEOUT
 from tests.support.redis_server import RedisServerProcess
 
 pytestmark = pytest.mark.real_redis

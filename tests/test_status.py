@@ -8,9 +8,9 @@ import pytest
 import redis
 from click.testing import CliRunner
 
-import taskcustody.cli
+import taskcustody.cli.app
 from taskcustody import ManualClock, Producer, QueueKeys, prune_inactive_servers, queue_status
-from taskcustody.cli import main
+from taskcustody.cli.app import main
 from tests.conftest import Backend
 from tests.helpers import make_server
 from tests.support.redis_server import RedisServerProcess
@@ -49,7 +49,7 @@ def test_status_shows_live_workers_and_dead_lists_that_still_hold_tasks(
 
 
 def test_a_time_reads_as_utc_iso_and_how_far_from_now() -> None:
-    _when = taskcustody.cli._when  # the one formatter of `status` and `dead list/show`
+    _when = taskcustody.cli.app._when  # the one formatter of `status` and `dead list/show`
     at = 1796505600.0  # 2026-12-05T21:20:00Z
     assert _when(at) == "2026-12-05T21:20:00Z"
     assert _when(at, now=at - 12.2) == "2026-12-05T21:20:00Z (in 12 s)"
@@ -83,7 +83,7 @@ def test_status_prints_deadlines_as_utc_times_and_json_keeps_the_epoch_seconds(
     keys = QueueKeys("st")
     client.zadd(keys.servers, {"live": FixedClock.NOW + 12, "gone": FixedClock.NOW - 3})
     client.hset(keys.incarnations, mapping={"live": 7, "gone": 5})
-    monkeypatch.setattr(taskcustody.cli, "RedisClock", FixedClock)
+    monkeypatch.setattr(taskcustody.cli.app, "RedisClock", FixedClock)
     common = ["status", "--queue", "st", "--redis-url", real_redis.url]
 
     text = CliRunner().invoke(main, common)

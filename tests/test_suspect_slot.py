@@ -4,7 +4,7 @@ tests/regressions/test_suspect_slot_freed_by_a_restarted_worker.py.)"""
 
 from __future__ import annotations
 
-from taskcustody.suspects import SuspectSlot
+from taskcustody.core.suspects import SuspectSlot
 
 
 def test_another_worker_neither_takes_nor_frees_a_held_slot() -> None:

@@ -14,7 +14,7 @@ import pytest
 import redis
 
 from taskcustody import ManualClock, Producer, QueueKeys, Server, Settings
-from taskcustody.sweep_lease import SweepLease, holder_name
+from taskcustody.core.sweep_lease import SweepLease, holder_name
 from tests.conftest import TEST_SETTINGS, Backend
 from tests.helpers import ids_in, make_server
 from tests.test_server_lifecycle import drive_waits, spy

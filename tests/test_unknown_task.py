@@ -26,9 +26,9 @@ from taskcustody import (
     connect,
     get_result,
 )
-from taskcustody.cli import main
-from taskcustody.envelope import new_task
-from taskcustody.results import DEAD_WINDOW, QUEUE_WINDOW
+from taskcustody.cli.app import main
+from taskcustody.core.envelope import new_task
+from taskcustody.ops.results import DEAD_WINDOW, QUEUE_WINDOW
 from tests.conftest import TEST_SETTINGS, Backend
 from tests.helpers import make_server
 from tests.support.redis_cluster import LocalCluster

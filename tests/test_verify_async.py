@@ -13,7 +13,7 @@ import pytest
 import redis
 from click.testing import CliRunner
 
-from taskcustody.cli import main
+from taskcustody.cli.app import main
 from taskcustody.verify import faults
 from taskcustody.verify.run import PASSED, Options, verify
 from tests.support.redis_server import RedisServerProcess

@@ -15,10 +15,10 @@ from taskcustody_model import Action, Bounds
 from taskcustody_model.state import DIRTY, list_of
 
 from taskcustody.aio import AsyncWorker
+from taskcustody.core.outcome import Release
 from taskcustody.verify import aio
 from taskcustody.verify.aio import AsyncHarness
 from taskcustody.verify.harness import Mismatch
-from taskcustody.worker import Release
 from tests.conftest import Backend
 
 BOUNDS = Bounds(tasks=2, servers=1, workers=1, faults=2, processes_per_server=1,

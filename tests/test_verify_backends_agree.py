@@ -18,14 +18,14 @@ from click.testing import CliRunner
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-import taskcustody.connection
-from taskcustody.cli import main
+import taskcustody.deploy.connection
+from taskcustody.cli.app import main
+from taskcustody.core.worker import Worker
 from taskcustody.verify.backends import REAL_SERVER_ONLY
 from taskcustody.verify.designs import BY_NAME
 from taskcustody.verify.embedded import SERVER_BINARY_VARIABLE, redis_server_binary
 from taskcustody.verify.report import BLIND_SPOTS_TITLE, html_report, text_report
 from taskcustody.verify.run import Options, Result, verify
-from taskcustody.worker import Worker
 from tests.support.redis_server import RedisServerProcess
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -101,7 +101,7 @@ def test_transport_retries_are_caught_on_a_real_server_only(
     twice. (Without the refusal attempts: the draws compared are the stateful part's. The
     production-loops part is left out (`loops=False`): its drops, injected as the loop sends,
     can make fakeredis run a retried take too; backends.py says so.)"""
-    monkeypatch.setattr(taskcustody.connection, "no_retry", lambda: Retry(NoBackoff(), 3))
+    monkeypatch.setattr(taskcustody.deploy.connection, "no_retry", lambda: Retry(NoBackoff(), 3))
     # The same first examples on both: the real server's run fails within them.
     assert _run(None, examples=RETRY_EXAMPLES, refusals=False).failure is None
     caught = _run(server.url, examples=RETRY_EXAMPLES, refusals=False).failure

@@ -15,7 +15,7 @@ import pytest
 from click.testing import CliRunner
 from taskcustody_model import Bounds
 
-from taskcustody.cli import main
+from taskcustody.cli.app import main
 from taskcustody.verify import cli as verify_cli
 from taskcustody.verify.budget import Budget, BudgetSpent
 from taskcustody.verify.machine import RunStats

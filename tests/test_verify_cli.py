@@ -10,7 +10,7 @@ import redis
 from click.testing import CliRunner
 from taskcustody_model import Bounds
 
-from taskcustody.cli import main
+from taskcustody.cli.app import main
 from taskcustody.verify.report import html_report, text_report
 from taskcustody.verify.run import Options, verify
 from tests.support.redis_server import RedisServerProcess

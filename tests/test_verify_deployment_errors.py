@@ -11,8 +11,8 @@ import pytest
 import redis
 from click.testing import CliRunner
 
-from taskcustody.cli import main
-from taskcustody.errors import WrongKeyType
+from taskcustody.cli.app import main
+from taskcustody.core.errors import WrongKeyType
 from taskcustody.verify.deployment import deployment_error
 from taskcustody.verify.faults import InjectedDrop
 from taskcustody.verify.harness import Harness

@@ -11,7 +11,7 @@ from pathlib import Path
 from click.testing import CliRunner
 from taskcustody_model import Bounds
 
-from taskcustody.cli import main
+from taskcustody.cli.app import main
 from taskcustody.verify.budget import Budget
 from taskcustody.verify.junit import junit_xml
 from taskcustody.verify.report import text_report

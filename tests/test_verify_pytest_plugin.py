@@ -20,7 +20,7 @@ import pytest
 import redis
 from click.testing import CliRunner
 
-from taskcustody.cli import main
+from taskcustody.cli.app import main
 from tests.support.redis_server import RedisServerProcess
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from taskcustody.cli import main
+from taskcustody.cli.app import main
 from taskcustody.verify.cli import _Progress
 from taskcustody.verify.protocol_log import LOGGER, ProtocolLog, captured
 from taskcustody.verify.run import Options, verify

@@ -7,8 +7,10 @@ import fakeredis
 import pytest
 import redis
 
-from taskcustody import ManualClock, QueueKeys, Settings, connect_fake, wire
-from taskcustody.worker import RELEASE_AND_TAKE_CHANGING, RELEASE_CHANGING, Worker
+from taskcustody import ManualClock, QueueKeys, Settings, connect_fake
+from taskcustody.core import wire
+from taskcustody.core.custody import RELEASE_AND_TAKE_CHANGING, RELEASE_CHANGING
+from taskcustody.core.worker import Worker
 from tests.helpers import make_server
 
 

@@ -25,7 +25,7 @@ from taskcustody import (
     Worker,
     WrongKeyType,
 )
-from taskcustody.envelope import new_task
+from taskcustody.core.envelope import new_task
 from tests.conftest import TEST_SETTINGS, Backend
 from tests.helpers import dead_letters
 

@@ -6,18 +6,9 @@ startup and dead servers' lists periodically. See the README and docs/design.md.
 """
 
 from .aio import AsyncProducer, AsyncServer, AsyncWorker, connect_async
-from .clock import Clock, ManualClock, RedisClock, WallClock
-from .connection import check_server, connect, connect_fake
-from .deadletters import (
-    DeadLetter,
-    RequeueReport,
-    dead_letter,
-    list_dead_letters,
-    purge_dead_letters,
-    requeue_dead_letters,
-)
-from .envelope import Task
-from .errors import (
+from .core.clock import Clock, ManualClock, RedisClock, WallClock
+from .core.envelope import Task
+from .core.errors import (
     AuthenticationFailed,
     BadPayload,
     ClusterRedirect,
@@ -41,9 +32,10 @@ from .errors import (
     UnknownTask,
     WrongKeyType,
 )
-from .keys import ListOwner, QueueKeys
-from .producer import Producer
-from .recovery import (
+from .core.keys import ListOwner, QueueKeys
+from .core.outcome import Outcome, Release
+from .core.producer import Producer
+from .core.recovery import (
     ServerIdentity,
     drain_inflight,
     prune_inactive_servers,
@@ -51,11 +43,20 @@ from .recovery import (
     requeue_stuck_processing_tasks,
     sweep,
 )
-from .results import TaskHandle, get_result
-from .server import Server, default_server_id
-from .settings import Settings, SettingsError
-from .status import queue_status
-from .worker import Outcome, Release, Worker
+from .core.server import Server, default_server_id
+from .core.settings import Settings, SettingsError
+from .core.worker import Worker
+from .deploy.connection import check_server, connect, connect_fake
+from .ops.deadletters import (
+    DeadLetter,
+    RequeueReport,
+    dead_letter,
+    list_dead_letters,
+    purge_dead_letters,
+    requeue_dead_letters,
+)
+from .ops.results import TaskHandle, get_result
+from .ops.status import queue_status
 
 __all__ = [
     "AsyncProducer",

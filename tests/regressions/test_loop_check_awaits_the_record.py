@@ -17,8 +17,8 @@ import pytest
 import redis
 
 from taskcustody import ListOwner, ManualClock, Producer, QueueKeys, Worker
+from taskcustody.core.outcome import Outcome
 from taskcustody.verify.loops import await_answer
-from taskcustody.worker import Outcome
 from tests.conftest import TEST_SETTINGS
 from tests.support.redis_server import RedisServerProcess
 

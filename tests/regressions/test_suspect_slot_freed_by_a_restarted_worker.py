@@ -8,7 +8,7 @@ reconcile dead-lettered the suspect; the model freed the slot, the implementatio
 from __future__ import annotations
 
 from taskcustody import ManualClock, Producer, QueueKeys
-from taskcustody.suspects import SuspectSlot
+from taskcustody.core.suspects import SuspectSlot
 from tests.conftest import Backend
 from tests.helpers import make_server
 

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from taskcustody.connection import MIN_VERSION, parse_version
+from taskcustody.deploy.connection import MIN_VERSION, parse_version
 
 
 def test_a_two_part_version_is_padded_to_three() -> None:

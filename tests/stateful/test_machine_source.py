@@ -24,7 +24,7 @@ from hypothesis import HealthCheck, Phase, settings
 from hypothesis.internal.reflection import function_digest
 from hypothesis.stateful import get_state_machine_test
 
-from taskcustody.connection import connect_fake
+from taskcustody.deploy.connection import connect_fake
 from taskcustody.verify import machine as machine_module
 from taskcustody.verify.seeding import DEFAULT_SEED, no_local_constants, run_machine, seeded_test
 from taskcustody.verify.stats import RunStats

@@ -11,7 +11,7 @@ import pytest
 from click.testing import CliRunner
 from hypothesis import Phase, settings
 
-from taskcustody.cli import main
+from taskcustody.cli.app import main
 from taskcustody.verify import server_loop
 from taskcustody.verify.machine import RunStats, build_machine
 from taskcustody.verify.observation import Mismatch

@@ -18,7 +18,7 @@ from hypothesis import Phase, settings
 from taskcustody_model import REFUSALS
 
 from taskcustody import scripts
-from taskcustody.server import Server
+from taskcustody.core.server import Server
 from taskcustody.verify.machine import RunStats, build_machine
 from taskcustody.verify.observation import Mismatch
 from taskcustody.verify.run import Options, verify

@@ -14,7 +14,7 @@ import redis.asyncio
 
 from taskcustody import AsyncServer, ManualClock, QueueKeys, Settings
 from taskcustody.aio import connect_async, connect_fake_async
-from taskcustody.envelope import decode
+from taskcustody.core.envelope import decode
 from tests.conftest import TEST_SETTINGS, Backend
 
 Match = Callable[[tuple[Any, ...]], bool]

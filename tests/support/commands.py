@@ -22,6 +22,6 @@ def walk(command: click.Command, ctx: click.Context) -> Iterator[tuple[str, clic
 
 
 def every_command() -> list[tuple[str, click.Command, click.Context]]:
-    from taskcustody.cli import main
+    from taskcustody.cli.app import main
 
     return list(walk(main, click.Context(main, info_name="taskcustody")))

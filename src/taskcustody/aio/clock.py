@@ -7,7 +7,7 @@ import time
 
 import redis.asyncio
 
-from ..clock import offset
+from ..core.clock import offset
 
 
 class AsyncRedisClock:

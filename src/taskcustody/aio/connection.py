@@ -10,13 +10,14 @@ import redis.asyncio
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 
-from ..connection import is_fakeredis
-from ..redis_options import no_maint_notifications
-from ..settings import Settings
+from ..core.settings import Settings
+from ..deploy.connection import is_fakeredis
+from ..deploy.redis_options import no_maint_notifications
 
 
 def no_retry() -> Retry:
-    """The asyncio twin of `taskcustody.connection.no_retry`: retries belong to the protocol."""
+    """The asyncio twin of `taskcustody.deploy.connection.no_retry`: retries belong to the
+    protocol."""
     return Retry(NoBackoff(), 0)
 
 

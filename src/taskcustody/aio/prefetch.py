@@ -2,9 +2,9 @@
 connection, its handlers awaited (`Settings.prefetch` > 1 in an `AsyncServer`).
 
 The pipelines' commands, the reading of their replies and the verdicts of a batch are the threaded
-one's (both inherit `taskcustody.prefetch_custody.PrefetchCustody`), so a run is still a run of
-`prefetch` model workers (`taskcustody.prefetch` says why). What asyncio adds is cancellation, at
-any await:
+one's (both inherit `taskcustody.core.prefetch_custody.PrefetchCustody`), so a run is still a run
+of `prefetch` model workers (`taskcustody.core.prefetch` says why). What asyncio adds is
+cancellation, at any await:
 
 - in a handler: the batch's releases still run to their end (`complete`, in a `finally`): the task
   whose handler was cancelled as a failed attempt, those it had not reached requeued unchanged,
@@ -27,8 +27,8 @@ from typing import Any
 import redis
 
 from .. import scripts
-from ..prefetch_custody import RELEASE, Batch, PrefetchCustody
-from ..worker import Release
+from ..core.outcome import Release
+from ..core.prefetch_custody import RELEASE, Batch, PrefetchCustody
 from .connection import own_connection
 from .worker import UNKNOWN, AsyncWorker, _cancel_pending, complete, run_until_stopped
 

@@ -10,13 +10,13 @@ from typing import Any
 import redis
 import redis.asyncio
 
-from ..clock import Clock, WallClock
-from ..envelope import Task, new_task
-from ..keys import QueueKeys
-from ..oom import is_oom
-from ..producer import out_of_memory
-from ..results import get_result
-from ..settings import Settings
+from ..core.clock import Clock, WallClock
+from ..core.envelope import Task, new_task
+from ..core.keys import QueueKeys
+from ..core.producer import out_of_memory
+from ..core.settings import Settings
+from ..deploy.oom import is_oom
+from ..ops.results import get_result
 from .bridge import SyncBridge
 from .connection import refuse_unsupported
 

@@ -19,11 +19,11 @@ import redis
 import redis.asyncio
 
 from .. import scripts
-from ..clock import Clock
-from ..errors import StoppedBeforeStart
-from ..keys import ListOwner, QueueKeys
-from ..server import Server
-from ..settings import Settings
+from ..core.clock import Clock
+from ..core.errors import StoppedBeforeStart
+from ..core.keys import ListOwner, QueueKeys
+from ..core.server import Server
+from ..core.settings import Settings
 from .bridge import SyncBridge
 from .clock import AsyncRedisClock
 from .connection import refuse_unsupported

@@ -1,5 +1,5 @@
 """One asyncio worker: the threaded `Worker`'s steps as coroutines, with the same names, the same
-commands and the same reading of their replies (both inherit `taskcustody.worker.Custody`).
+commands and the same reading of their replies (both inherit `taskcustody.core.custody.Custody`).
 
 What asyncio adds is cancellation: a `CancelledError` may land at any await. So:
 
@@ -34,16 +34,18 @@ from typing import Any, Protocol, TypeVar
 import redis
 import redis.asyncio
 
-from .. import envelope, scripts
-from ..clock import Clock
-from ..envelope import Task
-from ..errors import MalformedTask, ReleaseRefused
-from ..keys import ListOwner, QueueKeys
-from ..oom import OomSpell, is_oom
-from ..recovery import Recovering, drain_inflight
-from ..release_refusals import RefusedReleases, as_refused
-from ..settings import Settings
-from ..worker import INTERRUPTED, Custody, Outcome, Release, failed, log_release
+from .. import scripts
+from ..core import envelope
+from ..core.clock import Clock
+from ..core.custody import Custody
+from ..core.envelope import Task
+from ..core.errors import MalformedTask, ReleaseRefused
+from ..core.keys import ListOwner, QueueKeys
+from ..core.outcome import INTERRUPTED, Outcome, Release, Verdict, failed, log_release
+from ..core.recovery import Recovering, drain_inflight
+from ..core.settings import Settings
+from ..deploy.oom import OomSpell, is_oom
+from ..deploy.release_refusals import RefusedReleases, as_refused
 from .bridge import SyncBridge
 from .connection import is_fake, own_connection, refuse_unsupported
 
@@ -273,7 +275,7 @@ class AsyncWorker(Custody):
         raw = self.after_release_and_take(reply, mode)
         return done, None if raw is None else await self._decoded(raw)
 
-    async def _release_raw(self, raw: bytes, task_id: str, action: str, data: str) -> Release:
+    async def _release_raw(self, raw: bytes, task_id: str, action: Verdict, data: str) -> Release:
         args = self.release_args(raw, task_id, action, data)
         return self.released(await self._send_release(args, scripts.RELEASE_SCRIPT), action)
 
@@ -341,7 +343,7 @@ class AsyncWorker(Custody):
                 self.take_next = take_next
 
     async def run(self, stop: asyncio.Event, until_idle: bool = False) -> None:
-        """The production loop (`taskcustody.worker.run_until_stopped`'s asyncio twin): cycles
+        """The production loop (`taskcustody.core.loop.run_until_stopped`'s asyncio twin): cycles
         until `stop` is set (or, with `until_idle`, a cycle finds the queue empty); Redis lost or
         out of memory is waited out, not a crash. Then `finish`."""
         self.take_next = lambda: not stop.is_set()
@@ -435,7 +437,7 @@ class AsyncRunnable(Protocol):
 
 
 async def run_until_stopped(unit: AsyncRunnable, stop: asyncio.Event, until_idle: bool) -> None:
-    """The production loop (`taskcustody.worker.run_until_stopped`'s asyncio twin): `register`,
+    """The production loop (`taskcustody.core.loop.run_until_stopped`'s asyncio twin): `register`,
     then cycles until `stop` is set (or, with `until_idle`, a cycle finds the queue empty); Redis
     lost or out of memory is waited out, not a crash. Then `finish`."""
     oom = OomSpell(log, f"worker {unit.list_key}", unit.clock, unit.settings.oom_log_interval,

@@ -38,14 +38,14 @@ from taskcustody_model.protocol import CANCELLABLE
 
 from ..aio.prefetch import AsyncPrefetchingWorker
 from ..aio.worker import AsyncWorker
-from ..clock import Clock
-from ..envelope import Task
-from ..keys import ListOwner, QueueKeys
-from ..prefetch_custody import Batch
-from ..redis_options import no_maint_notifications
-from ..server import Server
-from ..settings import Settings
-from ..worker import Outcome, Release
+from ..core.clock import Clock
+from ..core.envelope import Task
+from ..core.keys import ListOwner, QueueKeys
+from ..core.outcome import Outcome, Release
+from ..core.prefetch_custody import Batch
+from ..core.server import Server
+from ..core.settings import Settings
+from ..deploy.redis_options import no_maint_notifications
 from . import faults
 from .harness import Harness
 from .stepping import ServerFactory, default_server

@@ -19,14 +19,16 @@ from typing import Any
 
 import redis
 
-from .. import recovery, scripts
-from ..clock import Clock
-from ..envelope import Task, decode
-from ..keys import QueueKeys
-from ..recovery import RecoveryReport
-from ..server import Server
-from ..settings import Settings
-from ..worker import Release, Worker
+from .. import scripts
+from ..core import recovery
+from ..core.clock import Clock
+from ..core.envelope import Task, decode
+from ..core.keys import QueueKeys
+from ..core.outcome import Release
+from ..core.recovery import RecoveryReport
+from ..core.server import Server
+from ..core.settings import Settings
+from ..core.worker import Worker
 from .designs import DESIGNS, design
 
 
@@ -84,7 +86,7 @@ class _DemoServer(Server):
     worker_class: type[Worker] = Worker
 
     def make_worker(self, index: int) -> Worker:
-        from ..keys import ListOwner
+        from ..core.keys import ListOwner
 
         owner = ListOwner(self.server_id, self.identity.incarnation, f"w{index}")
         worker = self.worker_class(self.client, self.keys, owner, self.handler, self.clock,

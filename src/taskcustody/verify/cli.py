@@ -114,8 +114,8 @@ class _Progress:
 
 
 def _check_reachable(url: str, option: str = "--redis-url") -> None:
-    from ..connection import check_version, connect
-    from ..errors import RedisTooOld
+    from ..core.errors import RedisTooOld
+    from ..deploy.connection import check_version, connect
     from .harness import VERIFY_SETTINGS
 
     try:
@@ -293,7 +293,7 @@ def verify_command(examples: int | None, steps: int, seed: int | None, variants:
     if quiet and verbose:
         raise click.UsageError("--quiet and --verbose: pick one")
     if queue is not None:
-        from ..keys import QueueKeys
+        from ..core.keys import QueueKeys
 
         try:
             QueueKeys(queue)

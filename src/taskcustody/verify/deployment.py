@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import redis
 
-from ..errors import ServerIdHeld, Superseded, TaskCustodyError
-from ..oom import is_oom
+from ..core.errors import ServerIdHeld, Superseded, TaskCustodyError
+from ..deploy.oom import is_oom
 from .faults import InjectedDrop
 
 

@@ -23,9 +23,9 @@ from collections.abc import Callable
 import redis
 from taskcustody_model import Bounds, Config, State, initial_state, variant
 
-from ..clock import ManualClock
-from ..keys import QueueKeys
-from ..settings import Settings
+from ..core.clock import ManualClock
+from ..core.keys import QueueKeys
+from ..core.settings import Settings
 from . import faults
 from .observation import TICK, Mismatch, ProcSlot, StepRecord, WorkerSlot, diff
 from .stepping import (

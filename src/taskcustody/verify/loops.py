@@ -48,8 +48,9 @@ from typing import Any, Protocol
 from taskcustody_model import Action, apply, enabled_actions, list_of
 from taskcustody_model.state import ARMED, IDLE, RECORDED, RUNNING, TAKEN
 
-from .. import envelope, scripts
-from ..worker import Worker
+from .. import scripts
+from ..core import envelope
+from ..core.worker import Worker
 from .faults import command_args
 from .harness import Harness, actor_of
 from .observation import Mismatch, ProcSlot, StepRecord, WorkerSlot

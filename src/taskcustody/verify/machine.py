@@ -26,8 +26,8 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 from taskcustody_model.protocol import Action
 from taskcustody_model.state import Bounds
 
-from ..keys import QueueKeys
-from ..settings import Settings
+from ..core.keys import QueueKeys
+from ..core.settings import Settings
 from .broken import server_factory
 from .drawn import drawn_interleaving
 from .harness import Harness, StepRecord

@@ -44,14 +44,16 @@ from taskcustody_model.state import (
     Worker as ModelWorker,
 )
 
-from .. import cluster, recovery
-from ..clock import ManualClock
-from ..envelope import Task, decode
-from ..keys import ListOwner, QueueKeys
-from ..recovery import parse_record
-from ..server import Server
-from ..settings import Settings
-from ..worker import Outcome, Worker
+from ..core import recovery
+from ..core.clock import ManualClock
+from ..core.envelope import Task, decode
+from ..core.keys import ListOwner, QueueKeys
+from ..core.outcome import Outcome
+from ..core.recovery import parse_record
+from ..core.server import Server
+from ..core.settings import Settings
+from ..core.worker import Worker
+from ..deploy import cluster
 
 #: One model tick of the clock, in seconds. Server TTL = the model's TTL in ticks.
 TICK = 5.0

@@ -11,7 +11,7 @@ from typing import Any
 
 from taskcustody_model import Bounds
 
-from ..settings import Settings
+from ..core.settings import Settings
 from .designs import BY_NAME
 from .harness import VERIFY_SETTINGS
 from .machine import RETRY_BOUNDS, default_bounds

@@ -10,7 +10,7 @@ from collections.abc import Callable, Sequence
 import redis
 from taskcustody_model import Progress, check
 
-from ..keys import QueueKeys
+from ..core.keys import QueueKeys
 from .budget import Budget, BudgetSpent
 from .fault_coverage import REFERENCE, Coverage, judge, required_kinds
 from .machine import RunStats, default_bounds

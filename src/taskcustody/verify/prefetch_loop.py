@@ -47,9 +47,10 @@ from typing import Protocol
 from taskcustody_model import Action, apply, enabled_actions, list_of
 from taskcustody_model.state import ARMED, DIRTY, IDLE, RECORDED, State
 
-from .. import envelope, scripts
-from ..prefetch import PrefetchingWorker
-from ..worker import Worker
+from .. import scripts
+from ..core import envelope
+from ..core.prefetch import PrefetchingWorker
+from ..core.worker import Worker
 from .faults import command_args
 from .harness import Harness, actor_of
 from .loops import (

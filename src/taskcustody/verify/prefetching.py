@@ -21,8 +21,8 @@ from taskcustody_model.protocol import Action
 from taskcustody_model.state import IDLE, RECORDED
 
 from .. import scripts
-from ..envelope import decode
-from ..prefetch import Batch, PrefetchingWorker
+from ..core.envelope import decode
+from ..core.prefetch import Batch, PrefetchingWorker
 from .harness import Harness, Mismatch, StepRecord, actor_of
 
 

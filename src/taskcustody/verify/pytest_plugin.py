@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from ..settings import Settings
+from ..core.settings import Settings
 from .budget import Budget
 from .coverage import coverage_text
 from .report import text_report
@@ -43,7 +43,7 @@ def _options(config: pytest.Config, prefetch: bool) -> Options:
     if examples < 1 or steps < 1:
         raise pytest.UsageError("--taskcustody-examples and --taskcustody-steps must be >= 1")
     if queue is not None:
-        from ..keys import QueueKeys
+        from ..core.keys import QueueKeys
 
         try:
             QueueKeys(queue)

@@ -23,7 +23,7 @@ from taskcustody_model.state import (
     Registration,
 )
 
-from .. import recovery
+from ..core import recovery
 from .observation import Mismatch, StepRecord
 from .stepping_base import Interleave, actor_of
 from .worker_steps import WorkerSteps

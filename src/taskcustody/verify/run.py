@@ -30,8 +30,8 @@ from importlib import metadata
 import redis
 from taskcustody_model import Progress
 
-from ..connection import connect, connect_fake
-from ..keys import QueueKeys
+from ..core.keys import QueueKeys
+from ..deploy.connection import connect, connect_fake
 from .budget import Budget
 from .deployment import DeploymentError, deployment_error, describe
 from .designs import CHOICES

@@ -8,9 +8,9 @@ from urllib.parse import urlsplit, urlunsplit
 
 import redis
 
-from .. import cluster
-from ..connection import connect
-from ..keys import QueueKeys
+from ..core.keys import QueueKeys
+from ..deploy import cluster
+from ..deploy.connection import connect
 from .deployment import DeploymentError, describe
 from .harness import VERIFY_SETTINGS
 

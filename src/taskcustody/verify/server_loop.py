@@ -40,7 +40,7 @@ from typing import Any, Protocol
 from taskcustody_model import Action, enabled_actions
 from taskcustody_model.state import RUNNING
 
-from ..server import Server
+from ..core.server import Server
 from .harness import Harness, actor_of
 from .loops import INTERLEAVED, _Stop, interleave
 from .observation import Mismatch, StepRecord

@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, Phase, settings
 from hypothesis.reporting import with_reporter
 from hypothesis.stateful import RuleBasedStateMachine
 
-from ..keys import QueueKeys
+from ..core.keys import QueueKeys
 from .aiming import with_aimed_faults, with_drain_aimed
 from .budget import Budget, BudgetSpent
 from .deployment import DeploymentError, deployment_error, describe

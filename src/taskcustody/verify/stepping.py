@@ -68,8 +68,8 @@ from taskcustody_model.state import (
     WIPED,
 )
 
-from .. import recovery, scheduled
-from ..errors import ServerIdHeld, Superseded
+from ..core import recovery, scheduled
+from ..core.errors import ServerIdHeld, Superseded
 from .observation import TICK, Mismatch, StepRecord, WorkerSlot
 from .recovery_passes import MAX_STEPS_DURING_A_PASS, STEPS_DURING_A_DRAIN, RecoveryPasses
 from .stepping_base import VERIFY_SETTINGS, Interleave, ServerFactory, actor_of, default_server

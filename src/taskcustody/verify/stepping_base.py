@@ -24,11 +24,11 @@ from taskcustody_model.state import (
 from taskcustody_model.trace import describe_action
 
 from .. import scripts
-from ..clock import ManualClock
-from ..keys import QueueKeys
-from ..producer import Producer
-from ..server import Server
-from ..settings import Settings
+from ..core.clock import ManualClock
+from ..core.keys import QueueKeys
+from ..core.producer import Producer
+from ..core.server import Server
+from ..core.settings import Settings
 from . import faults
 from .observation import TICK, Mismatch, Observation, ProcSlot, WorkerSlot
 

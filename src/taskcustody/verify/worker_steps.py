@@ -16,8 +16,9 @@ from taskcustody_model.state import (
     TAKEN,
 )
 
-from ..envelope import Task
-from ..worker import Outcome, Worker
+from ..core.envelope import Task
+from ..core.outcome import Outcome
+from ..core.worker import Worker
 from .observation import Mismatch, WorkerSlot
 from .stepping_base import SteppingBase
 
