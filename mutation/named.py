@@ -27,9 +27,9 @@ CUSTODY = "src/taskcustody/core/custody.py"
 OUTCOME = "src/taskcustody/core/outcome.py"
 LOOP = "src/taskcustody/core/loop.py"
 RECOVERY = "src/taskcustody/core/recovery.py"
-# The Lua scripts (src/taskcustody/scripts.py loads them): one file each, and the fragments
+# The Lua scripts (src/taskcustody/core/scripts.py loads them): one file each, and the fragments
 # several include (lua/lib/).
-LUA = "src/taskcustody/lua/"
+LUA = "src/taskcustody/core/lua/"
 RELEASE_STEP = LUA + "lib/release_step.lua"
 RELEASE_LUA = LUA + "release.lua"
 RELEASE_AND_TAKE_LUA = LUA + "release_and_take.lua"

@@ -13,7 +13,8 @@ from typing import Any
 import pytest
 import redis.asyncio
 
-from taskcustody import AsyncProducer, AsyncWorker, ListOwner, ManualClock, QueueKeys, scripts
+from taskcustody import AsyncProducer, AsyncWorker, ListOwner, ManualClock, QueueKeys
+from taskcustody.core import scripts
 from taskcustody.core.envelope import decode
 from tests.conftest import TEST_SETTINGS, Backend
 from tests.support.aio import Gate, cancel_inside_the_handshake, named, run_with_client

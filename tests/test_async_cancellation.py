@@ -19,8 +19,9 @@ from typing import Any
 import pytest
 import redis.asyncio
 
-from taskcustody import AsyncProducer, AsyncWorker, ListOwner, ManualClock, QueueKeys, scripts
+from taskcustody import AsyncProducer, AsyncWorker, ListOwner, ManualClock, QueueKeys
 from taskcustody.aio import complete
+from taskcustody.core import scripts
 from taskcustody.core.envelope import decode
 from tests.conftest import TEST_SETTINGS, Backend
 from tests.support.aio import Gate, named, run_with_client

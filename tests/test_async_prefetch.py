@@ -26,9 +26,9 @@ from taskcustody import (
     Producer,
     QueueKeys,
     Settings,
-    scripts,
 )
 from taskcustody.aio import AsyncPrefetchingWorker
+from taskcustody.core import scripts
 from taskcustody.core.envelope import decode
 from taskcustody.core.prefetch import PrefetchingWorker
 from taskcustody.core.worker import Worker

@@ -18,16 +18,9 @@ from typing import Any
 
 import redis.asyncio
 
-from taskcustody import (
-    AsyncProducer,
-    AsyncServer,
-    ManualClock,
-    QueueKeys,
-    Server,
-    Settings,
-    scripts,
-)
+from taskcustody import AsyncProducer, AsyncServer, ManualClock, QueueKeys, Server, Settings
 from taskcustody.aio import AsyncPrefetchingWorker
+from taskcustody.core import scripts
 from taskcustody.core.envelope import decode
 from tests.conftest import TEST_SETTINGS, Backend
 from tests.helpers import all_custody, commits

@@ -21,9 +21,9 @@ from taskcustody import (
     Settings,
     Worker,
     connect,
-    scripts,
 )
 from taskcustody.cli.app import main
+from taskcustody.core import scripts
 from taskcustody.core.loop import run_until_stopped
 from taskcustody.deploy import cluster
 from tests.helpers import commits, make_server

@@ -31,8 +31,8 @@ from taskcustody import (
     drain_inflight,
     prune_inactive_servers,
     recover_inflight,
-    scripts,
 )
+from taskcustody.core import scripts
 from taskcustody.core.recovery import live_owners, parse_record, requeue_stuck_processing_tasks
 from tests.conftest import TEST_SETTINGS, Backend
 from tests.helpers import commits, dead_letters, ids_in, make_server

@@ -12,7 +12,7 @@ import fakeredis
 import pytest
 from taskcustody_model import FAULTS
 
-from taskcustody import scripts
+from taskcustody.core import scripts
 from taskcustody.core.keys import QueueKeys
 from taskcustody.deploy.connection import connect_fake
 from taskcustody.verify import parts
@@ -49,7 +49,7 @@ NO_EFFECT = {"HGETALL", "ZRANGE", "LLEN", "PING", "SCRIPT", "CLIENT", "HELLO", "
 
 
 def _script_names() -> dict[bytes, str]:
-    """A script's source or sha1 -> its name in `taskcustody.scripts`."""
+    """A script's source or sha1 -> its name in `taskcustody.core.scripts`."""
     out = {}
     for name, value in vars(scripts).items():
         if name.isupper() and isinstance(value, str) and "redis.call" in value:

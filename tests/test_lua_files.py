@@ -1,4 +1,4 @@
-"""The Lua scripts' files (src/taskcustody/lua/): each script is one file whose header says what it
+"""The Lua scripts' files (core/lua/): each script is one file whose header says what it
 does and names every KEYS and ARGV entry as a local, the body uses only those names, every file is
 loaded, and what Redis is sent is the file with its includes done and its comments left out."""
 
@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from taskcustody import scripts
-from taskcustody.scripts import LUA_DIR, MAX_RESULT_TTL, compose, without_comments
+from taskcustody.core import scripts
+from taskcustody.core.scripts import LUA_DIR, MAX_RESULT_TTL, compose, without_comments
 
 SCRIPT_FILES = sorted(LUA_DIR.glob("*.lua"))
 FRAGMENTS = sorted((LUA_DIR / "lib").glob("*.lua"))

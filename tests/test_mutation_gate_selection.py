@@ -36,7 +36,7 @@ def test_importing_the_core_makes_a_folder_dependent(tmp_path: Path) -> None:
 
 def test_a_designs_table_that_imports_the_core_makes_its_readers_dependent(tmp_path: Path) -> None:
     tree = _tree(tmp_path, "from taskcustody.verify.designs import DESIGNS\n",
-                 "from taskcustody import scripts\n")
+                 "from taskcustody.core import scripts\n")
     assert not independent_of_core(tree, ["tests/model"])
 
 

@@ -49,13 +49,13 @@ def test_every_lua_mutant_compiles_as_redis_is_sent_it(tmp_path: Path) -> None:
     with its fragments, still compiles. Each mutant goes into a copy of the scripts' module and
     its lua/ directory, checked in a process of its own."""
     assert len(LUA_MUTANTS) >= 14
-    package = ROOT / "src/taskcustody"
+    package = ROOT / "src/taskcustody/core"
     copies = []
     for mutant in LUA_MUTANTS:
         copy = tmp_path / mutant.name
-        (copy / "src/taskcustody").mkdir(parents=True)
-        shutil.copy(package / "scripts.py", copy / "src/taskcustody/scripts.py")
-        shutil.copytree(package / "lua", copy / "src/taskcustody/lua")
+        (copy / "src/taskcustody/core").mkdir(parents=True)
+        shutil.copy(package / "scripts.py", copy / "src/taskcustody/core/scripts.py")
+        shutil.copytree(package / "lua", copy / "src/taskcustody/core/lua")
         for path, text in apply_edits(mutant, read).items():
             (copy / path).write_text(text, encoding="utf-8")
         copies.append(str(copy))
@@ -66,7 +66,7 @@ def test_every_lua_mutant_compiles_as_redis_is_sent_it(tmp_path: Path) -> None:
         for copy in sys.argv[1:]:
             for lua in sorted(Path(copy).rglob("*.lua")):
                 check_syntax(str(lua), lua.read_text(encoding="utf-8"))
-            check_scripts(Path(copy) / "src/taskcustody/scripts.py")
+            check_scripts(Path(copy) / "src/taskcustody/core/scripts.py")
         print("checked", len(sys.argv) - 1)
     """)
     done = subprocess.run([sys.executable, "-c", code, *copies], capture_output=True, text=True,
@@ -89,7 +89,7 @@ def test_the_recovered_to_queue_demonstration_still_rewrites_the_real_scripts() 
     """Design 12's demonstration (verify/broken.py) is the real DRAIN_CHUNK and REQUEUE_STUCK
     with one line each replaced: if a replacement no longer finds its line, the demonstration
     silently becomes the correct design."""
-    from taskcustody import scripts
+    from taskcustody.core import scripts
     from taskcustody.verify import broken
 
     assert broken._DRAIN_TO_QUEUE != scripts.DRAIN_CHUNK

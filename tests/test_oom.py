@@ -27,9 +27,9 @@ from taskcustody import (
     Settings,
     connect,
     drain_inflight,
-    scripts,
 )
 from taskcustody.cli.app import main
+from taskcustody.core import scripts
 from taskcustody.core.outcome import Outcome
 from taskcustody.core.prefetch import PrefetchingWorker
 from taskcustody.core.worker import Worker

@@ -30,9 +30,8 @@ from taskcustody import (
     Superseded,
     WrongKeyType,
     prune_inactive_servers,
-    scripts,
 )
-from taskcustody.core import recovery
+from taskcustody.core import recovery, scripts
 from taskcustody.core.prefetch import PrefetchingWorker
 from taskcustody.core.recovery import (
     BATCH,

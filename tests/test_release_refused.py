@@ -32,12 +32,12 @@ from taskcustody import (
     connect,
     connect_async,
     get_result,
-    scripts,
 )
+from taskcustody.core import scripts
 from taskcustody.core.outcome import Outcome
+from taskcustody.core.scripts import MAX_RESULT_TTL
 from taskcustody.core.worker import Worker
 from taskcustody.deploy.release_refusals import RefusedReleases, as_refused
-from taskcustody.scripts import MAX_RESULT_TTL
 from tests.conftest import TEST_SETTINGS
 from tests.helpers import Stop, all_custody, ids_in, make_server
 from tests.support.redis_server import RedisServerProcess

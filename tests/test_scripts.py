@@ -10,7 +10,7 @@ import sys
 import textwrap
 from pathlib import Path
 
-from taskcustody import scripts
+from taskcustody.core import scripts
 from tests.conftest import Backend
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -52,16 +52,16 @@ def _gate(code: str, *args: str) -> subprocess.CompletedProcess[str]:
 
 
 def _copy_of_the_scripts(dest: Path) -> Path:
-    package = ROOT / "src/taskcustody"
-    (dest / "taskcustody").mkdir(parents=True)
-    shutil.copy(package / "scripts.py", dest / "taskcustody/scripts.py")
-    shutil.copytree(package / "lua", dest / "taskcustody/lua")
-    return dest / "taskcustody"
+    package = ROOT / "src/taskcustody/core"
+    (dest / "taskcustody/core").mkdir(parents=True)
+    shutil.copy(package / "scripts.py", dest / "taskcustody/core/scripts.py")
+    shutil.copytree(package / "lua", dest / "taskcustody/core/lua")
+    return dest / "taskcustody/core"
 
 
 def test_the_gate_rejects_lua_that_does_not_compile() -> None:
     """A mutated .lua file is loaded as Lua, on its own; a .py file is compiled as Python."""
-    lua = "src/taskcustody/lua/record.lua"
+    lua = "src/taskcustody/core/lua/record.lua"
     text = (ROOT / lua).read_text(encoding="utf-8")
     ok = _gate("check_syntax(sys.argv[1], sys.argv[2])", lua, text)
     assert ok.returncode == 0, ok.stderr

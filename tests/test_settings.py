@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 
 from taskcustody import Settings, SettingsError
+from taskcustody.core.scripts import MAX_RESULT_TTL
 from taskcustody.core.settings import MAX_COUNT, MAX_PREFETCH, MAX_SECONDS, MAX_SOCKET_TIMEOUT
-from taskcustody.scripts import MAX_RESULT_TTL
 
 
 def test_settings_defaults() -> None:

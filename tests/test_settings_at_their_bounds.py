@@ -34,8 +34,8 @@ from taskcustody import (
     get_result,
 )
 from taskcustody.cli.app import main
+from taskcustody.core.scripts import MAX_RESULT_TTL
 from taskcustody.core.settings import MAX_COUNT, MAX_PREFETCH, MAX_SECONDS, MAX_SOCKET_TIMEOUT
-from taskcustody.scripts import MAX_RESULT_TTL
 from tests.support.redis_server import RedisServerProcess
 
 pytestmark = pytest.mark.real_redis

@@ -9,7 +9,8 @@ import fakeredis
 import pytest
 import redis
 
-from taskcustody import ManualClock, QueueKeys, Settings, Worker, connect_fake, scripts
+from taskcustody import ManualClock, QueueKeys, Settings, Worker, connect_fake
+from taskcustody.core import scripts
 from tests.conftest import TEST_SETTINGS, Backend
 from tests.helpers import Stop, make_server
 

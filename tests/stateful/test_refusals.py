@@ -17,7 +17,7 @@ import pytest
 from hypothesis import Phase, settings
 from taskcustody_model import REFUSALS
 
-from taskcustody import scripts
+from taskcustody.core import scripts
 from taskcustody.core.server import Server
 from taskcustody.verify.machine import RunStats, build_machine
 from taskcustody.verify.observation import Mismatch

@@ -26,7 +26,7 @@ from typing import Any
 
 import redis
 
-from .. import scripts
+from ..core import scripts
 from ..core.outcome import Release
 from ..core.prefetch_custody import RELEASE, Batch, PrefetchCustody
 from .connection import own_connection

@@ -18,7 +18,7 @@ from typing import Any, cast
 import redis
 import redis.asyncio
 
-from .. import scripts
+from ..core import scripts
 from ..core.clock import Clock
 from ..core.errors import StoppedBeforeStart
 from ..core.keys import ListOwner, QueueKeys

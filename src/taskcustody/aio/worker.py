@@ -34,8 +34,7 @@ from typing import Any, Protocol, TypeVar
 import redis
 import redis.asyncio
 
-from .. import scripts
-from ..core import envelope
+from ..core import envelope, scripts
 from ..core.clock import Clock
 from ..core.custody import Custody
 from ..core.envelope import Task

@@ -21,8 +21,8 @@ from typing import Any
 
 import redis
 
-from .. import scripts
 from ..deploy import cluster, replication
+from . import scripts
 from .loop import run_until_stopped
 from .outcome import Release
 from .prefetch_custody import RELEASE, Batch, Plan, PrefetchCustody

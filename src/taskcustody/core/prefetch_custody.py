@@ -15,9 +15,8 @@ from typing import Any, Generic, TypeVar
 
 import redis
 
-from .. import scripts
 from ..deploy.release_refusals import as_refused
-from . import envelope
+from . import envelope, scripts
 from .custody import Custody
 from .envelope import Task
 from .errors import MalformedTask

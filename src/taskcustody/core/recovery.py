@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 
 import redis
 
-from .. import scripts
 from ..ops import events
+from . import scripts
 from .keys import ListOwner, QueueKeys
 
 #: Lists per round trip when a pass reads lengths or collects garbage.

@@ -15,7 +15,7 @@ from collections.abc import Callable
 
 import redis
 
-from .. import scripts
+from . import scripts
 from .keys import QueueKeys
 from .settings import Settings
 

@@ -14,12 +14,11 @@ from types import FrameType
 
 import redis
 
-from .. import scripts
 from ..deploy.cluster import is_cluster, redirect_kind, slot_owner
 from ..deploy.connection import check_server
 from ..deploy.oom import OomSpell, is_oom
 from ..ops.logs import client_url
-from . import recovery, scheduled
+from . import recovery, scheduled, scripts
 from .clock import Clock, RedisClock
 from .errors import RedisOutOfMemory, ServerIdHeld, StoppedBeforeStart, Superseded
 from .keys import ListOwner, QueueKeys, check_name

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 
 # The longest result TTL (10**15 s): the release script checks it too, so it lives with the
 # scripts.
-from ..scripts import MAX_RESULT_TTL
+from .scripts import MAX_RESULT_TTL
 
 #: The longest socket timeout a worker's connection can have: (2**31 - 1) ms, the largest C int
 #: poll(2) takes, rounded down to whole seconds (24 days 20 hours).

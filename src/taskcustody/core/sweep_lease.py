@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import redis
 
-from .. import scripts
+from . import scripts
 from .keys import QueueKeys
 
 # The lease's two steps (lua/sweep_lease_acquire_or_renew.lua, lua/sweep_lease_release.lua).

@@ -19,11 +19,10 @@ from typing import Any, TypeVar
 
 import redis
 
-from .. import scripts
 from ..deploy import cluster, replication
 from ..deploy.connection import is_fakeredis
 from ..deploy.release_refusals import as_refused
-from . import envelope, wire
+from . import envelope, scripts, wire
 from .clock import Clock
 from .custody import RELEASE_AND_TAKE_CHANGING, RELEASE_CHANGING, Custody, TakeMode
 from .envelope import Task

@@ -22,8 +22,7 @@ from typing import Any
 
 import redis
 
-from .. import scripts
-from ..core import envelope
+from ..core import envelope, scripts
 from ..core.envelope import Task
 from ..core.errors import DeadLetterNotFound, MalformedTask
 from ..core.keys import QueueKeys

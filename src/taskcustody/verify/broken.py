@@ -19,8 +19,7 @@ from typing import Any
 
 import redis
 
-from .. import scripts
-from ..core import recovery
+from ..core import recovery, scripts
 from ..core.clock import Clock
 from ..core.envelope import Task, decode
 from ..core.keys import QueueKeys

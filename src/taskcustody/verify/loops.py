@@ -48,8 +48,7 @@ from typing import Any, Protocol
 from taskcustody_model import Action, apply, enabled_actions, list_of
 from taskcustody_model.state import ARMED, IDLE, RECORDED, RUNNING, TAKEN
 
-from .. import scripts
-from ..core import envelope
+from ..core import envelope, scripts
 from ..core.worker import Worker
 from .faults import command_args
 from .harness import Harness, actor_of

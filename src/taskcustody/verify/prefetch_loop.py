@@ -47,8 +47,7 @@ from typing import Protocol
 from taskcustody_model import Action, apply, enabled_actions, list_of
 from taskcustody_model.state import ARMED, DIRTY, IDLE, RECORDED, State
 
-from .. import scripts
-from ..core import envelope
+from ..core import envelope, scripts
 from ..core.prefetch import PrefetchingWorker
 from ..core.worker import Worker
 from .faults import command_args

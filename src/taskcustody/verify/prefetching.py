@@ -20,7 +20,7 @@ import redis
 from taskcustody_model.protocol import Action
 from taskcustody_model.state import IDLE, RECORDED
 
-from .. import scripts
+from ..core import scripts
 from ..core.envelope import decode
 from ..core.prefetch import Batch, PrefetchingWorker
 from .harness import Harness, Mismatch, StepRecord, actor_of

@@ -23,7 +23,7 @@ from taskcustody_model.state import (
 )
 from taskcustody_model.trace import describe_action
 
-from .. import scripts
+from ..core import scripts
 from ..core.clock import ManualClock
 from ..core.keys import QueueKeys
 from ..core.producer import Producer
