@@ -86,7 +86,7 @@ def measure(quick: bool) -> dict[str, Any]:
     return out
 
 
-# -- time to find each broken design by simulation (issue 15: a tracked figure) -----------------
+# -- time to find each broken design by simulation (a tracked figure) -----------------
 
 #: `taskcustody model-check --simulate --tasks 6 --servers 3 --workers 3 --faults 4`
 SIMULATION_BOUNDS = dict(tasks=6, servers=3, workers=3, faults=4, processes_per_server=1)
@@ -176,7 +176,7 @@ def time_to_find_markdown(data: dict[str, Any], command: str, when: str) -> str:
     return "\n".join(out) + "\n"
 
 
-# -- checker speed, before and after a change (issue 15: measured in the same run) -----------------
+# -- checker speed, before and after a change (measured in the same run) -----------------
 
 _ONE_CHECK = """
 import json, sys, time

@@ -1,4 +1,4 @@
-"""The registry's garbage collection (issue 10): what one sweep costs with 0, 1,000 and 100,000
+"""The registry's garbage collection: what one sweep costs with 0, 1,000 and 100,000
 dead registered lists, before and after they are collected, and what it cost before there was a
 collection; and that the take's registration adds no round trip to the worker cycle.
 
@@ -17,7 +17,7 @@ The sweeper is the live server, at the same simulated time as the build; the swe
 library's own `taskcustody.core.recovery.sweep`, with the default `Settings.registry_grace` and
 `drain_chunk` (what `Server.sweep` passes). Per round, on the same state:
 1. GC off: the same sweep with a grace so large that nothing is old enough; it changes
-   nothing, so every sweep without the collection costs this. (Before issue 10 the sweep also
+   nothing, so every sweep without the collection costs this. (An earlier sweep also
    read each list's length in a round trip of its own, not 100 per round trip: it cost more
    than this row; that code is not measured here.)
 2. first sweep with GC: it forgets the N dead lists;
@@ -280,7 +280,7 @@ def measure_writes(tasks: int) -> list[dict[str, Any]]:
 
 def render(result: dict[str, Any]) -> str:
     lines = [
-        "# Registry garbage collection: sweep cost with dead registered lists (issue 10)",
+        "# Registry garbage collection: sweep cost with dead registered lists",
         "",
         f"Run {result['when']}: `{result['command']}` at commit `{result['commit']}`, Redis "
         f"{result['redis_version']}, {result['host']}, load average before/after "
@@ -295,7 +295,7 @@ def render(result: dict[str, Any]) -> str:
         f"below in this order on it (the next sweeps: {result.get('later', 1)} in a row). "
         "*GC off* = the same sweep with a grace nothing is "
         "old enough for: it changes nothing, so without the collection every sweep costs this "
-        "(before issue 10 the sweep also read each list's length in a round trip of its own, "
+        "(an earlier sweep also read each list's length in a round trip of its own, "
         f"not {recovery.BATCH} per round trip, so it cost more; that code is not measured "
         "here). Round trips: the sweeping client's socket writes; server "
         "reads: Redis's `total_reads_processed` (it reads a large script call in pieces); "

@@ -1,4 +1,4 @@
-"""Sweep load on Redis as the fleet grows, with and without the sweep lease (issue 10), and how
+"""Sweep load on Redis as the fleet grows, with and without the sweep lease, and how
 long a dead server's tasks take to get back to the queue.
 
     python -m bench.sweep_load                 # 10, 100, 1,000 servers of 16 workers
@@ -288,7 +288,7 @@ def growth(rows: Iterable[dict[str, Any]], field: str) -> str:
 
 def render(result: dict[str, Any]) -> str:
     lines = [
-        "# Sweep load and recovery vs fleet size (issue 10)",
+        "# Sweep load and recovery vs fleet size",
         "",
         f"Run: {result['when']}, `{result['command']}`, Redis {result['redis_version']}, "
         f"{result['host']}. Default settings: heartbeat "

@@ -93,7 +93,7 @@ MUTANTS: tuple[NamedMutant, ...] = (
     ),
     NamedMutant(
         "run-once-skips-reconcile",
-        "no loss (issue 14 point 8, the production loop): `run_once` takes without draining its "
+        "no loss (the production loop): `run_once` takes without draining its "
         "own list when dirty, so a take whose reply was lost leaves its task behind; the "
         "step-driven machine calls `reconcile` itself and does not see it, the loop-driven run "
         "(tests/stateful/test_production_loops.py) does",
@@ -351,7 +351,7 @@ MUTANTS: tuple[NamedMutant, ...] = (
 )
 
 
-# The composite step, RELEASE_AND_TAKE (issue 13): three ways to write it wrongly. Its release is
+# The composite step, RELEASE_AND_TAKE: three ways to write it wrongly. Its release is
 # the fragment RELEASE includes too (lib/release_step.lua, after lib/release_arguments_checked.lua),
 # so the mutants of the composite step alone rewrite release_and_take.lua around those includes.
 _RELEASE_INCLUDES = ("--#include lib/release_arguments_checked.lua\n"
@@ -414,7 +414,7 @@ MUTANTS += (
 )
 
 
-# Refusals (issue 14, point 9): the scripts that must turn an attempt down. The stateful machine
+# Refusals: the scripts that must turn an attempt down. The stateful machine
 # with refusals (`machine.with_refusals`) attempts each: tests/stateful/test_refusals.py.
 MUTANTS += (
     NamedMutant(
@@ -468,7 +468,7 @@ MUTANTS += (
     ),
     NamedMutant(
         "prefetch-run-once-skips-reconcile",
-        "no loss (issue 14 point 8, the prefetching worker's cycle): `PrefetchingWorker.run_once` "
+        "no loss (the prefetching worker's cycle): `PrefetchingWorker.run_once` "
         "takes for every slot without draining the dirty ones first, so a pipelined take whose "
         "reply was lost leaves its task behind; the prefetching machine sends its pipelines "
         "itself and does not see it, the loops part of the default verify run "
@@ -482,7 +482,7 @@ MUTANTS += (
 )
 
 
-# Found by verify's fault-coverage part and its production-loops part (2026-12-02): the slot
+# Found by verify's fault-coverage part and its production-loops part: the slot
 # compared list keys by identity (tests/regressions/test_suspect_slot_freed_by_a_restarted_worker).
 MUTANTS += (
     NamedMutant(
@@ -512,7 +512,7 @@ MUTANTS += (
 )
 
 
-# The asyncio worker (issue 17, "the model drives it"): its take, its release and its shielded
+# The asyncio worker ("the model drives it"): its take, its release and its shielded
 # release, each rewritten in the asyncio path only (the take's arguments and the release script
 # are shared with the threaded worker, so these anchor at the asyncio call sites). The stateful
 # machine driving the asyncio worker (tests/test_verify_async.py, verify/aio.py) and the

@@ -1,4 +1,4 @@
-"""A cancellation that lands before a worker step's command is sent (issue 17, part 3; the
+"""A cancellation that lands before a worker step's command is sent (the
 model's `cancel_before_send`): Redis runs nothing, and the asyncio worker, which cannot tell this
 from a cancellation with the reply in flight, is dirty -- never ignorant -- and its reconcile
 finds its list as it was. Each step is called on its own here (the cycle's release is shielded:

@@ -1,4 +1,4 @@
-"""Cancellation, custody's hardest case in asyncio (issue 17, part 2): a `CancelledError` injected
+"""Cancellation, custody's hardest case in asyncio: a `CancelledError` injected
 at each await that matters, deterministically (a gate on the worker's connection holds the command
 there, or the handler awaits an event; the test cancels the task once it waits), on both
 backends:

@@ -1,5 +1,5 @@
 """The asyncio server (`AsyncServer`): N concurrent workers in one process, each with its own
-in-flight list; the shutdown's three cases (issue 17, part 2: idle takes cancelled at once, running
+in-flight list; the shutdown's three cases (idle takes cancelled at once, running
 handlers given the grace period, then cancelled with their tasks released; an idle take whose
 cancellation was swallowed, as redis-py's send can on Python 3.10, cut by the shutdown's interrupt);
 and a mixed fleet of a threaded and an asyncio server serving one queue, every task committed

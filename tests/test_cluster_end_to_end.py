@@ -1,5 +1,5 @@
 """Workers, recovery and verify on a real local Redis Cluster (3 masters, 3 replicas), through a
-failover, a live slot migration and a SIGKILL of a server (issue 12).
+failover, a live slot migration and a SIGKILL of a server.
 
 Three queues whose slots live on three different masters, all reached through one seed node,
 each served by a real `taskcustody worker` process. Mid-run: CLUSTER FAILOVER of the first

@@ -1,4 +1,4 @@
-"""Custody on fakeredis and on a real redis-server: the properties of issue #2, step by step."""
+"""Custody on fakeredis and on a real redis-server: the properties, step by step."""
 
 from __future__ import annotations
 

@@ -254,7 +254,7 @@ def test_requeueing_ids_some_missing_requeues_the_others_and_names_the_missing(
 
 
 def test_a_poison_pill_counts_its_recoveries_as_attempts() -> None:
-    # The format recovery writes for a task that killed the processes running it (issue 11).
+    # The format recovery writes for a task that killed the processes running it.
     raw = b'{"id":"p1","payload":{"n":1},"attempts":1,"enqueued_at":0}'
     entry = json.dumps({"raw": base64.b64encode(raw).decode(), "task_id": "p1", "at": 5,
                         "poison": True, "recoveries": 4, "holders": ["a#1:w0"],

@@ -1,4 +1,4 @@
-"""Deployment defaults (issue 16, part 7), on real processes and a throwaway redis-server:
+"""Deployment defaults, on real processes and a throwaway redis-server:
 
 - several `taskcustody worker` processes on one host start with no flags (a per-process id);
 - the handler's module is found in the current directory, as with `rq worker`;

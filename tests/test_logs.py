@@ -1,4 +1,4 @@
-"""Logs (issue 16, part 5): the start banner, one line per retry, dead letter, lost custody, poison
+"""Logs: the start banner, one line per retry, dead letter, lost custody, poison
 pill and recovered task (each with the task id, also as the JSON line's `task_id` field), and the
 CLI's --log-level / --log-format."""
 

@@ -1,4 +1,4 @@
-"""Prometheus metrics (issue 16, part 6), tested by scraping the endpoint: tasks committed,
+"""Prometheus metrics, tested by scraping the endpoint: tasks committed,
 retried, dead-lettered and lost-custody; tasks requeued by recovery and poison pills; queue
 depth, in-flight and dead-letter counts; handler duration; heartbeat age. The `metrics` extra is
 optional: without it, --metrics-port says which extra to install."""

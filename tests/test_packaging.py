@@ -1,4 +1,4 @@
-"""Packaging (issue 16, part 8): the core install is the library and the CLI; `verify` needs the
+"""Packaging: the core install is the library and the CLI; `verify` needs the
 `verify` extra and says so when it is missing; the development tools are the `dev` extra."""
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ it runs it (one in-flight list per slot, released after the whole batch), and a 
 several workers holds a task per worker. Before suspects, the drain put the dead process's tasks
 back side by side at the queue's take end, so the next takes brought them into one process
 together again: the bystander shared each of the pill's deaths, and was dead-lettered as a poison
-pill with it, although it never killed anything (issue 11; seen end to end in
+pill with it, although it never killed anything (seen end to end in
 tests/test_poison_pill_e2e.py with 2 workers per process in 3 of 8 runs, and with `--prefetch 4`
 in 3 of 7).
 

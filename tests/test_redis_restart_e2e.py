@@ -1,4 +1,4 @@
-"""End to end, issue 10's scenario: Redis restarts empty under two running servers, then one of
+"""End to end: Redis restarts empty under two running servers, then one of
 them is SIGKILLed while it runs a task enqueued after the restart. Real `taskcustody worker`
 processes on a real redis-server, both killed and restarted by pid.
 

@@ -1,4 +1,4 @@
-"""The registry of in-flight lists heals itself and stays bounded (issue 10).
+"""The registry of in-flight lists heals itself and stays bounded.
 
 Healing: the claim registers a new incarnation's lists, every take registers its list again (in
 the same write as its BLMOVE), and a heartbeat that finds its server's registration gone registers

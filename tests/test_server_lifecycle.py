@@ -71,7 +71,7 @@ def hold_id(client: redis.Redis, keys: QueueKeys, clock: ManualClock, server_id:
 
 
 def test_a_server_needs_at_least_one_worker(fake: redis.Redis, keys: QueueKeys) -> None:
-    with pytest.raises(ValueError, match=r"^a server needs at least one worker$"):
+    with pytest.raises(ValueError, match=r"^a server runs 1 to 1024 worker threads, not 0$"):
         Server(fake, keys, "s1", lambda p: None, workers=0)
     assert Server(fake, keys, "s1", lambda p: None, workers=1).worker_count == 1
     with pytest.raises(InvalidName, match=r"^server id 'no spaces' is not allowed"):

@@ -1,4 +1,4 @@
-"""The sweep lease: one sweeper at a time (issue 10, sweep load linear in the fleet).
+"""The sweep lease: one sweeper at a time (sweep load linear in the fleet).
 
 Protocol time is a ManualClock and "waiting" is a recorded `stop_event.wait`, as in
 test_server_lifecycle.py. The lease's own expiry is Redis's PX timer (real time), so these tests

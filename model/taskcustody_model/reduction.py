@@ -3,7 +3,7 @@ one step that commutes with everything else is taken alone (a singleton *ample s
 
 Why it is needed: with two processes per server id, a stalled process keeps its workers running
 beside its successor, and the checker met every interleaving of their steps with the rest: the
-bound of issue 15 (3 tasks, 2 x 2, 2 faults, 2 processes per id) has millions of states. Most of
+bound we want in CI (3 tasks, 2 x 2, 2 faults, 2 processes per id) has millions of states. Most of
 them differ only in when a step that touches nothing anybody else reads was taken: a stalled
 process's resumption (its ``stalled`` flag is read by its own server loop only, once its
 registration is not its own), a healthy worker's ``record`` (which writes its own task's record,

@@ -1,4 +1,4 @@
-"""The checker's figures, pinned from the checker before its speed-up (2026-12-02, at f6c714c):
+"""The checker's figures, pinned from the plain breadth-first checker:
 a faster search must explore exactly the same classes of states in the same order, so each
 design's verdict, violated property, counterexample length, distinct states, states generated and
 depth stay what they were. (A change that merges more symmetric twins would lower the counts
@@ -40,7 +40,7 @@ BROKEN = {
     "promote-copies": (RETRY_BOUNDS, "no-duplication", 4, 387, 987, 4),
     "composite-pops-next": (VARIANT_BOUNDS, "no-loss", 3, 111, 211, 3),
     "composite-commits-unheld": (VARIANT_BOUNDS, "no-duplication", 6, 2_782, 8_675, 6),
-    # (since 2026-12-02, with asyncio's cancellation before the send)
+    # (with asyncio's cancellation before the send)
     "cancelled-release-ran": (CANCEL_BOUNDS, "eventual-recovery", 4, 5_602, 24_836, 18),
 }
 
@@ -53,7 +53,7 @@ CORRECT = {
     "everything-1x2": (Bounds(tasks=2, servers=1, workers=2, faults=2, processes_per_server=1,
                               late_tasks=1, redis_faults=True, max_recoveries=1,
                               handler_failures=True), 5_860, 20_569, 19),
-    # (since 2026-12-02: asyncio's cancellation before the send, at design 16's bounds)
+    # (asyncio's cancellation before the send, at design 16's bounds)
     "cancels-before-send": (CANCEL_BOUNDS, 5_149, 23_398, 18),
 }
 
@@ -79,9 +79,9 @@ def test_the_correct_design_explores_exactly_the_same_states(label: str) -> None
 
 
 #: the correct design, searched with the partial-order reduction (``reduction.py``, what
-#: ``model-check`` runs by default): bounds -> (distinct states, generated, depth). Pinned when it
-#: was written (2026-12-03); unreduced, the same bounds are ``CORRECT`` above / 194,831 states,
-#: 1,468,641 generated, depth 24 at the CI bound.
+#: ``model-check`` runs by default): bounds -> (distinct states, generated, depth). Unreduced,
+#: the same bounds are ``CORRECT`` above / 194,831 states, 1,468,641 generated, depth 24 at the
+#: CI bound.
 REDUCED = [
     pytest.param(Bounds(3, 2, 2, 1, processes_per_server=1), 3_867, 15_929, 17,
                  id="3x2x2-1fault"),

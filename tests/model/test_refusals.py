@@ -1,4 +1,4 @@
-"""`refused_attempts`: what the model refuses, beside what it enables (issue 14, point 9)."""
+"""`refused_attempts`: what the model refuses, beside what it enables."""
 
 from __future__ import annotations
 

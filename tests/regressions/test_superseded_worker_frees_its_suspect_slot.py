@@ -2,7 +2,7 @@
 seen and nothing else in its list, frees its process's suspect slot as it stops: the
 implementation's release frees the slot whenever it leaves the worker clean (`Custody.released`).
 The model kept the slot of a worker that stopped (it freed it only for one that went idle), so the
-two disagreed on that step (found by `taskcustody verify --async` at 200 examples, issue 17 part
+two disagreed on that step (found by `taskcustody verify --async` at 200 examples, part
 3; the threaded harness replays it: the model's corner, not the asyncio worker's). Every model
 bound that counts recoveries has one process per server id, so no checker run met it."""
 
