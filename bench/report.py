@@ -314,7 +314,7 @@ def latency_lines(lat: dict[str, Any], level: int = 2) -> list[str]:
 
 
 def summary(data: dict[str, Any]) -> str:
-    """The short form for the README: one table, the goal, recovery, and where the figures are."""
+    """The short form: one table, the goal, recovery, and where the figures are."""
     meta = data["meta"]
     rows: list[dict[str, Any]] = data.get("throughput", [])
     out: list[str] = []

@@ -160,7 +160,7 @@ def run_throughput(args: argparse.Namespace) -> list[dict[str, Any]]:
 def results_stem(quick: bool, partial: bool, stamp: str = "") -> str:
     """Where a run of `python -m bench` writes its .md, .json and .png: a path relative to the
     results directory, without the suffix. The full run: `latest` (and only it rewrites
-    summary.md, which the README quotes); `--quick`: `quick`; a partial run (`--only`,
+    summary.md, the short form); `--quick`: `quick`; a partial run (`--only`,
     `--only-kind`, `--peers`, `--skip-peers`), quick or not: `raw/<stamp>[-quick]-partial`.
     Every run also keeps its JSON in raw/."""
     if partial:

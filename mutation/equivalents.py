@@ -48,7 +48,7 @@ EQUIVALENTS: list[dict[str, str]] = [
      "reason": _ALLOW_NAN},
     {"function": "taskcustody.core.worker.Worker._call", "original": "resend_record = False",
      "mutated": "resend_record = None", "reason": "resend_record is " + _FALSY},
-    # -- worker.py: the take and the release -------------------------------------------------
+    # -- core/custody.py: the take and the release -------------------------------------------------
     {"function": "taskcustody.core.custody.Custody._take_args", "original": _TAKE,
      "mutated": _TAKE.replace('"BLMOVE"', '"blmove"'), "reason": _CASE},
     {"function": "taskcustody.core.custody.Custody._take_args", "original": _TAKE,

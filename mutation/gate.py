@@ -419,8 +419,9 @@ def named_gate(snapshot: Path, workdir: Path, jobs: int, test_timeout: float,
     if not full_suite:
         # The searches for the broken designs check the stateful machine against the
         # demonstrations of those designs (verify/broken.py), and the tests marked `slow` are
-        # end-to-end runs of real processes and the longest searches; all run in the README's
-        # test command. Under a mutant they would only add minutes: no named mutant is
+        # end-to-end runs of real processes and the longest searches; all run in the documented
+        # test command (docs/development/testing.md). Under a mutant they would only add
+        # minutes: no named mutant is
         # caught by them alone (a mutant that only they caught would show here as SURVIVED, so
         # leaving them out can fail the gate, never pass it wrongly). `--full-suite` keeps them.
         # The same holds for the tests of how verify presents a run (its report, JUnit file,

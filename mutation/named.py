@@ -415,7 +415,7 @@ MUTANTS += (
 
 
 # Refusals: the scripts that must turn an attempt down. The stateful machine
-# with refusals (`machine.with_refusals`) attempts each: tests/stateful/test_refusals.py.
+# with refusals (`refusing.with_refusals`) attempts each: tests/stateful/test_refusals.py.
 MUTANTS += (
     NamedMutant(
         "claim-ignores-live-holder",
@@ -453,7 +453,7 @@ MUTANTS += (
 )
 
 
-# Issue 14 point 8, the production loops: the loops part of the default `verify` drives the
+# The production loops: the loops part of the default `verify` drives the
 # server's background thread (`Server._background`, verify/server_loop.py, which checks its sweep
 # cadence) and the prefetching worker's cycle (`PrefetchingWorker.run`, verify/prefetch_loop.py).
 MUTANTS += (

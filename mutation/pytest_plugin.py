@@ -131,8 +131,8 @@ class _Alarm:
     Past its limit the timer keeps firing every REPEAT seconds until the phase ends: a timeout
     raised where the code under test catches BaseException is raised again. The hang of
     `unbounded-drain` runs in fakeredis's Lua, whose `pcall(cjson.decode, raw)` in the drain
-    script catches whatever its Python callback raises: a one-shot alarm landing there was lost
-    (4 of 67 runs of the mutant's test alone with a limit of 0.5-2.5 s), and only the watchdog's
+    script catches whatever its Python callback raises: a one-shot alarm landing there was
+    sometimes lost, and only the watchdog's
     hard limit, 15 s later, ended the run."""
 
     REPEAT = 1.0

@@ -195,3 +195,15 @@ def test_the_model_page_s_table_is_written_from_the_designs_table() -> None:
     stale = text.replace(f"| `{DESIGNS[0].name}` |", "| `renamed` |", 1)
     assert designs_page.rewritten(stale) != stale
     assert designs_page.main(["--check", str(MODEL_PAGE)]) == 0
+
+
+@pytest.mark.parametrize(("args", "code"), [(["--help"], 0), (["--bogus"], 2),
+                                            (["/nonexistent/page.md"], 2)])
+def test_the_designs_page_command_answers_bad_arguments_in_one_line(
+    args: list[str], code: int, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from taskcustody.verify import designs_page
+
+    assert designs_page.main(args) == code
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1, err

@@ -7,8 +7,7 @@ several workers holds a task per worker. Before suspects, the drain put the dead
 back side by side at the queue's take end, so the next takes brought them into one process
 together again: the bystander shared each of the pill's deaths, and was dead-lettered as a poison
 pill with it, although it never killed anything (seen end to end in
-tests/test_poison_pill_e2e.py with 2 workers per process in 3 of 8 runs, and with `--prefetch 4`
-in 3 of 7).
+tests/test_poison_pill_e2e.py with 2 workers per process, and with `--prefetch 4`).
 
 Now a task that recovery counts goes to the suspects list, and a process runs at most one suspect
 at a time (a prefetching worker: as a batch of one). The bystander shares the pill's first death

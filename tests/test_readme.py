@@ -82,7 +82,7 @@ def _pages() -> list[Path]:
 
 
 HISTORY = {
-    "a tracker reference": re.compile(r"\bissue [0-9]+|#[0-9]+"),
+    "a tracker reference": re.compile(r"\bissue [0-9]+|(?<!\w)#[0-9]+"),
     "a date": re.compile(r"\b20[0-9]{2}-[0-9]{2}-[0-9]{2}\b"),
     "a commit hash": re.compile(r"(?:\bcommit |\bat |\bbefore |\bafter |`)[0-9a-f]{7,12}\b"),
 }
@@ -105,3 +105,8 @@ def test_the_history_patterns_can_fail() -> None:
     assert HISTORY["a commit hash"].search("at `a15fa38` on 2 cores")
     assert HISTORY["a commit hash"].search("commit fb52da7, Redis 7")
     assert not HISTORY["a commit hash"].search("drop:EVALSHA/fdacc359/fetch:5:task")
+
+
+def test_a_name_with_a_number_after_a_hash_is_not_a_tracker_reference() -> None:
+    # Actor names such as "s0#1 w0" (server 0, incarnation 1) are not tracker numbers.
+    assert not HISTORY["a tracker reference"].search('lifeline: "s0#1 w0"')

@@ -96,7 +96,7 @@ class CheckResult:
         have gone unexplored), were fingerprints independent and uniform over 2**64 values: at
         most k(k-1)/2 pairs, each equal with chance 2**-64. An estimate, not a proof: Python's
         tuple hash is fixed, not drawn at random (its low and high bits collide at the rate a
-        random hash's would: ``python -m bench.fingerprints``, README), and k counts the
+        random hash's would: ``python -m bench.fingerprints``), and k counts the
         distinct fingerprints."""
         k = self.fingerprints
         return min(1.0, k * (k - 1) / 2 / 2.0**64)
@@ -123,9 +123,8 @@ def check(
 
     The cyclic garbage collector is off during the search: the search makes no reference cycles
     (its states are tuples of ints, its bookkeeping dicts, lists and arrays), so each of the
-    collector's passes only walked the ever-growing set of stored states again (1.1x to 1.3x CPU
-    at 3 tasks, 2 x 2, 1 fault, interpreted; the compiled model gained 1.64x at the CI bound with
-    it on and 2.22x with it off, README).  It is switched back on afterwards.
+    collector's passes only walked the ever-growing set of stored states again, for nothing.  It is
+    switched back on afterwards.
 
     ``reduce``: the partial-order reduction of ``reduction.py`` (same verdict; fewer states where
     the fault budget is spent). ``model-check`` reduces unless told ``--no-reduce``; it is off

@@ -29,9 +29,9 @@ def canonical(state: State, n_workers: int, *, plain: bool = False) -> State:
 
     ``plain=True`` (for tests) takes none of the fast paths: every name is mapped, even where the
     renaming leaves it as it is, two workers are sorted by their whole signatures as more are, and
-    the servers by theirs; it is the version this one was optimised from (``symmetry.py`` at
-    00aef7a), and ``tests/model/test_symmetry.py`` holds the fast paths to it on every successor
-    of searches at small bounds."""
+    the servers by theirs; it is the version this one was optimised from, and
+    ``tests/model/test_symmetry.py`` holds the fast paths to it on every successor of searches at
+    small bounds."""
     registry = state.registry
     processes = state.processes
     n_servers = len(registry)

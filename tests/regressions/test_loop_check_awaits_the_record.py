@@ -1,6 +1,6 @@
 """Regression: the production loops' driver read Redis back while the worker's record (sent, its
 reply left unread for the next command) had not yet run on a real server: a `records` mismatch
-(model: recorded; Redis: none) in a CI run, and in 1 of 39 runs of
+(model: recorded; Redis: none) in
 `tests/stateful/test_production_loops.py::test_the_real_worker_loop_follows_the_model[real]` with
 both cores busy. `loops.await_answer` waits until Redis has answered and leaves the reply to the
 worker.

@@ -44,7 +44,7 @@ _ONLY_TASK = os.environ.get("AUDIT_DROP_ONLY_TASK") == "1"
 def requests(packed: Any) -> list[list[bytes]]:
     """The commands in RESP request bytes (`*<n>`, then n bulk strings each), each as its list of
     arguments, in the order they are sent; [] for what is not such a request. (Like
-    taskcustody.verify.faults.command_names, which gives the names only: the shim needs a script
+    taskcustody.verify.faults.command_heads, which gives the heads only: the shim needs a script
     command's arguments too, to tell the scripts apart.)"""
     if isinstance(packed, (bytes, bytearray, memoryview)):
         data = bytes(packed)

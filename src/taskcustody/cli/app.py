@@ -66,7 +66,7 @@ def replication_options(fn: Callable[..., Any]) -> Callable[..., Any]:
                         type=click.IntRange(min=0),
                         help="Replicas that must acknowledge each write (Redis WAIT, in the same "
                              "round trip). Enqueue fails (exit 1) when fewer do; a worker logs "
-                             "and carries on. See README, 'Failover and replication'.")(fn)
+                             "and carries on. See docs/guides/failover.md.")(fn)
 
 
 registry_grace_option = click.option(
@@ -192,7 +192,7 @@ def main() -> None:
               help="Exclusive server id (or $TASKCUSTODY_SERVER_ID). Default: HOST-PID-XXXX, "
                    "unique per process; a crashed process's tasks are then recovered by the "
                    "sweep once its lease lapses. A stable id (e.g. a StatefulSet pod name) has "
-                   "a restart recover them itself at start. See README, 'Server ids'.")
+                   "a restart recover them itself at start. See docs/guides/operations.md.")
 @click.option("--max-attempts", default=3, show_default=True, type=click.IntRange(min=1),
               help="Handler runs (releases) before a failing task is dead-lettered.")
 @click.option("--max-recoveries", default=3, show_default=True, type=click.IntRange(min=0),

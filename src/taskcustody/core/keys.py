@@ -85,7 +85,8 @@ class QueueKeys:
     def suspects(self) -> str:
         """List of suspects: tasks recovery took back from a dead holder and did not dead-letter
         (their recovery count is >= 1). A server process takes at most one at a time, so a
-        suspect never dies again beside another counted task (README, poison pills)."""
+        suspect never dies again beside another counted task (docs/guides/using-it.md, poison
+        pills)."""
         return f"{self.base}:suspects"
 
     @property

@@ -39,8 +39,8 @@ def default_server_id(host: str | None = None, pid: int | None = None) -> str:
     keeps the id unique where they do not (containers sharing a host name all run as pid 1).
     A restart is a new id: the dead process's in-flight lists are drained by the first sweep of
     any live server (the restarted one included) once the dead one's lease lapses. A stable id
-    (`--server-id`) has the restart drain its own debris at start instead (README,
-    "Server ids")."""
+    (`--server-id`) has the restart drain its own debris at start instead (docs/guides/
+    operations.md, "Server ids and restarts")."""
     name = host if host is not None else socket.gethostname()
     name = re.sub(r"[^A-Za-z0-9_.-]", "-", name).strip(".-")[:48] or "host"
     return f"{name}-{os.getpid() if pid is None else pid}-{secrets.token_hex(2)}"

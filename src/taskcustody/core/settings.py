@@ -161,7 +161,7 @@ class Settings:
     oom_log_interval: float = 30.0
     # Replicas that must acknowledge each enqueue, take and release (Redis WAIT, sent in the same
     # write as the command: no extra round trip). 0 = Redis's asynchronous replication as is.
-    # See the README, "Failover and replication", for what it does and does not guarantee.
+    # See docs/guides/failover.md for what it does and does not guarantee.
     min_replicas: int = 0
     # Seconds a WAIT may block before it returns short (a producer then raises
     # ReplicationTimeout; a worker logs and carries on). Seconds like every other duration here;

@@ -14,7 +14,7 @@ who hears about it:
   is committed there. Failing the task would not take either back. It counts the shortfall and
   logs a warning at most once per `WARN_INTERVAL` seconds of its clock.
 
-See the README, "Failover and replication", for what a failover may then undo.
+See docs/guides/failover.md for what a failover may then undo.
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ Some classes of bug only a real server shows. `REAL_SERVER_ONLY` lists them, one
 fakeredis misses it, whether the stateful run covers it on a real server (`--redis-url URL` or
 `--embedded-redis`), and which tests cover it on a real server (`path::test`, checked to exist
 by tests/test_verify_backends_agree.py). The report of a fakeredis run prints the list with how
-to cover it (`report.blind_spots_text`).
+to cover it (`report.blind_spots`).
 """
 
 from __future__ import annotations

@@ -56,9 +56,17 @@ def main(argv: list[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     check = "--check" in args
     paths = [a for a in args if a != "--check"]
+    usage = "usage: python -m taskcustody.verify.designs_page [--check] [PAGE]"
+    if any(a.startswith("-") for a in paths) or len(paths) > 1:
+        print(usage, file=sys.stderr)
+        return 0 if paths in (["--help"], ["-h"]) else 2
     page = Path(paths[0]) if paths else DEFAULT_PAGE
-    text = page.read_text()
-    new = rewritten(text)
+    try:
+        text = page.read_text()
+        new = rewritten(text)
+    except (OSError, ValueError) as exc:
+        print(f"{page}: {exc}", file=sys.stderr)
+        return 2
     if check:
         if new != text:
             print(f"{page}: the designs table is stale: python -m taskcustody.verify.designs_page",

@@ -167,9 +167,9 @@ def await_answer(worker: Worker, real_redis: bool) -> None:
     """On a real server, wait until Redis has answered what `worker` sent without reading the
     reply (the record: its reply is read with the next command's), before Redis is read back
     from another connection. Otherwise that read races the worker's own socket: the model has
-    the record and Redis, not having run it yet, has none (a `records` mismatch seen in a CI
-    run, and in 1 of 39 runs of the real worker loop's test with both cores busy;
-    tests/regressions/test_loop_check_awaits_the_record.py). The step-driven run reads the reply
+    the record and Redis, not having run it yet, has none (a `records` mismatch, seen
+    with both cores busy; tests/regressions/test_loop_check_awaits_the_record.py). The
+    step-driven run reads the reply
     (`Worker.flush`); a production loop must read its own, so this only waits for it to arrive
     and leaves it unread (`Worker.answered`). fakeredis runs a command as it is sent: nothing to
     wait for there."""

@@ -122,7 +122,7 @@ def pipelined(base: Machine) -> Machine:
 
     class PrefetchingCustodyMachine(base):  # type: ignore[valid-type, misc]
         """... and a process's workers also take, or release, in one pipeline
-        (`taskcustody.prefetch`), with a reply lost at any slot."""
+        (`taskcustody.core.prefetch`), with a reply lost at any slot."""
 
         def _pipelines(self, who: Callable[[Harness, int, int], list[int]]) -> list[
                 tuple[int, int]]:

@@ -1,7 +1,7 @@
 """Conformance steps for the prefetching worker: its pipelines, fed to the model slot by slot.
 
 A `PrefetchingWorker` is several workers whose commands share one connection (see
-`taskcustody.prefetch`). Here the harness's workers of one process become its slots for one
+`taskcustody.core.prefetch`). Here the harness's workers of one process become its slots for one
 pipelined take or one pipelined release, on the process's faulty client, and the model takes the
 matching walk: for the take, each slot's `take` then `record` (the take script does both, with
 nothing between); for the release, each slot's `release`. A reply lost at slot j loses every later

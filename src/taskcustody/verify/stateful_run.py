@@ -84,7 +84,7 @@ def run_stateful(options: Options, make_client: Callable[[], redis.Redis], keys:
                             settings=run_settings(options.settings), drive_loops=drive_loops,
                             loop_kind=loop_kind,
                             # The real implementation is also attempted what the model refuses
-                            # (`machine.with_refusals`); not the broken designs, whose pinned
+                            # (`refusing.with_refusals`); not the broken designs, whose pinned
                             # runs would draw other examples with one more rule.
                             refusals=with_refusals(options) and not drive_loops and not aim_at)
     if aim_at:
