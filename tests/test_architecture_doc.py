@@ -1,5 +1,5 @@
 """docs/architecture.md stays the map of src/taskcustody: every module outside verify/ is on it,
-every file it names exists, and no module outside verify/ grows past 600 lines."""
+every file it names exists, and no module of the package or the model grows past 600 lines."""
 
 from __future__ import annotations
 
@@ -51,8 +51,10 @@ def test_the_walk_through_names_files_that_exist() -> None:
         assert (PACKAGE / path).is_file(), path
 
 
-def test_no_module_outside_verify_is_over_600_lines() -> None:
-    long = {str(path.relative_to(PACKAGE)): n for path in PACKAGE.rglob("*.py")
-            if "verify" not in path.relative_to(PACKAGE).parts
-            and (n := len(path.read_text(encoding="utf-8").splitlines())) > MAX_LINES}
+def test_no_module_of_the_package_or_the_model_is_over_600_lines() -> None:
+    """A module past 600 lines does more than one job; split it (the model included)."""
+    model = ROOT / "model" / "taskcustody_model"
+    long = {str(path.relative_to(ROOT)): n for folder in (PACKAGE, model)
+            for path in folder.rglob("*.py")
+            if (n := len(path.read_text(encoding="utf-8").splitlines())) > MAX_LINES}
     assert long == {}

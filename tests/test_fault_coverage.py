@@ -267,7 +267,8 @@ def test_the_planner_reaches_a_rare_kind_from_a_fresh_deployment(kind: str) -> N
 
 
 def test_the_reports_print_the_counts_per_kind_and_a_shortfall_is_the_verdict() -> None:
-    from taskcustody.verify.report import html_report, text_report, verdict
+    from taskcustody.verify.report import text_report, verdict
+    from taskcustody.verify.report_html import html_report
     from taskcustody.verify.run import Result
 
     kinds = ["crash_worker", "redis_wipe", "dropped-reply:take"]

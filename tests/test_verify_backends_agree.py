@@ -24,7 +24,8 @@ from taskcustody.core.worker import Worker
 from taskcustody.verify.backends import REAL_SERVER_ONLY
 from taskcustody.verify.designs import BY_NAME
 from taskcustody.verify.embedded import SERVER_BINARY_VARIABLE, redis_server_binary
-from taskcustody.verify.report import BLIND_SPOTS_TITLE, html_report, text_report
+from taskcustody.verify.report import BLIND_SPOTS_TITLE, text_report
+from taskcustody.verify.report_html import html_report
 from taskcustody.verify.run import Options, Result, verify
 from tests.support.redis_server import RedisServerProcess
 

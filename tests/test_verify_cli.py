@@ -11,7 +11,8 @@ from click.testing import CliRunner
 from taskcustody_model import Bounds
 
 from taskcustody.cli.app import main
-from taskcustody.verify.report import html_report, text_report
+from taskcustody.verify.report import text_report
+from taskcustody.verify.report_html import html_report
 from taskcustody.verify.run import Options, verify
 from tests.support.redis_server import RedisServerProcess
 

@@ -15,7 +15,8 @@ from html.parser import HTMLParser
 import pytest
 from taskcustody_model.invariants import WHY
 
-from taskcustody.verify.report import html_report, text_report
+from taskcustody.verify.report import text_report
+from taskcustody.verify.report_html import html_report
 from taskcustody.verify.run import Options, Result, verify
 
 VOID = {"meta", "br", "hr", "img", "input", "link"}

@@ -40,7 +40,8 @@ from .embedded import (
 )
 from .junit import junit_xml
 from .machine import RunStats
-from .report import html_report, text_report
+from .report import text_report
+from .report_html import html_report
 from .run import (
     Options,
     QueueInUse,
