@@ -17,12 +17,21 @@ def model_states_per_second(quick: bool) -> dict[str, Any]:
         from taskcustody_model.state import Bounds
     except ImportError:
         return {"status": "pending", "why": "taskcustody_model.checker is not in the tree yet"}
-    bounds = (Bounds(tasks=2, servers=2, workers=2, faults=1) if quick
-              else Bounds(tasks=3, servers=2, workers=1, faults=2))
+    bounds = (
+        Bounds(tasks=2, servers=2, workers=2, faults=1)
+        if quick
+        else Bounds(tasks=3, servers=2, workers=1, faults=2)
+    )
     result = check(bounds)
-    return {"status": "ok", "ok": result.ok, "states": result.distinct_states,
-            "generated": result.states_generated, "seconds": result.seconds,
-            "per_second": result.states_per_second, "bounds": repr(bounds)}
+    return {
+        "status": "ok",
+        "ok": result.ok,
+        "states": result.distinct_states,
+        "generated": result.states_generated,
+        "seconds": result.seconds,
+        "per_second": result.states_per_second,
+        "bounds": repr(bounds),
+    }
 
 
 STATEFUL_BOUNDS = dict(tasks=3, servers=2, workers=2, faults=3)
@@ -53,9 +62,13 @@ def _walk(make_client: Any, real: bool, budget: float, seed: int) -> dict[str, A
             spent += time.perf_counter() - t0
             steps += 1
         runs += 1
-    return {"steps": steps, "runs": runs, "seconds": spent,
-            "per_second": steps / spent if spent else 0.0,
-            "wall_seconds": time.perf_counter() - began}
+    return {
+        "steps": steps,
+        "runs": runs,
+        "seconds": spent,
+        "per_second": steps / spent if spent else 0.0,
+        "wall_seconds": time.perf_counter() - began,
+    }
 
 
 def stateful_steps_per_second(quick: bool) -> dict[str, Any]:
@@ -77,8 +90,10 @@ def stateful_steps_per_second(quick: bool) -> dict[str, Any]:
 
 def measure(quick: bool) -> dict[str, Any]:
     out: dict[str, Any] = {}
-    for name, fn in (("model_check", model_states_per_second),
-                     ("stateful", stateful_steps_per_second)):
+    for name, fn in (
+        ("model_check", model_states_per_second),
+        ("stateful", stateful_steps_per_second),
+    ):
         try:
             out[name] = fn(quick)
         except Exception as exc:  # a piece under construction must not sink the benchmark
@@ -111,9 +126,11 @@ def _median(xs: list[float]) -> float:
     return s[n // 2] if n % 2 else (s[n // 2 - 1] + s[n // 2]) / 2
 
 
-def time_to_find(seeds: int = TIME_TO_FIND_SEEDS,
-                 budget: float = TIME_TO_FIND_BUDGET,
-                 designs: list[str] | None = None) -> dict[str, Any]:
+def time_to_find(
+    seeds: int = TIME_TO_FIND_SEEDS,
+    budget: float = TIME_TO_FIND_BUDGET,
+    designs: list[str] | None = None,
+) -> dict[str, Any]:
     """For each broken design (or each of `designs`), `seeds` simulations (seeds 0..seeds-1)
     until it is found: the median steps (machine-independent: a seed's walk is deterministic) and
     the median seconds (wall clock, this machine, however loaded) to the first violation."""
@@ -136,11 +153,11 @@ def time_to_find(seeds: int = TIME_TO_FIND_SEEDS,
             "median_steps": _median([r.steps for r in found]) if found else None,
             "median_seconds": _median([r.seconds for r in found]) if found else None,
             "max_seconds": max(r.seconds for r in found) if found else None,
-            "median_trace_length": (_median([len(r.violation) for r in found if r.violation])
-                                    if found else None),
+            "median_trace_length": (
+                _median([len(r.violation) for r in found if r.violation]) if found else None
+            ),
         }
-    return {"bounds": SIMULATION_BOUNDS, "seeds": seeds, "budget_seconds": budget,
-            "designs": rows}
+    return {"bounds": SIMULATION_BOUNDS, "seeds": seeds, "budget_seconds": budget, "designs": rows}
 
 
 def time_to_find_markdown(data: dict[str, Any], command: str, when: str) -> str:
@@ -158,8 +175,11 @@ def time_to_find_markdown(data: dict[str, Any], command: str, when: str) -> str:
         "median trace |",
         "|---|---|---|---|---:|---:|---:|---:|",
     ]
-    alone = [f"{name} ({r['when']}, `{r['command']}`)" for name, r in data["designs"].items()
-             if "when" in r]
+    alone = [
+        f"{name} ({r['when']}, `{r['command']}`)"
+        for name, r in data["designs"].items()
+        if "when" in r
+    ]
     if alone:
         out[4:4] = ["Measured alone since: " + "; ".join(alone) + ".", ""]
     for name, r in data["designs"].items():
@@ -199,8 +219,15 @@ print(json.dumps({"ok": r.ok, "states": r.distinct_states, "generated": r.states
 """
 
 
-def compare(rev: str, bounds: dict[str, Any], rounds: int, after: str | None = None,
-            jobs: int = 1, reduce: bool = False, fingerprints: bool = False) -> dict[str, Any]:
+def compare(
+    rev: str,
+    bounds: dict[str, Any],
+    rounds: int,
+    after: str | None = None,
+    jobs: int = 1,
+    reduce: bool = False,
+    fingerprints: bool = False,
+) -> dict[str, Any]:
     """The checker of git revision ``rev`` against this tree's, alternating, ``rounds`` times
     each, one fresh process per run: median CPU and wall seconds, and distinct states per CPU
     second. CPU time is the fairer figure on a shared machine (wall time counts the others; CPU
@@ -219,49 +246,69 @@ def compare(rev: str, bounds: dict[str, Any], rounds: int, after: str | None = N
 
     root = Path(__file__).resolve().parent.parent
     with tempfile.TemporaryDirectory() as tmp:
-        archive = subprocess.run(["git", "-C", str(root), "archive", rev, "model"],
-                                 check=True, capture_output=True).stdout
+        archive = subprocess.run(
+            ["git", "-C", str(root), "archive", rev, "model"], check=True, capture_output=True
+        ).stdout
         subprocess.run(["tar", "-x", "-C", tmp], input=archive, check=True)
-        trees = {"before": Path(tmp) / "model",
-                 "after": Path(after) if after else root / "model"}
+        trees = {"before": Path(tmp) / "model", "after": Path(after) if after else root / "model"}
         runs: dict[str, list[dict[str, Any]]] = {"before": [], "after": []}
         for _ in range(rounds):
             for label, tree in trees.items():
                 env = {**os.environ, "PYTHONPATH": str(tree)}
                 n = str(jobs) if label == "after" else "1"
-                options = [name for name, on in (("reduce", reduce),
-                                                 ("fingerprints", fingerprints)) if on]
+                options = [
+                    name for name, on in (("reduce", reduce), ("fingerprints", fingerprints)) if on
+                ]
                 how = "+".join(options) if options and label == "after" else "full"
-                out = subprocess.run([sys.executable, "-c", _ONE_CHECK, json.dumps(bounds), n, how],
-                                     capture_output=True, text=True, env=env)
+                out = subprocess.run(
+                    [sys.executable, "-c", _ONE_CHECK, json.dumps(bounds), n, how],
+                    capture_output=True,
+                    text=True,
+                    env=env,
+                )
                 if out.returncode != 0:
                     why = (out.stderr.strip().splitlines() or ["no output"])[-1]
                     raise SystemExit(f"the {label} search ({tree}) failed: {why}")
                 runs[label].append(json.loads(out.stdout))
                 print(label, runs[label][-1], file=sys.stderr, flush=True)
-    summary: dict[str, Any] = {"rev": rev, "bounds": bounds, "rounds": rounds,
-                               "after": after or "this tree", "jobs": jobs, "reduce": reduce,
-                               "fingerprints": fingerprints}
+    summary: dict[str, Any] = {
+        "rev": rev,
+        "bounds": bounds,
+        "rounds": rounds,
+        "after": after or "this tree",
+        "jobs": jobs,
+        "reduce": reduce,
+        "fingerprints": fingerprints,
+    }
     for label, rs in runs.items():
         cpu = _median([r["cpu"] for r in rs])
-        summary[label] = {"states": rs[0]["states"], "generated": rs[0]["generated"],
-                          "depth": rs[0]["depth"], "ok": rs[0]["ok"],
-                          "median_cpu_seconds": cpu,
-                          "median_wall_seconds": _median([r["wall"] for r in rs]),
-                          "max_rss_kb": max(r.get("max_rss_kb", 0) for r in rs),
-                          "states_per_cpu_second": rs[0]["states"] / cpu}
+        summary[label] = {
+            "states": rs[0]["states"],
+            "generated": rs[0]["generated"],
+            "depth": rs[0]["depth"],
+            "ok": rs[0]["ok"],
+            "median_cpu_seconds": cpu,
+            "median_wall_seconds": _median([r["wall"] for r in rs]),
+            "max_rss_kb": max(r.get("max_rss_kb", 0) for r in rs),
+            "states_per_cpu_second": rs[0]["states"] / cpu,
+        }
     summary["same_states"] = summary["before"]["states"] == summary["after"]["states"]
-    summary["cpu_ratio"] = (summary["before"]["median_cpu_seconds"]
-                            / summary["after"]["median_cpu_seconds"])
-    summary["wall_ratio"] = (summary["before"]["median_wall_seconds"]
-                             / summary["after"]["median_wall_seconds"])
+    summary["cpu_ratio"] = (
+        summary["before"]["median_cpu_seconds"] / summary["after"]["median_cpu_seconds"]
+    )
+    summary["wall_ratio"] = (
+        summary["before"]["median_wall_seconds"] / summary["after"]["median_wall_seconds"]
+    )
     # distinct states per second, after over before (the parallel search may store a few more
     # representatives than the sequential one: see taskcustody_model.parallel)
-    summary["states_per_cpu_second_ratio"] = (summary["after"]["states_per_cpu_second"]
-                                              / summary["before"]["states_per_cpu_second"])
+    summary["states_per_cpu_second_ratio"] = (
+        summary["after"]["states_per_cpu_second"] / summary["before"]["states_per_cpu_second"]
+    )
     summary["states_per_wall_second_ratio"] = (
-        summary["after"]["states"] / summary["after"]["median_wall_seconds"]
-        / (summary["before"]["states"] / summary["before"]["median_wall_seconds"]))
+        summary["after"]["states"]
+        / summary["after"]["median_wall_seconds"]
+        / (summary["before"]["states"] / summary["before"]["median_wall_seconds"])
+    )
     return summary
 
 
@@ -276,31 +323,61 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.checker")
     what = parser.add_mutually_exclusive_group(required=True)
     what.add_argument("--time-to-find", action="store_true")
-    what.add_argument("--compare", metavar="REV",
-                      help="this tree's checker against git revision REV's")
+    what.add_argument(
+        "--compare", metavar="REV", help="this tree's checker against git revision REV's"
+    )
     parser.add_argument("--seeds", type=int, default=TIME_TO_FIND_SEEDS)
-    parser.add_argument("--designs", default=None, metavar="NAME,...",
-                        help="with --time-to-find: measure only these designs and update their "
-                        "rows of the results file (each row then says when it was measured)")
+    parser.add_argument(
+        "--designs",
+        default=None,
+        metavar="NAME,...",
+        help="with --time-to-find: measure only these designs and update their "
+        "rows of the results file (each row then says when it was measured)",
+    )
     parser.add_argument("--budget", type=float, default=TIME_TO_FIND_BUDGET)
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results")
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--after", metavar="DIR", default=None,
-                        help="with --compare: run the model in DIR as 'after' (a compiled copy)")
-    parser.add_argument("--jobs", type=int, default=1,
-                        help="with --compare: the processes of the 'after' search")
-    parser.add_argument("--reduce", action="store_true",
-                        help="with --compare: the 'after' search with the partial-order "
-                        "reduction (compare the CPU ratio: it stores fewer states)")
-    parser.add_argument("--fingerprints", action="store_true",
-                        help="with --compare: the 'after' search with hash compaction")
-    parser.add_argument("--bounds", default='{"tasks": 3, "servers": 2, "workers": 2, '
-                        '"faults": 2, "processes_per_server": 1}',
-                        help="JSON of taskcustody_model.Bounds fields (default: the CI bound)")
+    parser.add_argument(
+        "--after",
+        metavar="DIR",
+        default=None,
+        help="with --compare: run the model in DIR as 'after' (a compiled copy)",
+    )
+    parser.add_argument(
+        "--jobs", type=int, default=1, help="with --compare: the processes of the 'after' search"
+    )
+    parser.add_argument(
+        "--reduce",
+        action="store_true",
+        help="with --compare: the 'after' search with the partial-order "
+        "reduction (compare the CPU ratio: it stores fewer states)",
+    )
+    parser.add_argument(
+        "--fingerprints",
+        action="store_true",
+        help="with --compare: the 'after' search with hash compaction",
+    )
+    parser.add_argument(
+        "--bounds",
+        default='{"tasks": 3, "servers": 2, "workers": 2, "faults": 2, "processes_per_server": 1}',
+        help="JSON of taskcustody_model.Bounds fields (default: the CI bound)",
+    )
     args = parser.parse_args(argv)
     if args.compare:
-        print(json.dumps(compare(args.compare, json.loads(args.bounds), args.rounds, args.after,
-                                 args.jobs, args.reduce, args.fingerprints), indent=1))
+        print(
+            json.dumps(
+                compare(
+                    args.compare,
+                    json.loads(args.bounds),
+                    args.rounds,
+                    args.after,
+                    args.jobs,
+                    args.reduce,
+                    args.fingerprints,
+                ),
+                indent=1,
+            )
+        )
         return 0
     designs = args.designs.split(",") if args.designs else None
     if designs is not None:
@@ -312,15 +389,21 @@ def main(argv: list[str] | None = None) -> int:
     data = time_to_find(args.seeds, args.budget, designs)
     when = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     command = "python -m bench.checker --time-to-find" + (
-        f" --seeds {args.seeds}" if args.seeds != TIME_TO_FIND_SEEDS else "")
+        f" --seeds {args.seeds}" if args.seeds != TIME_TO_FIND_SEEDS else ""
+    )
     args.out.mkdir(parents=True, exist_ok=True)
     if designs is not None:
         # update these rows only; the others keep the full run's figures, date and command
         old = json.loads((args.out / "time_to_find.json").read_text())
         if (old["bounds"], old["seeds"], old["budget_seconds"]) != (
-                data["bounds"], data["seeds"], data["budget_seconds"]):
-            parser.error("--designs: the results file was measured with other bounds, seeds or "
-                         "budget; run them all")
+            data["bounds"],
+            data["seeds"],
+            data["budget_seconds"],
+        ):
+            parser.error(
+                "--designs: the results file was measured with other bounds, seeds or "
+                "budget; run them all"
+            )
         for row in data["designs"].values():
             row.update(when=when, command=f"{command} --designs {args.designs}")
         old["designs"].update(data["designs"])

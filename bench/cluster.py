@@ -56,8 +56,15 @@ def child(url: str, queue: str, sid: str) -> None:
 
     settings = Settings(block_timeout=0.2, heartbeat_interval=5, sweep_interval=60)
     client = connect(url, settings)
-    server = Server(client, QueueKeys(queue), sid, handler, workers=WORKERS, settings=settings,
-                    clock=WallClock())
+    server = Server(
+        client,
+        QueueKeys(queue),
+        sid,
+        handler,
+        workers=WORKERS,
+        settings=settings,
+        clock=WallClock(),
+    )
     server.run(until_idle=True)
     print(json.dumps({"first": first[0] if first else None, "last": last[0]}), flush=True)
 
@@ -71,8 +78,11 @@ def enqueue(url: str, queue: str, tasks: int) -> None:
 def run_side(targets: list[tuple[str, str]], tasks_per_process: int, tag: str) -> dict[str, Any]:
     """Start one worker process per (url, queue) in `targets`; their tasks are enqueued first."""
     procs = [
-        subprocess.Popen([sys.executable, "-m", "bench.cluster", "--child", url, queue,
-                          f"{tag}-{i}"], cwd=REPO_DIR, stdout=subprocess.PIPE)
+        subprocess.Popen(
+            [sys.executable, "-m", "bench.cluster", "--child", url, queue, f"{tag}-{i}"],
+            cwd=REPO_DIR,
+            stdout=subprocess.PIPE,
+        )
         for i, (url, queue) in enumerate(targets)
     ]
     reports = []
@@ -102,9 +112,14 @@ def main(argv: list[str] | None = None) -> int:
     from tests.support.redis_server import throwaway_redis_server
 
     started = dt.datetime.now(dt.timezone.utc)
-    meta = {"date": started.strftime("%Y-%m-%d %H:%M UTC"), "commit": git_commit(),
-            "loadavg_before": loadavg(), "tasks_per_queue": args.tasks, "rounds": args.rounds,
-            "workers_per_process": WORKERS}
+    meta = {
+        "date": started.strftime("%Y-%m-%d %H:%M UTC"),
+        "commit": git_commit(),
+        "loadavg_before": loadavg(),
+        "tasks_per_queue": args.tasks,
+        "rounds": args.rounds,
+        "workers_per_process": WORKERS,
+    }
     rounds: list[dict[str, Any]] = []
     with throwaway_cluster() as cluster, throwaway_redis_server() as single:
         seed = cluster.url(0)
@@ -120,16 +135,23 @@ def main(argv: list[str] | None = None) -> int:
             s = run_side([(single.url, single_queue)] * 3, args.tasks, f"s{r}")
             ratio = c["tasks_per_s"] / s["tasks_per_s"]
             rounds.append({"cluster": c, "single": s, "ratio": ratio})
-            log(f"round {r + 1}: cluster {c['tasks_per_s']:,.0f} tasks/s, single "
-                f"{s['tasks_per_s']:,.0f} tasks/s, ratio {ratio:.2f}x")
+            log(
+                f"round {r + 1}: cluster {c['tasks_per_s']:,.0f} tasks/s, single "
+                f"{s['tasks_per_s']:,.0f} tasks/s, ratio {ratio:.2f}x"
+            )
     meta["loadavg_after"] = loadavg()
     med_c = statistics.median(x["cluster"]["tasks_per_s"] for x in rounds)
     med_s = statistics.median(x["single"]["tasks_per_s"] for x in rounds)
-    summary = {"cluster_median": med_c, "single_median": med_s, "ratio_of_medians": med_c / med_s,
-               "median_ratio": statistics.median(x["ratio"] for x in rounds)}
+    summary = {
+        "cluster_median": med_c,
+        "single_median": med_s,
+        "ratio_of_medians": med_c / med_s,
+        "median_ratio": statistics.median(x["ratio"] for x in rounds),
+    }
     RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "cluster.json").write_text(json.dumps({"meta": meta, "rounds": rounds,
-                                                      "summary": summary}, indent=2))
+    (RESULTS / "cluster.json").write_text(
+        json.dumps({"meta": meta, "rounds": rounds, "summary": summary}, indent=2)
+    )
     lines = [
         f"# 3 queues on 3 cluster masters vs 1 queue on a single node ({meta['date']}, commit "
         f"{meta['commit']}, load average {meta['loadavg_before']} -> {meta['loadavg_after']})",
@@ -142,11 +164,17 @@ def main(argv: list[str] | None = None) -> int:
         "|---:|---:|---:|---:|",
     ]
     for i, x in enumerate(rounds, 1):
-        lines.append(f"| {i} | {x['cluster']['tasks_per_s']:,.0f} | "
-                     f"{x['single']['tasks_per_s']:,.0f} | {x['ratio']:.2f}x |")
-    lines += ["", f"Medians: cluster {med_c:,.0f} tasks/s, single {med_s:,.0f} tasks/s; ratio of "
-              f"medians {summary['ratio_of_medians']:.2f}x, median of ratios "
-              f"{summary['median_ratio']:.2f}x.", ""]
+        lines.append(
+            f"| {i} | {x['cluster']['tasks_per_s']:,.0f} | "
+            f"{x['single']['tasks_per_s']:,.0f} | {x['ratio']:.2f}x |"
+        )
+    lines += [
+        "",
+        f"Medians: cluster {med_c:,.0f} tasks/s, single {med_s:,.0f} tasks/s; ratio of "
+        f"medians {summary['ratio_of_medians']:.2f}x, median of ratios "
+        f"{summary['median_ratio']:.2f}x.",
+        "",
+    ]
     (RESULTS / "cluster.md").write_text("\n".join(lines))
     log("\n".join(lines))
     return 0

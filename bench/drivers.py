@@ -126,8 +126,10 @@ def floor_loop(kind: str, client: redis.Redis, name: str, finish: Finish) -> Non
 
 def run_floor(kind: str, url: str, threads: int, finish: Finish, tag: str) -> None:
     client = redis.Redis.from_url(url, socket_timeout=5)
-    pool = [threading.Thread(target=floor_loop, args=(kind, client, f"{tag}-{i}", finish))
-            for i in range(threads)]
+    pool = [
+        threading.Thread(target=floor_loop, args=(kind, client, f"{tag}-{i}", finish))
+        for i in range(threads)
+    ]
     for t in pool:
         t.start()
     finish.done.wait()
@@ -136,12 +138,21 @@ def run_floor(kind: str, url: str, threads: int, finish: Finish, tag: str) -> No
     client.close()
 
 
-def run_ours(url: str, threads: int, finish: Finish, tag: str, wallclock: bool = False,
-             prefetch: int = 1, min_replicas: int = 0, wait: float = 0.0) -> None:
+def run_ours(
+    url: str,
+    threads: int,
+    finish: Finish,
+    tag: str,
+    wallclock: bool = False,
+    prefetch: int = 1,
+    min_replicas: int = 0,
+    wait: float = 0.0,
+) -> None:
     from taskcustody import QueueKeys, Server, Settings, WallClock, connect
 
-    settings = Settings(block_timeout=0.5, socket_timeout_margin=2.0, prefetch=prefetch,
-                        min_replicas=min_replicas)
+    settings = Settings(
+        block_timeout=0.5, socket_timeout_margin=2.0, prefetch=prefetch, min_replicas=min_replicas
+    )
     client = connect(url, settings)
 
     def handler(payload: Any) -> None:
@@ -149,15 +160,22 @@ def run_ours(url: str, threads: int, finish: Finish, tag: str, wallclock: bool =
             time.sleep(wait)  # the handler's I/O wait (--wait-ms), blocking its thread
         finish.tick()
 
-    server = Server(client, QueueKeys(QUEUE), server_id=f"bench-{tag}", handler=handler,
-                    workers=threads, settings=settings,
-                    clock=WallClock() if wallclock else None)
+    server = Server(
+        client,
+        QueueKeys(QUEUE),
+        server_id=f"bench-{tag}",
+        handler=handler,
+        workers=threads,
+        settings=settings,
+        clock=WallClock() if wallclock else None,
+    )
     server.run(until_idle=True)
     client.close()
 
 
-def run_ours_async(url: str, workers: int, finish: Finish, tag: str, wait: float,
-                   prefetch: int = 1) -> None:
+def run_ours_async(
+    url: str, workers: int, finish: Finish, tag: str, wait: float, prefetch: int = 1
+) -> None:
     """`AsyncServer`: `workers` concurrent asyncio workers in this process (each prefetching
     `prefetch` tasks), an `async def` handler that awaits `asyncio.sleep(wait)` (the handler's
     I/O wait, --wait-ms) first."""
@@ -175,23 +193,49 @@ def run_ours_async(url: str, workers: int, finish: Finish, tag: str, wait: float
 
     async def main() -> None:
         client = connect_async(url, settings)
-        server = AsyncServer(client, QueueKeys(QUEUE), server_id=f"bench-{tag}", handler=handler,
-                             workers=workers, settings=settings)
+        server = AsyncServer(
+            client,
+            QueueKeys(QUEUE),
+            server_id=f"bench-{tag}",
+            handler=handler,
+            workers=workers,
+            settings=settings,
+        )
         await server.run(until_idle=True)
         await client.aclose()
 
     asyncio.run(main())
 
 
-def run_workload(kind: str, url: str, threads: int, finish: Finish, tag: str,
-                 min_replicas: int = 0, wait: float = 0.0) -> None:
+def run_workload(
+    kind: str,
+    url: str,
+    threads: int,
+    finish: Finish,
+    tag: str,
+    min_replicas: int = 0,
+    wait: float = 0.0,
+) -> None:
     if kind.startswith("ours-async"):
-        run_ours_async(url, threads, finish, tag, wait,
-                       prefetch=PREFETCH if kind == "ours-async-prefetch" else 1)
+        run_ours_async(
+            url,
+            threads,
+            finish,
+            tag,
+            wait,
+            prefetch=PREFETCH if kind == "ours-async-prefetch" else 1,
+        )
     elif kind.startswith("ours"):
-        run_ours(url, threads, finish, tag, wallclock=kind == "ours-wallclock",
-                 prefetch=PREFETCH if kind == "ours-prefetch" else 1, min_replicas=min_replicas,
-                 wait=wait)
+        run_ours(
+            url,
+            threads,
+            finish,
+            tag,
+            wallclock=kind == "ours-wallclock",
+            prefetch=PREFETCH if kind == "ours-prefetch" else 1,
+            min_replicas=min_replicas,
+            wait=wait,
+        )
     else:
         run_floor(kind, url, threads, finish, tag)
 
@@ -214,8 +258,9 @@ def count_replica_warnings() -> list[int]:
 # --- processes ------------------------------------------------------------------------------
 
 
-def child(kind: str, url: str, tasks: int, index: int, shared: tuple[Any, Any, Any],
-          ready: Any, go: Any) -> None:
+def child(
+    kind: str, url: str, tasks: int, index: int, shared: tuple[Any, Any, Any], ready: Any, go: Any
+) -> None:
     finish = Finish(url, tasks, shared)
     ready.put(index)
     go.wait()
@@ -237,17 +282,30 @@ def committed(kind: str, url: str) -> int | None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--kind", required=True,
-                    choices=["ours", "ours-prefetch", "ours-wallclock", "ours-async",
-                             "ours-async-prefetch", "blpop",
-                             "blmove-lrem"])
+    ap.add_argument(
+        "--kind",
+        required=True,
+        choices=[
+            "ours",
+            "ours-prefetch",
+            "ours-wallclock",
+            "ours-async",
+            "ours-async-prefetch",
+            "blpop",
+            "blmove-lrem",
+        ],
+    )
     ap.add_argument("--mode", choices=["threads", "processes"], default="threads")
     ap.add_argument("--concurrency", type=int, default=1)
     ap.add_argument("--url", required=True)
     ap.add_argument("--tasks", type=int, required=True)
     ap.add_argument("--min-replicas", type=int, default=0)
-    ap.add_argument("--wait-ms", type=float, default=0.0,
-                    help="ours, ours-async: each handler waits this long first (its I/O)")
+    ap.add_argument(
+        "--wait-ms",
+        type=float,
+        default=0.0,
+        help="ours, ours-async: each handler waits this long first (its I/O)",
+    )
     args = ap.parse_args()
 
     enqueue(args.kind, args.url, args.tasks)
@@ -258,18 +316,34 @@ def main() -> None:
             return
         shortfalls = count_replica_warnings()
         start = time.monotonic()
-        run_workload(args.kind, args.url, args.concurrency, finish, "t", args.min_replicas,
-                     args.wait_ms / 1000)
-        emit({"event": "done", "tasks": args.tasks, "seconds": finish.end - start,
-              "info": finish.info, "committed": committed(args.kind, args.url),
-              "replica_warnings": shortfalls[0]})
+        run_workload(
+            args.kind,
+            args.url,
+            args.concurrency,
+            finish,
+            "t",
+            args.min_replicas,
+            args.wait_ms / 1000,
+        )
+        emit(
+            {
+                "event": "done",
+                "tasks": args.tasks,
+                "seconds": finish.end - start,
+                "info": finish.info,
+                "committed": committed(args.kind, args.url),
+                "replica_warnings": shortfalls[0],
+            }
+        )
         return
 
     ctx = mp.get_context("spawn")
     shared = (ctx.Value("l", 0), ctx.Event(), ctx.Queue())
     ready, go = ctx.Queue(), ctx.Event()
-    procs = [ctx.Process(target=child, args=(args.kind, args.url, args.tasks, i, shared, ready, go))
-             for i in range(args.concurrency)]
+    procs = [
+        ctx.Process(target=child, args=(args.kind, args.url, args.tasks, i, shared, ready, go))
+        for i in range(args.concurrency)
+    ]
     for p in procs:
         p.start()
     for _ in procs:
@@ -286,8 +360,15 @@ def main() -> None:
         p.join(timeout=30)
         if p.is_alive():
             p.terminate()
-    emit({"event": "done", "tasks": args.tasks, "seconds": result["end"] - start,
-          "info": result["info"], "committed": committed(args.kind, args.url)})
+    emit(
+        {
+            "event": "done",
+            "tasks": args.tasks,
+            "seconds": result["end"] - start,
+            "info": result["info"],
+            "committed": committed(args.kind, args.url),
+        }
+    )
 
 
 if __name__ == "__main__":

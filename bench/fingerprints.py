@@ -61,9 +61,12 @@ def collisions(bounds: Bounds) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.fingerprints", description=__doc__)
-    parser.add_argument("--bounds", default=None,
-                        help="JSON of taskcustody_model.Bounds fields (default: 3 tasks, 2 x 2, "
-                        "1 fault, 2 processes per id)")
+    parser.add_argument(
+        "--bounds",
+        default=None,
+        help="JSON of taskcustody_model.Bounds fields (default: 3 tasks, 2 x 2, "
+        "1 fault, 2 processes per id)",
+    )
     args = parser.parse_args(argv)
     bounds = DEFAULT_BOUNDS if args.bounds is None else Bounds(**json.loads(args.bounds))
     print(json.dumps(collisions(bounds), indent=1))

@@ -48,8 +48,13 @@ class RedisServer:
     `taskcustody.verify.embedded`'s throwaway server (the tests' own), with quiet logs, the DEBUG
     command when a workload asks for it, and a client."""
 
-    def __init__(self, *, debug_command: bool = True, binary: str = "redis-server",
-                 extra_args: tuple[str, ...] = ()) -> None:
+    def __init__(
+        self,
+        *,
+        debug_command: bool = True,
+        binary: str = "redis-server",
+        extra_args: tuple[str, ...] = (),
+    ) -> None:
         import redis
 
         from taskcustody.verify.embedded import RedisServerProcess
@@ -57,8 +62,7 @@ class RedisServer:
         args = ("--loglevel", "warning", "--logfile", "")
         if debug_command:
             args += ("--enable-debug-command", "local")
-        self.server = RedisServerProcess(extra_args=args + tuple(extra_args),
-                                         binary=binary).start()
+        self.server = RedisServerProcess(extra_args=args + tuple(extra_args), binary=binary).start()
         self.port = self.server.port
         self.url = self.server.url
         self.client = redis.Redis(host="127.0.0.1", port=self.port, decode_responses=True)
@@ -92,7 +96,7 @@ def normalise_info(info: dict[str, Any]) -> dict[str, Any]:
     for key, value in info.items():
         if not key.startswith("cmdstat_"):
             continue
-        name = key[len("cmdstat_"):]
+        name = key[len("cmdstat_") :]
         if isinstance(value, dict):
             calls = int(value.get("calls", 0))
         else:  # very old redis-py: "calls=1,usec=..."
@@ -178,8 +182,9 @@ def counting_client(client: Any) -> tuple[Any, WriteCounter]:
             counter.writes += 1
             super().send_packed_command(command, check_health)
 
-    counted = redis.Redis(connection_pool=redis.ConnectionPool(
-        connection_class=Counting, **pool.connection_kwargs))
+    counted = redis.Redis(
+        connection_pool=redis.ConnectionPool(connection_class=Counting, **pool.connection_kwargs)
+    )
     return counted, counter
 
 
@@ -263,10 +268,14 @@ def run_driver(
     if log and err.strip():
         log(err[-2000:])
     counts = Counts.from_info(int(done["tasks"]), done["info"]) if done.get("info") else None
-    extra = {k: v for k, v in (announced | done).items()
-             if k not in {"event", "tasks", "seconds", "info"}}
-    return DriveResult(tasks=int(done["tasks"]), seconds=float(done["seconds"]), counts=counts,
-                       extra=extra)
+    extra = {
+        k: v
+        for k, v in (announced | done).items()
+        if k not in {"event", "tasks", "seconds", "info"}
+    }
+    return DriveResult(
+        tasks=int(done["tasks"]), seconds=float(done["seconds"]), counts=counts, extra=extra
+    )
 
 
 def _readline(proc: subprocess.Popen[str], deadline: float) -> str | None:

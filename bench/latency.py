@@ -67,11 +67,21 @@ from bench.peerenv import PEERS, driver_argv, peer_python
 
 RESULTS = BENCH_DIR / "results"
 DRIVER = BENCH_DIR / "latency_driver.py"
-DEFAULTS: dict[str, Any] = {"tasks": 5_000, "rounds": 3, "capacity_tasks": 5_000, "load": 0.5,
-                            "max_seconds": 60.0, "capacity": "min"}
+DEFAULTS: dict[str, Any] = {
+    "tasks": 5_000,
+    "rounds": 3,
+    "capacity_tasks": 5_000,
+    "load": 0.5,
+    "max_seconds": 60.0,
+    "capacity": "min",
+}
 # `python -m bench --quick`: dramatiq at one thread handles ~270 tasks/s, so time bounds its runs.
-QUICK: dict[str, Any] = DEFAULTS | {"tasks": 1_000, "rounds": 1, "capacity_tasks": 1_000,
-                                    "max_seconds": 5.0}
+QUICK: dict[str, Any] = DEFAULTS | {
+    "tasks": 1_000,
+    "rounds": 1,
+    "capacity_tasks": 1_000,
+    "max_seconds": 5.0,
+}
 
 
 @dataclass(frozen=True)
@@ -85,14 +95,33 @@ class Config:
 
 
 CONFIGS = [
-    Config("ours", "taskcustody, default Settings()", "ours", 1, "1 process x 1 worker thread",
-           "ours"),
-    Config("ours-prefetch", "taskcustody, Settings(prefetch=8)", "ours-prefetch", 1,
-           "1 process x 1 worker thread (8 slots)", "ours"),
-    Config("dramatiq", "dramatiq (RedisBroker, worker_timeout 100 ms)", "dramatiq", 1,
-           "1 process x 1 worker thread", "peer"),
-    Config("dramatiq-8", "dramatiq (RedisBroker, worker_timeout 100 ms)", "dramatiq", 8,
-           "1 process x 8 worker threads (its throughput config)", "peer"),
+    Config(
+        "ours", "taskcustody, default Settings()", "ours", 1, "1 process x 1 worker thread", "ours"
+    ),
+    Config(
+        "ours-prefetch",
+        "taskcustody, Settings(prefetch=8)",
+        "ours-prefetch",
+        1,
+        "1 process x 1 worker thread (8 slots)",
+        "ours",
+    ),
+    Config(
+        "dramatiq",
+        "dramatiq (RedisBroker, worker_timeout 100 ms)",
+        "dramatiq",
+        1,
+        "1 process x 1 worker thread",
+        "peer",
+    ),
+    Config(
+        "dramatiq-8",
+        "dramatiq (RedisBroker, worker_timeout 100 ms)",
+        "dramatiq",
+        8,
+        "1 process x 8 worker threads (its throughput config)",
+        "peer",
+    ),
     Config("blpop", "raw BLPOP loop", "blpop", 1, "1 process x 1 thread", "floor"),
 ]
 
@@ -117,8 +146,12 @@ def latency_stem(quick: bool, partial: bool, stamp: str) -> str:
     return f"raw/{stamp}-latency" + ("-quick" if quick else "") + ("-partial" if partial else "")
 
 
-def select(only: Sequence[str] | None = None, only_kind: Sequence[str] | None = None,
-           peers: Sequence[str] | None = None, skip_peers: bool = False) -> list[Config]:
+def select(
+    only: Sequence[str] | None = None,
+    only_kind: Sequence[str] | None = None,
+    peers: Sequence[str] | None = None,
+    skip_peers: bool = False,
+) -> list[Config]:
     """The configurations a run measures: `only` names configuration keys; `only_kind`, `peers`
     and `skip_peers` filter as `python -m bench` does (a peer by its name, dramatiq)."""
     out = []
@@ -146,9 +179,13 @@ def nearest_rank(ordered: Sequence[float], q: float) -> float:
 
 def quantiles_ms(values: Sequence[float]) -> dict[str, float]:
     xs = sorted(values)
-    return {"p50": nearest_rank(xs, 0.50) * 1e3, "p90": nearest_rank(xs, 0.90) * 1e3,
-            "p99": nearest_rank(xs, 0.99) * 1e3, "max": xs[-1] * 1e3 if xs else math.nan,
-            "mean": statistics.fmean(xs) * 1e3 if xs else math.nan}
+    return {
+        "p50": nearest_rank(xs, 0.50) * 1e3,
+        "p90": nearest_rank(xs, 0.90) * 1e3,
+        "p99": nearest_rank(xs, 0.99) * 1e3,
+        "max": xs[-1] * 1e3 if xs else math.nan,
+        "mean": statistics.fmean(xs) * 1e3 if xs else math.nan,
+    }
 
 
 # --- one configuration, one round ---------------------------------------------------------------
@@ -163,11 +200,25 @@ def python_for(c: Config) -> str:
 def capacity_argv(c: Config, python: str, url: str, tasks: int) -> list[str]:
     """The throughput bench's drain of `tasks` tasks at this configuration's concurrency."""
     if c.system == "dramatiq":
-        peer = dataclasses.replace(next(p for p in PEERS if p.name == "dramatiq"),
-                                   concurrency=c.threads)
+        peer = dataclasses.replace(
+            next(p for p in PEERS if p.name == "dramatiq"), concurrency=c.threads
+        )
         return driver_argv(peer, Path(python), url, tasks)
-    return [python, "-m", "bench.drivers", "--kind", c.system, "--mode", "threads",
-            "--concurrency", str(c.threads), "--url", url, "--tasks", str(tasks)]
+    return [
+        python,
+        "-m",
+        "bench.drivers",
+        "--kind",
+        c.system,
+        "--mode",
+        "threads",
+        "--concurrency",
+        str(c.threads),
+        "--url",
+        url,
+        "--tasks",
+        str(tasks),
+    ]
 
 
 def measure_capacity(c: Config, python: str, srv: RedisServer, tasks: int) -> float:
@@ -180,7 +231,8 @@ def measure_capacity(c: Config, python: str, srv: RedisServer, tasks: int) -> fl
 def _env() -> dict[str, str]:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(
-        [str(REPO_DIR)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
+        [str(REPO_DIR)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])
+    )
     env["PYTHONUNBUFFERED"] = "1"
     return env
 
@@ -200,8 +252,9 @@ def _read_event(proc: subprocess.Popen[str], deadline: float, want: str) -> dict
             return msg
 
 
-def latency_run(c: Config, python: str, srv: RedisServer, tasks: int, rate: float,
-                max_seconds: float) -> dict[str, Any]:
+def latency_run(
+    c: Config, python: str, srv: RedisServer, tasks: int, rate: float, max_seconds: float
+) -> dict[str, Any]:
     """One open-loop run at `rate` tasks/s: a warmed-up worker process, then the producer."""
     srv.flush()
     env = _env()
@@ -211,20 +264,50 @@ def latency_run(c: Config, python: str, srv: RedisServer, tasks: int, rate: floa
         worker_err = Path(tmp) / "worker.err"
         with open(worker_err, "w+") as err:
             worker = subprocess.Popen(
-                [python, str(DRIVER), "worker", *common, "--threads", str(c.threads),
-                 "--out", str(worker_out)],
-                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err, text=True, env=env,
-                cwd=str(REPO_DIR), preexec_fn=_die_with_parent)
+                [
+                    python,
+                    str(DRIVER),
+                    "worker",
+                    *common,
+                    "--threads",
+                    str(c.threads),
+                    "--out",
+                    str(worker_out),
+                ],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=err,
+                text=True,
+                env=env,
+                cwd=str(REPO_DIR),
+                preexec_fn=_die_with_parent,
+            )
             try:
                 ready = _read_event(worker, time.monotonic() + 60, "ready")
                 prod = subprocess.run(
-                    [python, str(DRIVER), "producer", *common, "--rate", f"{rate:.3f}",
-                     "--max-seconds", str(max_seconds), "--out", str(producer_out)],
-                    env=env, cwd=str(REPO_DIR), capture_output=True, text=True,
-                    timeout=max_seconds + 60, preexec_fn=_die_with_parent)
+                    [
+                        python,
+                        str(DRIVER),
+                        "producer",
+                        *common,
+                        "--rate",
+                        f"{rate:.3f}",
+                        "--max-seconds",
+                        str(max_seconds),
+                        "--out",
+                        str(producer_out),
+                    ],
+                    env=env,
+                    cwd=str(REPO_DIR),
+                    capture_output=True,
+                    text=True,
+                    timeout=max_seconds + 60,
+                    preexec_fn=_die_with_parent,
+                )
                 if prod.returncode != 0:
-                    raise DriverError(f"producer failed (rc={prod.returncode}):\n"
-                                      f"{prod.stderr[-2000:]}")
+                    raise DriverError(
+                        f"producer failed (rc={prod.returncode}):\n{prod.stderr[-2000:]}"
+                    )
                 produced = json.loads(producer_out.read_text())
                 assert worker.stdin is not None
                 worker.stdin.write(f"sent {produced['sent']}\n")
@@ -239,16 +322,21 @@ def latency_run(c: Config, python: str, srv: RedisServer, tasks: int, rate: floa
     sent, index = produced["sent"], seen["index"]
     lags = sorted(produced["lag"])
     return {
-        "sent": sent, "received": len(index), "distinct": len(set(index)),
+        "sent": sent,
+        "received": len(index),
+        "distinct": len(set(index)),
         "complete": len(index) == sent and set(index) == set(range(sent)),
         "achieved_rate": sent / produced["seconds"] if produced["seconds"] > 0 else 0.0,
         # tasks per second from the first send to the last handler start
-        "handled_rate": (sent / (seen["last"] - produced["wall0"])
-                         if seen["last"] > produced["wall0"] else 0.0),
+        "handled_rate": (
+            sent / (seen["last"] - produced["wall0"]) if seen["last"] > produced["wall0"] else 0.0
+        ),
         "latency_ms": quantiles_ms(seen["latency"]),
         "from_schedule_ms": quantiles_ms(seen["from_schedule"]),
-        "producer_lag_ms": {"p99": nearest_rank(lags, 0.99) * 1e3,
-                            "max": (lags[-1] if lags else math.nan) * 1e3},
+        "producer_lag_ms": {
+            "p99": nearest_rank(lags, 0.99) * 1e3,
+            "max": (lags[-1] if lags else math.nan) * 1e3,
+        },
         "version": ready.get("version"),
     }
 
@@ -256,8 +344,7 @@ def latency_run(c: Config, python: str, srv: RedisServer, tasks: int, rate: floa
 # --- the whole measurement ----------------------------------------------------------------------
 
 
-def fed_capacity(c: Config, python: str, srv: RedisServer, tasks: int,
-                 max_seconds: float) -> float:
+def fed_capacity(c: Config, python: str, srv: RedisServer, tasks: int, max_seconds: float) -> float:
     """What producer and worker sustain together on this machine: the producer sends back to back
     (no schedule) to the warmed-up worker; tasks per second from the first send to the last
     handler start."""
@@ -268,9 +355,17 @@ def fed_capacity(c: Config, python: str, srv: RedisServer, tasks: int,
     return rate
 
 
-def measure(configs: Sequence[Config], *, tasks: int, rounds: int, capacity_tasks: int,
-            load: float, max_seconds: float, capacity_mode: str = "min",
-            log: Callable[[str], None] = log) -> dict[str, Any]:
+def measure(
+    configs: Sequence[Config],
+    *,
+    tasks: int,
+    rounds: int,
+    capacity_tasks: int,
+    load: float,
+    max_seconds: float,
+    capacity_mode: str = "min",
+    log: Callable[[str], None] = log,
+) -> dict[str, Any]:
     """Every configuration in every round (rotated); the rows with medians over rounds."""
     pythons = {c.key: python_for(c) for c in configs}
     runs: dict[str, list[dict[str, Any]]] = {c.key: [] for c in configs}
@@ -294,20 +389,32 @@ def measure(configs: Sequence[Config], *, tasks: int, rounds: int, capacity_task
                     failures.append(f"round {rnd + 1}, {c.key}: {str(exc)[:300]}")
                     log(f"  round {rnd + 1}: {c.key} FAILED: {str(exc)[:800]}")
                     continue
-                run |= {"round": rnd + 1, "capacity": capacity, "drain_capacity": drain,
-                        "fed_capacity": fed, "rate": rate, "loadavg": loadavg()}
+                run |= {
+                    "round": rnd + 1,
+                    "capacity": capacity,
+                    "drain_capacity": drain,
+                    "fed_capacity": fed,
+                    "rate": rate,
+                    "loadavg": loadavg(),
+                }
                 q = run["latency_ms"]
-                log(f"  round {rnd + 1}/{rounds}: {c.key:<14} capacity {capacity:7,.0f}/s "
+                log(
+                    f"  round {rnd + 1}/{rounds}: {c.key:<14} capacity {capacity:7,.0f}/s "
                     f"(drain {drain:,.0f}" + ("" if fed is None else f", fed {fed:,.0f}") + "), "
                     f"rate {rate:7,.0f}/s (achieved {run['achieved_rate']:,.0f}), "
                     f"{run['received']:,}/{run['sent']:,} tasks: p50 {q['p50']:.2f} p90 "
                     f"{q['p90']:.2f} p99 {q['p99']:.2f} max {q['max']:.2f} ms "
-                    f"({time.monotonic() - began:.1f} s wall)")
+                    f"({time.monotonic() - began:.1f} s wall)"
+                )
                 if not run["complete"]:
-                    failures.append(f"round {rnd + 1}, {c.key}: {run['received']} handled "
-                                    f"({run['distinct']} distinct) of {run['sent']} sent")
-                    log(f"  round {rnd + 1}: {c.key}: not every task handled exactly once: "
-                        "not counted")
+                    failures.append(
+                        f"round {rnd + 1}, {c.key}: {run['received']} handled "
+                        f"({run['distinct']} distinct) of {run['sent']} sent"
+                    )
+                    log(
+                        f"  round {rnd + 1}: {c.key}: not every task handled exactly once: "
+                        "not counted"
+                    )
                     run["counted"] = False
                 else:
                     run["counted"] = True
@@ -315,51 +422,104 @@ def measure(configs: Sequence[Config], *, tasks: int, rounds: int, capacity_task
     rows = []
     for c in configs:
         good = [r for r in runs[c.key] if r["counted"]]
-        row: dict[str, Any] = {"key": c.key, "label": c.label, "group": c.group,
-                               "concurrency": c.concurrency, "system": c.system,
-                               "threads": c.threads, "runs": runs[c.key],
-                               "rounds_counted": len(good)}
+        row: dict[str, Any] = {
+            "key": c.key,
+            "label": c.label,
+            "group": c.group,
+            "concurrency": c.concurrency,
+            "system": c.system,
+            "threads": c.threads,
+            "runs": runs[c.key],
+            "rounds_counted": len(good),
+        }
         if good:
             row["version"] = good[0].get("version")
-            for k in ("capacity", "drain_capacity", "fed_capacity", "rate", "achieved_rate",
-                      "handled_rate"):
+            for k in (
+                "capacity",
+                "drain_capacity",
+                "fed_capacity",
+                "rate",
+                "achieved_rate",
+                "handled_rate",
+            ):
                 if any(r.get(k) is None for r in good):
                     row[k] = None
                     continue
                 row[k] = statistics.median(r[k] for r in good)
             row["tasks"] = statistics.median(r["sent"] for r in good)
             for part in ("latency_ms", "from_schedule_ms", "producer_lag_ms"):
-                row[part] = {q: statistics.median(r[part][q] for r in good)
-                             for q in good[0][part]}
+                row[part] = {q: statistics.median(r[part][q] for r in good) for q in good[0][part]}
         rows.append(row)
-    return {"rows": rows, "failures": failures, "redis_version": redis_version,
-            "tasks": tasks, "rounds": rounds, "capacity_tasks": capacity_tasks, "load": load,
-            "max_seconds": max_seconds, "capacity_mode": capacity_mode}
+    return {
+        "rows": rows,
+        "failures": failures,
+        "redis_version": redis_version,
+        "tasks": tasks,
+        "rounds": rounds,
+        "capacity_tasks": capacity_tasks,
+        "load": load,
+        "max_seconds": max_seconds,
+        "capacity_mode": capacity_mode,
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m bench.latency", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--tasks", type=int, default=DEFAULTS["tasks"],
-                    help="tasks per latency run (default %(default)s; fewer if the rate "
-                    "would take longer than --max-seconds)")
-    ap.add_argument("--rounds", type=int, default=DEFAULTS["rounds"],
-                    help="rounds per configuration (default %(default)s)")
-    ap.add_argument("--capacity-tasks", type=int, default=DEFAULTS["capacity_tasks"],
-                    help="tasks per capacity drain (default %(default)s)")
-    ap.add_argument("--load", type=float, default=DEFAULTS["load"],
-                    help="the producer's rate as a fraction of the measured capacity "
-                    "(default %(default)s)")
-    ap.add_argument("--max-seconds", type=float, default=DEFAULTS["max_seconds"],
-                    help="longest a producer sends (default %(default)s)")
-    ap.add_argument("--capacity", choices=["min", "drain"], default=DEFAULTS["capacity"],
-                    help="the capacity the rate is a fraction of: the lower of the drain's and "
-                    "the fed run's (default), or the drain's alone")
-    ap.add_argument("--only", action="append", choices=[c.key for c in CONFIGS],
-                    help="only these configurations (repeatable); writes to results/raw/ only")
+    ap = argparse.ArgumentParser(
+        prog="python -m bench.latency",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    ap.add_argument(
+        "--tasks",
+        type=int,
+        default=DEFAULTS["tasks"],
+        help="tasks per latency run (default %(default)s; fewer if the rate "
+        "would take longer than --max-seconds)",
+    )
+    ap.add_argument(
+        "--rounds",
+        type=int,
+        default=DEFAULTS["rounds"],
+        help="rounds per configuration (default %(default)s)",
+    )
+    ap.add_argument(
+        "--capacity-tasks",
+        type=int,
+        default=DEFAULTS["capacity_tasks"],
+        help="tasks per capacity drain (default %(default)s)",
+    )
+    ap.add_argument(
+        "--load",
+        type=float,
+        default=DEFAULTS["load"],
+        help="the producer's rate as a fraction of the measured capacity (default %(default)s)",
+    )
+    ap.add_argument(
+        "--max-seconds",
+        type=float,
+        default=DEFAULTS["max_seconds"],
+        help="longest a producer sends (default %(default)s)",
+    )
+    ap.add_argument(
+        "--capacity",
+        choices=["min", "drain"],
+        default=DEFAULTS["capacity"],
+        help="the capacity the rate is a fraction of: the lower of the drain's and "
+        "the fed run's (default), or the drain's alone",
+    )
+    ap.add_argument(
+        "--only",
+        action="append",
+        choices=[c.key for c in CONFIGS],
+        help="only these configurations (repeatable); writes to results/raw/ only",
+    )
     ap.add_argument("--out", type=Path, default=RESULTS, help="results directory")
-    ap.add_argument("--render", type=Path, metavar="JSON",
-                    help="only re-write the .md beside a results JSON from it")
+    ap.add_argument(
+        "--render",
+        type=Path,
+        metavar="JSON",
+        help="only re-write the .md beside a results JSON from it",
+    )
     args = ap.parse_args(argv)
     if args.render:
         from bench.harness import rerender
@@ -371,21 +531,37 @@ def main(argv: list[str] | None = None) -> int:
 
     configs = select(only=args.only)
     began = time.monotonic()
-    meta = {"date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-            "command": "python -m bench.latency" + "".join(
-                f" --{k.replace('_', '-')} {getattr(args, k)}" for k in DEFAULTS
-                if getattr(args, k) != DEFAULTS[k])
-            + "".join(f" --only {k}" for k in args.only or []),
-            "commit": git_commit(), "cpus": os.cpu_count(), "load_before": loadavg()}
-    log(f"latency: {args.tasks:,} tasks at {args.load:g} x capacity, {args.rounds} round(s), "
-        f"load average {meta['load_before']}")
-    result = measure(configs, tasks=args.tasks, rounds=args.rounds,
-                     capacity_tasks=args.capacity_tasks, load=args.load,
-                     max_seconds=args.max_seconds, capacity_mode=args.capacity)
+    meta = {
+        "date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "command": "python -m bench.latency"
+        + "".join(
+            f" --{k.replace('_', '-')} {getattr(args, k)}"
+            for k in DEFAULTS
+            if getattr(args, k) != DEFAULTS[k]
+        )
+        + "".join(f" --only {k}" for k in args.only or []),
+        "commit": git_commit(),
+        "cpus": os.cpu_count(),
+        "load_before": loadavg(),
+    }
+    log(
+        f"latency: {args.tasks:,} tasks at {args.load:g} x capacity, {args.rounds} round(s), "
+        f"load average {meta['load_before']}"
+    )
+    result = measure(
+        configs,
+        tasks=args.tasks,
+        rounds=args.rounds,
+        capacity_tasks=args.capacity_tasks,
+        load=args.load,
+        max_seconds=args.max_seconds,
+        capacity_mode=args.capacity,
+    )
     meta |= {"load_after": loadavg(), "seconds": round(time.monotonic() - began, 1)}
     result["meta"] = meta
-    stem = latency_stem(quick=False, partial=bool(args.only),
-                        stamp=dt.datetime.now().strftime("%Y%m%d-%H%M%S"))
+    stem = latency_stem(
+        quick=False, partial=bool(args.only), stamp=dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+    )
     text = write(result, args.out, stem)
     print(text)
     return 0 if not result["failures"] else 1
@@ -406,10 +582,13 @@ def render(result: dict[str, Any]) -> str:
     meta = result.get("meta", {})
     head = ["# Latency at half capacity: enqueue to the handler's start", ""]
     if meta:
-        head += [f"`{meta['command']}` ({meta['date']}, commit `{meta['commit']}`, "
-                 f"{meta['cpus']} cores, Redis {result['redis_version']}; load average "
-                 f"{meta['load_before']} at the start, {meta['load_after']} at the end; "
-                 f"{meta['seconds']:.0f} s in all).", ""]
+        head += [
+            f"`{meta['command']}` ({meta['date']}, commit `{meta['commit']}`, "
+            f"{meta['cpus']} cores, Redis {result['redis_version']}; load average "
+            f"{meta['load_before']} at the start, {meta['load_after']} at the end; "
+            f"{meta['seconds']:.0f} s in all).",
+            "",
+        ]
     return "\n".join(head + report.latency_lines(result, level=2)) + "\n"
 
 

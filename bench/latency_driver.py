@@ -110,8 +110,14 @@ def ours_worker(system: str, url: str, threads: int, rec: Recorder) -> Callable[
 
     settings = ours_settings(system)
     client = connect(url, settings)
-    server = Server(client, QueueKeys(QUEUE), server_id=f"latency-{os.getpid()}",
-                    handler=rec.seen, workers=threads, settings=settings)
+    server = Server(
+        client,
+        QueueKeys(QUEUE),
+        server_id=f"latency-{os.getpid()}",
+        handler=rec.seen,
+        workers=threads,
+        settings=settings,
+    )
     thread = threading.Thread(target=server.run, name="latency-server", daemon=True)
     thread.start()
 
@@ -136,11 +142,17 @@ def ours_async_worker(url: str, workers: int, rec: Recorder) -> Callable[[], Non
     async def handler(payload: Any) -> None:
         rec.seen(payload)
 
-    server = AsyncServer(connect_async(url, settings), QueueKeys(QUEUE),
-                         server_id=f"latency-{os.getpid()}", handler=handler, workers=workers,
-                         settings=settings)
-    thread = threading.Thread(target=loop.run_until_complete, args=(server.run(),),
-                              name="latency-server", daemon=True)
+    server = AsyncServer(
+        connect_async(url, settings),
+        QueueKeys(QUEUE),
+        server_id=f"latency-{os.getpid()}",
+        handler=handler,
+        workers=workers,
+        settings=settings,
+    )
+    thread = threading.Thread(
+        target=loop.run_until_complete, args=(server.run(),), name="latency-server", daemon=True
+    )
     thread.start()
 
     def stop() -> None:
@@ -222,8 +234,9 @@ def dramatiq_sender(url: str) -> Send:
     return noop.send
 
 
-def start_worker(system: str, url: str, threads: int,
-                 rec: Recorder) -> tuple[Callable[[], None], Send]:
+def start_worker(
+    system: str, url: str, threads: int, rec: Recorder
+) -> tuple[Callable[[], None], Send]:
     """Start the system's worker; returns its stop function and a send function for the
     worker's own warm-up tasks."""
     if system == "ours-async":
@@ -274,8 +287,12 @@ def run_worker(args: argparse.Namespace) -> int:
     rec.expect(int(line[1]))
     rec.done.wait(args.grace)
     with rec.lock:
-        data = {"index": list(rec.index), "latency": list(rec.latency),
-                "from_schedule": list(rec.from_schedule), "last": rec.last}
+        data = {
+            "index": list(rec.index),
+            "latency": list(rec.latency),
+            "from_schedule": list(rec.from_schedule),
+            "last": rec.last,
+        }
     with open(args.out, "w") as fh:
         json.dump(data, fh)
     emit({"event": "done", "received": len(data["index"])})
@@ -312,21 +329,34 @@ def run_producer(args: argparse.Namespace) -> int:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("role", choices=["worker", "producer"])
-    ap.add_argument("--system", required=True,
-                    choices=["ours", "ours-prefetch", "ours-async", "blpop", "dramatiq"])
+    ap.add_argument(
+        "--system",
+        required=True,
+        choices=["ours", "ours-prefetch", "ours-async", "blpop", "dramatiq"],
+    )
     ap.add_argument("--url", required=True)
     ap.add_argument("--tasks", type=int, required=True)
     ap.add_argument("--out", required=True)
-    ap.add_argument("--threads", type=int, default=1,
-                    help="worker: worker threads (ours-async: asyncio workers)")
-    ap.add_argument("--grace", type=float, default=30.0,
-                    help="worker: seconds to wait for the warm-up, and for the last task")
+    ap.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="worker: worker threads (ours-async: asyncio workers)",
+    )
+    ap.add_argument(
+        "--grace",
+        type=float,
+        default=30.0,
+        help="worker: seconds to wait for the warm-up, and for the last task",
+    )
     ap.add_argument("--rate", type=float, help="producer: tasks per second")
-    ap.add_argument("--max-seconds", type=float, default=60.0,
-                    help="producer: stop sending after this long")
+    ap.add_argument(
+        "--max-seconds", type=float, default=60.0, help="producer: stop sending after this long"
+    )
     args = ap.parse_args()
     if args.role == "producer":
         if not args.rate or args.rate <= 0:

@@ -47,8 +47,16 @@ def ensure_venv(name: str, requirements: Path, log: Callable[[str], None] = prin
     VENVS.mkdir(parents=True, exist_ok=True)
     subprocess.run([sys.executable, "-m", "venv", "--clear", str(venv)], check=True)
     subprocess.run(
-        [str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
-         "-r", str(requirements)],
+        [
+            str(python),
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--disable-pip-version-check",
+            "-r",
+            str(requirements),
+        ],
         check=True,
     )
     stamp.write_text(digest + "\n")
@@ -60,5 +68,13 @@ def peer_python(peer: Peer, log: Callable[[str], None] = print) -> Path:
 
 
 def driver_argv(peer: Peer, python: Path, url: str, tasks: int) -> list[str]:
-    return [str(python), str(PEERS_DIR / f"{peer.name}_driver.py"), "--url", url,
-            "--tasks", str(tasks), "--concurrency", str(peer.concurrency)]
+    return [
+        str(python),
+        str(PEERS_DIR / f"{peer.name}_driver.py"),
+        "--url",
+        url,
+        "--tasks",
+        str(tasks),
+        "--concurrency",
+        str(peer.concurrency),
+    ]

@@ -23,8 +23,9 @@ from bench.harness import RedisServer
 QUEUE = "profq"
 
 
-def _worker(url: str, tasks: int, prefetch: int = 1,
-            handler: Any = lambda payload: None) -> tuple[Any, Any]:
+def _worker(
+    url: str, tasks: int, prefetch: int = 1, handler: Any = lambda payload: None
+) -> tuple[Any, Any]:
     from taskcustody import Producer, QueueKeys, Server, Settings, connect
 
     settings = Settings(block_timeout=0.5, socket_timeout_margin=2.0, prefetch=prefetch)
@@ -95,8 +96,9 @@ def cprofile(url: str, tasks: int, top: int = 12, prefetch: int = 1) -> dict[str
     by_kind: dict[str, float] = defaultdict(float)
     for (filename, _line, func), (_cc, _nc, tt, ct, _callers) in stats.stats.items():  # type: ignore[attr-defined]
         where = filename.split("site-packages/")[-1].split("src/")[-1]
-        rows.append({"function": f"{where}:{func}", "own_us": tt / tasks * 1e6,
-                     "cum_us": ct / tasks * 1e6})
+        rows.append(
+            {"function": f"{where}:{func}", "own_us": tt / tasks * 1e6, "cum_us": ct / tasks * 1e6}
+        )
         kind = "other (Python runtime, threading, builtins)"
         for name, in_func, in_file in KINDS:
             if any(n in func for n in in_func) or any(n in filename for n in in_file):
@@ -108,8 +110,9 @@ def cprofile(url: str, tasks: int, top: int = 12, prefetch: int = 1) -> dict[str
         "tasks": tasks,
         "prefetch": prefetch,
         "profiled_us_per_task": total / tasks * 1e6,
-        "by_kind_pct": {k: v / total * 100 for k, v in sorted(by_kind.items(),
-                                                               key=lambda kv: -kv[1])},
+        "by_kind_pct": {
+            k: v / total * 100 for k, v in sorted(by_kind.items(), key=lambda kv: -kv[1])
+        },
         "top": rows[:top],
     }
 

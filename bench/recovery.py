@@ -49,8 +49,15 @@ def build_state(url: str, rep: int) -> tuple[Any, Any]:
         return None
 
     settings = tc.Settings(block_timeout=0.1, socket_timeout_margin=2.0)
-    dead = tc.Server(client, keys, f"dead{rep}", noop, workers=WORKERS, settings=settings,
-                     clock=tc.ManualClock(real_now - 10 * settings.server_ttl))
+    dead = tc.Server(
+        client,
+        keys,
+        f"dead{rep}",
+        noop,
+        workers=WORKERS,
+        settings=settings,
+        clock=tc.ManualClock(real_now - 10 * settings.server_ttl),
+    )
     live = tc.Server(client, keys, f"live{rep}", noop, workers=WORKERS, settings=settings)
     tc.Producer(client, keys).enqueue_many(range(2 * WORKERS))
     # Both register before either takes: a server's startup drain would recover the dead one's
@@ -125,8 +132,9 @@ def measure(sizes: list[int], reps: int, log: Any = print) -> dict[str, Any]:
                     reads.append(counts["reads"])
                     scans = int(counts["by_command"].get("scan", 0))
                     if (name == "scan") != (scans > 0):
-                        raise RuntimeError(f"{name}: {scans} SCAN calls; the baseline must "
-                                           "SCAN and ours must not")
+                        raise RuntimeError(
+                            f"{name}: {scans} SCAN calls; the baseline must SCAN and ours must not"
+                        )
                     if moved != WORKERS:
                         raise RuntimeError(f"{name}: recovered {moved} tasks, expected {WORKERS}")
                     if int(client.llen(keys.queue)) != WORKERS:
@@ -138,8 +146,10 @@ def measure(sizes: list[int], reps: int, log: Any = print) -> dict[str, Any]:
                     "commands": statistics.median(calls),
                     "round_trips": statistics.median(reads),
                 }
-            log(f"  recovery, {size:>9,} unrelated keys: ours {row['ours']['median_ms']:.2f} ms, "
-                f"SCAN {row['scan']['median_ms']:.2f} ms")
+            log(
+                f"  recovery, {size:>9,} unrelated keys: ours {row['ours']['median_ms']:.2f} ms, "
+                f"SCAN {row['scan']['median_ms']:.2f} ms"
+            )
             rows.append(row)
         client.close()
     return {"workers": WORKERS, "scan_count": SCAN_COUNT, "rows": rows}

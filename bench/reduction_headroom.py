@@ -49,9 +49,12 @@ def smallest_dependent_group(state: State, config: Config) -> list[Action]:
 
     def independent(i: int, j: int) -> bool:
         a, b = actions[i], actions[j]
-        return (b in enabled_after[i] and a in enabled_after[j]
-                and canonical(apply(after[i], b, config), n_workers)
-                == canonical(apply(after[j], a, config), n_workers))
+        return (
+            b in enabled_after[i]
+            and a in enabled_after[j]
+            and canonical(apply(after[i], b, config), n_workers)
+            == canonical(apply(after[j], a, config), n_workers)
+        )
 
     n = len(actions)
     group_of = [-1] * n
@@ -98,8 +101,12 @@ def levels(config: Config, expand: Callable[[State], list[Action]]) -> Iterator[
         yield stored
 
 
-def headroom(bounds: Bounds, design: str = "correct", max_states: int | None = None,
-             progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+def headroom(
+    bounds: Bounds,
+    design: str = "correct",
+    max_states: int | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> dict[str, Any]:
     """Per depth: the states of the model's reduction and of the oracle (the module docstring)."""
     config = Config(bounds, variant(design))
     started = time.monotonic()
@@ -113,48 +120,79 @@ def headroom(bounds: Bounds, design: str = "correct", max_states: int | None = N
         if after is None:
             complete = True
             # the model's search is exhausted; the oracle's may go deeper
-            rows.extend({"depth": len(rows) + 1, "reduced": reduced, "oracle": more,
-                         "ratio": round(reduced / more, 2)} for more in oracle)
+            rows.extend(
+                {
+                    "depth": len(rows) + 1,
+                    "reduced": reduced,
+                    "oracle": more,
+                    "ratio": round(reduced / more, 2),
+                }
+                for more in oracle
+            )
             break
         reduced = after
         floor = next(oracle, floor)
-        rows.append({"depth": len(rows) + 1, "reduced": reduced, "oracle": floor,
-                     "ratio": round(reduced / floor, 2)})
+        rows.append(
+            {
+                "depth": len(rows) + 1,
+                "reduced": reduced,
+                "oracle": floor,
+                "ratio": round(reduced / floor, 2),
+            }
+        )
         if progress is not None:
-            progress(f"depth {len(rows)}: reduced {reduced:,}, oracle {floor:,} "
-                     f"({time.monotonic() - started:.0f} s)")
+            progress(
+                f"depth {len(rows)}: reduced {reduced:,}, oracle {floor:,} "
+                f"({time.monotonic() - started:.0f} s)"
+            )
         if max_states is not None and reduced >= max_states:
             break
-    return {"bounds": bounds._asdict(), "variant": design, "complete": complete,
-            "levels": rows, "seconds": round(time.monotonic() - started, 1)}
+    return {
+        "bounds": bounds._asdict(),
+        "variant": design,
+        "complete": complete,
+        "levels": rows,
+        "seconds": round(time.monotonic() - started, 1),
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m bench.reduction_headroom",
         description="An estimate of how many states larger persistent sets could save, against "
-                    "the model's reduction (an optimistic, unsound oracle; the module docstring).")
+        "the model's reduction (an optimistic, unsound oracle; the module docstring).",
+    )
     parser.add_argument("--tasks", type=int, default=3)
     parser.add_argument("--servers", type=int, default=2)
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--faults", type=int, default=2)
     parser.add_argument("--processes-per-server", type=int, default=1)
     parser.add_argument("--variant", default="correct")
-    parser.add_argument("--max-states", type=int, default=None,
-                        help="stop after the level at which the model's search stores this many")
+    parser.add_argument(
+        "--max-states",
+        type=int,
+        default=None,
+        help="stop after the level at which the model's search stores this many",
+    )
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
     args = parser.parse_args(argv)
-    bounds = Bounds(tasks=args.tasks, servers=args.servers, workers=args.workers,
-                    faults=args.faults, processes_per_server=args.processes_per_server)
-    report = headroom(bounds, args.variant, args.max_states,
-                      progress=None if args.json else print)
+    bounds = Bounds(
+        tasks=args.tasks,
+        servers=args.servers,
+        workers=args.workers,
+        faults=args.faults,
+        processes_per_server=args.processes_per_server,
+    )
+    report = headroom(bounds, args.variant, args.max_states, progress=None if args.json else print)
     if args.json:
         print(json.dumps(report, indent=2))
     else:
         last = report["levels"][-1]
-        print(f"{'complete' if report['complete'] else 'stopped'} at depth {last['depth']}: "
-              f"the model's reduction stores {last['reduced']:,} states, the oracle "
-              f"{last['oracle']:,} ({last['ratio']}x), {report['seconds']} s")
+        print(
+            f"{'complete' if report['complete'] else 'stopped'} at depth {last['depth']}: "
+            f"the model's reduction stores {last['reduced']:,} states, the oracle "
+            f"{last['oracle']:,} ({last['ratio']}x), {report['seconds']} s"
+        )
     return 0
 
 

@@ -89,8 +89,7 @@ def dead_list(keys: QueueKeys, i: int) -> str:
 
 
 def live_lists(keys: QueueKeys) -> list[str]:
-    return [keys.inflight(ListOwner(ME.server_id, ME.incarnation, f"w{w}"))
-            for w in range(WORKERS)]
+    return [keys.inflight(ListOwner(ME.server_id, ME.incarnation, f"w{w}")) for w in range(WORKERS)]
 
 
 def build(client: Any, keys: QueueKeys, dead: int) -> None:
@@ -108,14 +107,14 @@ def build(client: Any, keys: QueueKeys, dead: int) -> None:
         end = min(dead, start + MEMBERS_PER_ZADD * ZADDS_PER_PIPELINE)
         for lo in range(start, end, MEMBERS_PER_ZADD):
             hi = min(end, lo + MEMBERS_PER_ZADD)
-            pipe.zadd(keys.inflight_registry,
-                      {dead_list(keys, i): T0 - AGE for i in range(lo, hi)})
+            pipe.zadd(keys.inflight_registry, {dead_list(keys, i): T0 - AGE for i in range(lo, hi)})
         pipe.execute()
     assert int(client.zcard(keys.inflight_registry)) == dead + WORKERS
 
 
-def one_sweep(counted: Any, counter: Any, admin: Any, keys: QueueKeys,
-              grace: float) -> dict[str, Any]:
+def one_sweep(
+    counted: Any, counter: Any, admin: Any, keys: QueueKeys, grace: float
+) -> dict[str, Any]:
     chunk = Settings().drain_chunk
     admin.config_resetstat()
     counter.writes = 0
@@ -124,22 +123,31 @@ def one_sweep(counted: Any, counter: Any, admin: Any, keys: QueueKeys,
     seconds = time.perf_counter() - began
     writes = counter.writes
     server = counts_since_reset(admin)
-    return {"ms": seconds * 1000, "round_trips": writes, "server_reads": server["reads"],
-            "commands": server["commands"], "scripts": server["scripts"],
-            "by_command": server["by_command"], "forgotten": len(report.forgotten_lists),
-            "drained": report.moved, "pruned": len(report.pruned),
-            "requeued": report.requeued_stuck}
+    return {
+        "ms": seconds * 1000,
+        "round_trips": writes,
+        "server_reads": server["reads"],
+        "commands": server["commands"],
+        "scripts": server["scripts"],
+        "by_command": server["by_command"],
+        "forgotten": len(report.forgotten_lists),
+        "drained": report.moved,
+        "pruned": len(report.pruned),
+        "requeued": report.requeued_stuck,
+    }
 
 
-def check(client: Any, keys: QueueKeys, row: dict[str, Any], *, forgotten: int,
-          registered: int, what: str) -> None:
+def check(
+    client: Any, keys: QueueKeys, row: dict[str, Any], *, forgotten: int, registered: int, what: str
+) -> None:
     """The sweep did what it should, and nothing else: a live server's tasks stay put."""
     problems = []
     if row["forgotten"] != forgotten:
         problems.append(f"forgot {row['forgotten']} lists, expected {forgotten}")
     if int(client.zcard(keys.inflight_registry)) != registered:
-        problems.append(f"{client.zcard(keys.inflight_registry)} lists registered, "
-                        f"expected {registered}")
+        problems.append(
+            f"{client.zcard(keys.inflight_registry)} lists registered, expected {registered}"
+        )
     if row["drained"] or row["pruned"] or row["requeued"] or int(client.llen(keys.queue)):
         problems.append("it moved, pruned or requeued something")
     if any(int(client.llen(k)) != 1 for k in live_lists(keys)):
@@ -167,15 +175,29 @@ def measure_sweeps(sizes: list[int], rounds: int, log: Any = print) -> list[dict
                 built = time.monotonic() - began
                 for phase, _ in PHASES:
                     for _ in range(LATER if phase == "next" else 1):
-                        row = one_sweep(counted, counter, srv.client, keys,
-                                        NO_GC_GRACE if phase == "no_gc" else grace)
-                        check(client, keys, row, forgotten=n if phase == "first" else 0,
-                              registered=n + WORKERS if phase == "no_gc" else WORKERS,
-                              what=f"{n} dead lists, {phase}")
+                        row = one_sweep(
+                            counted,
+                            counter,
+                            srv.client,
+                            keys,
+                            NO_GC_GRACE if phase == "no_gc" else grace,
+                        )
+                        check(
+                            client,
+                            keys,
+                            row,
+                            forgotten=n if phase == "first" else 0,
+                            registered=n + WORKERS if phase == "no_gc" else WORKERS,
+                            what=f"{n} dead lists, {phase}",
+                        )
                         runs[phase].append(row)
-                log(f"  {n:>7,} dead lists, round {rnd + 1}/{rounds} (built in {built:.1f} s): "
-                    + ", ".join(f"{p} {runs[p][-1]['ms']:.1f} ms / "
-                                f"{runs[p][-1]['round_trips']} RT" for p, _ in PHASES))
+                log(
+                    f"  {n:>7,} dead lists, round {rnd + 1}/{rounds} (built in {built:.1f} s): "
+                    + ", ".join(
+                        f"{p} {runs[p][-1]['ms']:.1f} ms / {runs[p][-1]['round_trips']} RT"
+                        for p, _ in PHASES
+                    )
+                )
             for phase, label in PHASES:
                 rows.append(summarise(n, phase, label, runs[phase]))
         counted.close()
@@ -189,11 +211,20 @@ def summarise(n: int, phase: str, label: str, runs: list[dict[str, Any]]) -> dic
 
     ms = [r["ms"] for r in runs]
     return {
-        "dead_lists": n, "phase": phase, "label": label, "rounds": len(runs),
-        "median_ms": statistics.median(ms), "min_ms": min(ms), "max_ms": max(ms),
-        "round_trips": med("round_trips"), "server_reads": med("server_reads"),
-        "commands": med("commands"), "scripts": med("scripts"),
-        "forgotten": med("forgotten"), "by_command": runs[0]["by_command"], "runs": runs,
+        "dead_lists": n,
+        "phase": phase,
+        "label": label,
+        "rounds": len(runs),
+        "median_ms": statistics.median(ms),
+        "min_ms": min(ms),
+        "max_ms": max(ms),
+        "round_trips": med("round_trips"),
+        "server_reads": med("server_reads"),
+        "commands": med("commands"),
+        "scripts": med("scripts"),
+        "forgotten": med("forgotten"),
+        "by_command": runs[0]["by_command"],
+        "runs": runs,
     }
 
 
@@ -204,8 +235,14 @@ def measure_cycle(tasks: int, rounds: int, baseline_path: Path) -> dict[str, Any
     """Our throughput rows through bench.run's own machinery, compared with the baseline's."""
     from bench import run
 
-    args = argparse.Namespace(only_kind=["ours", "ours-prefetch"], skip_peers=True, peers=None,
-                              quick=False, tasks=tasks, rounds=rounds)
+    args = argparse.Namespace(
+        only_kind=["ours", "ours-prefetch"],
+        skip_peers=True,
+        peers=None,
+        quick=False,
+        tasks=tasks,
+        rounds=rounds,
+    )
     rows = run.run_throughput(args)
     baseline = json.loads(baseline_path.read_text())
     before = {r["key"]: r for r in baseline.get("throughput", [])}
@@ -213,23 +250,35 @@ def measure_cycle(tasks: int, rounds: int, baseline_path: Path) -> dict[str, Any
     for row in rows:
         old = before.get(row["key"])
         now = row["counts"]
-        out.append({
-            "key": row["key"], "label": row["label"], "concurrency": row["concurrency"],
-            "tasks": row["tasks"], "median_rate": row["median"],
-            "round_trips": now["round_trips"], "commands": now["commands"],
-            "zadd": now["by_command"].get("zadd", 0.0),
-            "baseline_round_trips": old["counts"]["round_trips"] if old else None,
-            "baseline_commands": old["counts"]["commands"] if old else None,
-            "baseline_zadd": old["counts"]["by_command"].get("zadd", 0.0) if old else None,
-        })
-    return {"baseline": str(baseline_path.relative_to(BENCH_DIR.parent)),
-            "baseline_meta": {k: baseline.get("meta", {}).get(k) for k in ("date", "commit",
-                                                                          "command")},
-            "tasks": tasks, "rounds": rounds, "rows": out}
+        out.append(
+            {
+                "key": row["key"],
+                "label": row["label"],
+                "concurrency": row["concurrency"],
+                "tasks": row["tasks"],
+                "median_rate": row["median"],
+                "round_trips": now["round_trips"],
+                "commands": now["commands"],
+                "zadd": now["by_command"].get("zadd", 0.0),
+                "baseline_round_trips": old["counts"]["round_trips"] if old else None,
+                "baseline_commands": old["counts"]["commands"] if old else None,
+                "baseline_zadd": old["counts"]["by_command"].get("zadd", 0.0) if old else None,
+            }
+        )
+    return {
+        "baseline": str(baseline_path.relative_to(BENCH_DIR.parent)),
+        "baseline_meta": {
+            k: baseline.get("meta", {}).get(k) for k in ("date", "commit", "command")
+        },
+        "tasks": tasks,
+        "rounds": rounds,
+        "rows": out,
+    }
 
 
-def writes_per_task(url: str, admin: Any, tasks: int, prefetch: int,
-                    register: bool) -> dict[str, Any]:
+def writes_per_task(
+    url: str, admin: Any, tasks: int, prefetch: int, register: bool
+) -> dict[str, Any]:
     """One worker drains `tasks` no-op tasks; its socket writes (round trips) and Redis's
     commands per task. `register=False`: the same worker with `Worker.registration` returning
     None, i.e. the take without its ZADD (prefetch 1 only: with prefetch the ZADD is inside the
@@ -263,16 +312,23 @@ def writes_per_task(url: str, admin: Any, tasks: int, prefetch: int,
         Worker.registration = original  # type: ignore[method-assign]
     counted.close()
     client.close()
-    return {"prefetch": prefetch, "register": register, "tasks": tasks,
-            "writes": writes / tasks, "server_reads": server["reads"] / tasks,
-            "commands": server["commands"] / tasks,
-            "zadd": server["by_command"].get("zadd", 0) / tasks}
+    return {
+        "prefetch": prefetch,
+        "register": register,
+        "tasks": tasks,
+        "writes": writes / tasks,
+        "server_reads": server["reads"] / tasks,
+        "commands": server["commands"] / tasks,
+        "zadd": server["by_command"].get("zadd", 0) / tasks,
+    }
 
 
 def measure_writes(tasks: int) -> list[dict[str, Any]]:
     with RedisServer(debug_command=False) as srv:
-        return [writes_per_task(srv.url, srv.client, tasks, prefetch, register)
-                for prefetch, register in ((1, False), (1, True), (8, True))]
+        return [
+            writes_per_task(srv.url, srv.client, tasks, prefetch, register)
+            for prefetch, register in ((1, False), (1, True), (8, True))
+        ]
 
 
 # -- report --------------------------------------------------------------------------------------
@@ -313,7 +369,8 @@ def render(result: dict[str, Any]) -> str:
             f"| {row['dead_lists']:,} | {row['label']} | {row['median_ms']:,.1f} "
             f"({row['min_ms']:,.1f} - {row['max_ms']:,.1f}) | {row['round_trips']:,.0f} | "
             f"{row['server_reads']:,.0f} | {row['commands']:,.0f} | {row['scripts']:,.0f} | "
-            f"{row['forgotten']:,.0f} |")
+            f"{row['forgotten']:,.0f} |"
+        )
     by = {(r["dead_lists"], r["phase"]): r for r in result["sweeps"]}
     sizes = sorted({r["dead_lists"] for r in result["sweeps"]})
     base = by.get((0, "next"))
@@ -327,7 +384,8 @@ def render(result: dict[str, Any]) -> str:
                 f"{after['round_trips']:.0f} vs {base['round_trips']:.0f} round trips, "
                 f"{after['commands']:.0f} vs {base['commands']:.0f} commands; without GC every "
                 f"sweep cost {old['median_ms']:,.1f} ms, {old['round_trips']:,.0f} round trips, "
-                f"{old['commands']:,.0f} commands.")
+                f"{old['commands']:,.0f} commands."
+            )
     first = [by[(n, "first")] for n in sizes if n]
     if first:
         lines += [
@@ -357,6 +415,7 @@ def render(result: dict[str, Any]) -> str:
             "|---|---|---:|---:|---:|---:|---:|---:|",
         ]
         for row in cycle["rows"]:
+
             def fmt(v: float | None) -> str:
                 return "-" if v is None else f"{v:.2f}"
 
@@ -364,7 +423,8 @@ def render(result: dict[str, Any]) -> str:
                 f"| {row['label']} | {row['concurrency']} | {row['round_trips']:.2f} | "
                 f"{fmt(row['baseline_round_trips'])} | {row['commands']:.2f} | "
                 f"{fmt(row['baseline_commands'])} | {row['zadd']:.2f} | "
-                f"{row['median_rate']:,.0f} |")
+                f"{row['median_rate']:,.0f} |"
+            )
     writes = result.get("writes")
     if writes:
         lines += [
@@ -378,31 +438,49 @@ def render(result: dict[str, Any]) -> str:
             "|---:|---|---:|---:|---:|---:|",
         ]
         for row in writes:
-            take = ("ZADD + BLMOVE in one write" if row["register"] and row["prefetch"] == 1
-                    else "BLMOVE alone (`Worker.registration` -> None)" if not row["register"]
-                    else "take script (ZADD inside), one pipeline per batch")
+            take = (
+                "ZADD + BLMOVE in one write"
+                if row["register"] and row["prefetch"] == 1
+                else "BLMOVE alone (`Worker.registration` -> None)"
+                if not row["register"]
+                else "take script (ZADD inside), one pipeline per batch"
+            )
             lines.append(
                 f"| {row['prefetch']} | {take} | {row['writes']:.3f} | "
-                f"{row['server_reads']:.3f} | {row['commands']:.3f} | {row['zadd']:.3f} |")
+                f"{row['server_reads']:.3f} | {row['commands']:.3f} | {row['zadd']:.3f} |"
+            )
     lines.append("")
     return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m bench.registry_gc", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        prog="python -m bench.registry_gc",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     ap.add_argument("--sizes", default="0,1000,100000", help="dead lists, comma-separated")
     ap.add_argument("--rounds", type=int, default=5, help="rounds per size (median)")
     ap.add_argument("--skip-cycle", action="store_true", help="the sweep part only")
-    ap.add_argument("--cycle-tasks", type=int, default=20_000,
-                    help="tasks per drain of the cycle part")
-    ap.add_argument("--writes-tasks", type=int, default=5_000,
-                    help="tasks per row of the client-side count")
-    ap.add_argument("--baseline", type=Path, default=RESULTS / "latest.json",
-                    help="results JSON the cycle's counts are compared with")
+    ap.add_argument(
+        "--cycle-tasks", type=int, default=20_000, help="tasks per drain of the cycle part"
+    )
+    ap.add_argument(
+        "--writes-tasks", type=int, default=5_000, help="tasks per row of the client-side count"
+    )
+    ap.add_argument(
+        "--baseline",
+        type=Path,
+        default=RESULTS / "latest.json",
+        help="results JSON the cycle's counts are compared with",
+    )
     ap.add_argument("--out", type=Path, default=RESULTS)
-    ap.add_argument("--render", type=Path, metavar="JSON",
-                    help="only rewrite the .md next to JSON from it (no measurement)")
+    ap.add_argument(
+        "--render",
+        type=Path,
+        metavar="JSON",
+        help="only rewrite the .md next to JSON from it (no measurement)",
+    )
     args = ap.parse_args(argv)
     if args.render is not None:
         return rerender(args.render, render)
@@ -419,13 +497,16 @@ def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
     result: dict[str, Any] = {
         "when": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-        "command": "python -m bench.registry_gc" + "".join(
-            f" {a}" for a in (argv if argv is not None else sys.argv[1:])),
-        "commit": git_commit(), "load_before": loadavg(),
-        "host": f"{os.cpu_count()} cores, {platform.machine()}, Python "
-                f"{platform.python_version()}",
-        "grace": Settings().registry_grace, "workers": WORKERS, "age_s": AGE,
-        "rounds": args.rounds, "later": LATER,
+        "command": "python -m bench.registry_gc"
+        + "".join(f" {a}" for a in (argv if argv is not None else sys.argv[1:])),
+        "commit": git_commit(),
+        "load_before": loadavg(),
+        "host": f"{os.cpu_count()} cores, {platform.machine()}, Python {platform.python_version()}",
+        "grace": Settings().registry_grace,
+        "workers": WORKERS,
+        "age_s": AGE,
+        "rounds": args.rounds,
+        "later": LATER,
     }
     with RedisServer(debug_command=False) as probe:
         result["redis_version"] = probe.version

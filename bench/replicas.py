@@ -31,8 +31,11 @@ from bench.run import git_commit, loadavg, log
 
 RESULTS = BENCH_DIR / "results"
 # (label, driver kind, threads)
-CONFIGS = [("1 worker", "ours", 1), ("4 threads", "ours", 4),
-           (f"1 worker, prefetch {PREFETCH}", "ours-prefetch", 1)]
+CONFIGS = [
+    ("1 worker", "ours", 1),
+    ("4 threads", "ours", 4),
+    (f"1 worker, prefetch {PREFETCH}", "ours-prefetch", 1),
+]
 PRIMARY_ARGS = ("--repl-diskless-sync", "yes", "--repl-diskless-sync-delay", "0")
 REPLICA_ARGS = ("--repl-diskless-load", "on-empty-db")
 
@@ -42,41 +45,67 @@ def wait_for_link(primary: RedisServer, replica: RedisServer, timeout: float = 3
     while time.monotonic() < deadline:
         mine = replica.client.info("replication")
         slave = primary.client.info("replication").get("slave0")
-        if (mine.get("master_link_status") == "up" and isinstance(slave, dict)
-                and slave.get("state") == "online"):
+        if (
+            mine.get("master_link_status") == "up"
+            and isinstance(slave, dict)
+            and slave.get("state") == "online"
+        ):
             return
         time.sleep(0.05)
     raise RuntimeError("the replica never linked to the primary")
 
 
-def one_run(primary: RedisServer, kind: str, threads: int, tasks: int,
-            min_replicas: int) -> dict[str, Any]:
-    argv = [sys.executable, "-m", "bench.drivers", "--kind", kind, "--mode", "threads",
-            "--concurrency", str(threads), "--url", primary.url, "--tasks", str(tasks),
-            "--min-replicas", str(min_replicas)]
+def one_run(
+    primary: RedisServer, kind: str, threads: int, tasks: int, min_replicas: int
+) -> dict[str, Any]:
+    argv = [
+        sys.executable,
+        "-m",
+        "bench.drivers",
+        "--kind",
+        kind,
+        "--mode",
+        "threads",
+        "--concurrency",
+        str(threads),
+        "--url",
+        primary.url,
+        "--tasks",
+        str(tasks),
+        "--min-replicas",
+        str(min_replicas),
+    ]
     res = run_driver(argv, primary, timeout=60 + tasks / 20)
     if res.extra.get("committed") != tasks:
         raise DriverError(f"committed {res.extra.get('committed')} of {tasks}")
     assert res.counts is not None
     acks = res.counts.by_command.get("replconf", 0.0)
-    return {"rate": res.rate, "round_trips": res.counts.round_trips - acks, "acks": acks,
-            "commands": res.counts.commands - acks,
-            "waits": res.counts.by_command.get("wait", 0.0),
-            "replica_warnings": res.extra.get("replica_warnings", 0)}
+    return {
+        "rate": res.rate,
+        "round_trips": res.counts.round_trips - acks,
+        "acks": acks,
+        "commands": res.counts.commands - acks,
+        "waits": res.counts.by_command.get("wait", 0.0),
+        "replica_warnings": res.extra.get("replica_warnings", 0),
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--tasks", type=int, default=5_000)
     ap.add_argument("--rounds", type=int, default=5)
     args = ap.parse_args(argv)
     began = time.monotonic()
     runs: dict[str, dict[int, list[dict[str, Any]]]] = {}
-    with RedisServer(debug_command=False, extra_args=PRIMARY_ARGS) as primary, \
-            RedisServer(debug_command=False,
-                        extra_args=(*REPLICA_ARGS, "--replicaof", "127.0.0.1",
-                                    str(primary.port))) as replica:
+    with (
+        RedisServer(debug_command=False, extra_args=PRIMARY_ARGS) as primary,
+        RedisServer(
+            debug_command=False,
+            extra_args=(*REPLICA_ARGS, "--replicaof", "127.0.0.1", str(primary.port)),
+        ) as replica,
+    ):
         wait_for_link(primary, replica)
         log(f"primary :{primary.port}, replica :{replica.port}, Redis {primary.version}")
         for rnd in range(args.rounds):
@@ -89,21 +118,33 @@ def main(argv: list[str] | None = None) -> int:
                         raise RuntimeError("the replica did not catch up")
                     row = one_run(primary, kind, threads, args.tasks, n)
                     runs.setdefault(label, {}).setdefault(n, []).append(row)
-                    log(f"  round {rnd + 1} {label:<22} min_replicas={n}: "
+                    log(
+                        f"  round {rnd + 1} {label:<22} min_replicas={n}: "
                         f"{row['rate']:8,.0f} tasks/s  {row['round_trips']:.2f} RT/task  "
                         f"{row['acks']:.2f} acks/task  "
-                        f"{row['waits']:.2f} WAIT/task  warnings {row['replica_warnings']}")
+                        f"{row['waits']:.2f} WAIT/task  warnings {row['replica_warnings']}"
+                    )
     seconds = time.monotonic() - began
     summary = summarise(runs)
-    meta = {"when": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-            "command": "python -m bench.replicas"
-            + ("" if (args.tasks, args.rounds) == (5_000, 5)
-               else f" --tasks {args.tasks} --rounds {args.rounds}"),
-            "redis": primary.version, "commit": git_commit(), "loadavg": loadavg(),
-            "tasks": args.tasks, "rounds": args.rounds, "seconds": round(seconds, 1)}
+    meta = {
+        "when": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "command": "python -m bench.replicas"
+        + (
+            ""
+            if (args.tasks, args.rounds) == (5_000, 5)
+            else f" --tasks {args.tasks} --rounds {args.rounds}"
+        ),
+        "redis": primary.version,
+        "commit": git_commit(),
+        "loadavg": loadavg(),
+        "tasks": args.tasks,
+        "rounds": args.rounds,
+        "seconds": round(seconds, 1),
+    }
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / "replicas.json").write_text(
-        json.dumps({"meta": meta, "summary": summary, "runs": runs}, indent=2) + "\n")
+        json.dumps({"meta": meta, "summary": summary, "runs": runs}, indent=2) + "\n"
+    )
     text = render(meta, summary)
     (RESULTS / "replicas.md").write_text(text)
     print(text)
@@ -113,18 +154,29 @@ def main(argv: list[str] | None = None) -> int:
 def summarise(runs: dict[str, dict[int, list[dict[str, Any]]]]) -> list[dict[str, Any]]:
     rows = []
     for label, by_n in runs.items():
-        medians = {n: {k: statistics.median(r[k] for r in rs)
-                       for k in ("rate", "round_trips", "acks", "commands", "waits")}
-                   | {"rates": [round(r["rate"]) for r in rs],
-                      "replica_warnings": sum(r["replica_warnings"] for r in rs)}
-                   for n, rs in by_n.items()}
+        medians = {
+            n: {
+                k: statistics.median(r[k] for r in rs)
+                for k in ("rate", "round_trips", "acks", "commands", "waits")
+            }
+            | {
+                "rates": [round(r["rate"]) for r in rs],
+                "replica_warnings": sum(r["replica_warnings"] for r in rs),
+            }
+            for n, rs in by_n.items()
+        }
         # Both settings ran back to back in every round: the ratio within a round is the
         # comparison least disturbed by whatever else the machine was doing at the time.
         paired = [one["rate"] / zero["rate"] for zero, one in zip(by_n[0], by_n[1], strict=True)]
-        rows.append({"config": label, "by_min_replicas": medians,
-                     "ratio": medians[1]["rate"] / medians[0]["rate"],
-                     "paired_ratios": [round(r, 2) for r in paired],
-                     "paired_median": statistics.median(paired)})
+        rows.append(
+            {
+                "config": label,
+                "by_min_replicas": medians,
+                "ratio": medians[1]["rate"] / medians[0]["rate"],
+                "paired_ratios": [round(r, 2) for r in paired],
+                "paired_median": statistics.median(paired),
+            }
+        )
     return rows
 
 
@@ -146,9 +198,14 @@ def render(meta: dict[str, Any], summary: list[dict[str, Any]]) -> str:
     for row in summary:
         for n in (0, 1):
             m = row["by_min_replicas"][n]
-            ratio = "1.00x" if n == 0 else (
-                f"{row['ratio']:.2f}x ({', '.join(f'{r:.2f}' for r in row['paired_ratios'])}; "
-                f"{row['paired_median']:.2f}x)")
+            ratio = (
+                "1.00x"
+                if n == 0
+                else (
+                    f"{row['ratio']:.2f}x ({', '.join(f'{r:.2f}' for r in row['paired_ratios'])}; "
+                    f"{row['paired_median']:.2f}x)"
+                )
+            )
             lines.append(
                 f"| {row['config']} | {n} | {m['rate']:,.0f} | "
                 f"{', '.join(f'{r:,}' for r in m['rates'])} | {ratio} | "

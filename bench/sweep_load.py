@@ -84,8 +84,15 @@ def server_id(i: int) -> str:
     return f"s{i:04d}"
 
 
-def simulate_fleet(client: redis.Redis, keys: QueueKeys, n: int, *, busy: bool,
-                   settings: Settings, clock: ManualClock) -> list[Server]:
+def simulate_fleet(
+    client: redis.Redis,
+    keys: QueueKeys,
+    n: int,
+    *,
+    busy: bool,
+    settings: Settings,
+    clock: ManualClock,
+) -> list[Server]:
     """N registered servers of WORKERS registered lists each; with `busy`, one task with its
     processing record in every list."""
     client.flushall()
@@ -125,16 +132,21 @@ def _cpu(info: dict[str, Any]) -> float:
 
 
 def _commands(info: dict[str, Any]) -> int:
-    return sum(int(v["calls"]) for k, v in info.items()
-               if k.startswith("cmdstat_") and k[len("cmdstat_"):] not in HARNESS_COMMANDS)
+    return sum(
+        int(v["calls"])
+        for k, v in info.items()
+        if k.startswith("cmdstat_") and k[len("cmdstat_") :] not in HARNESS_COMMANDS
+    )
 
 
-def measure_load(client: redis.Redis, n: int, *, lease: bool, intervals: int,
-                 sample: int) -> dict[str, Any]:
+def measure_load(
+    client: redis.Redis, n: int, *, lease: bool, intervals: int, sample: int
+) -> dict[str, Any]:
     keys = QueueKeys(QUEUE)
     clock = ManualClock(T0)
-    servers = simulate_fleet(client, keys, n, busy=True, settings=fleet_settings(lease),
-                             clock=clock)
+    servers = simulate_fleet(
+        client, keys, n, busy=True, settings=fleet_settings(lease), clock=clock
+    )
     # With the lease every server still tries it each interval (one script each); without it,
     # every server sweeps, which is what we may sample.
     runners = servers if lease or n <= sample else servers[:: n // sample][:sample]
@@ -154,19 +166,32 @@ def measure_load(client: redis.Redis, n: int, *, lease: bool, intervals: int,
     # Nothing recovered: every simulated server is live, every task stays where it is.
     assert int(client.llen(keys.queue)) == 0, "a sweep requeued a live server's task"
     commands = _commands(after) * scale / intervals
-    top_level = (int(after["total_commands_processed"]) - int(before["total_commands_processed"])
-                 - 1) * scale / intervals  # minus the INFO that read `before`
+    top_level = (
+        (int(after["total_commands_processed"]) - int(before["total_commands_processed"]) - 1)
+        * scale
+        / intervals
+    )  # minus the INFO that read `before`
     cpu = (_cpu(after) - _cpu(before)) * scale / intervals
-    scripts = sum(int(after.get(f"cmdstat_{c}", {}).get("calls", 0))
-                  for c in ("eval", "evalsha")) * scale / intervals
+    scripts = (
+        sum(int(after.get(f"cmdstat_{c}", {}).get("calls", 0)) for c in ("eval", "evalsha"))
+        * scale
+        / intervals
+    )
     period = servers[0].settings.sweep_period
     return {
-        "servers": n, "workers_per_server": WORKERS, "lease": lease,
-        "intervals_run": intervals, "servers_run_per_interval": len(runners),
-        "scaled_by": scale, "sweeps_per_interval": sweeps * scale / intervals,
-        "commands_per_interval": commands, "top_level_commands_per_interval": top_level,
-        "scripts_per_interval": scripts, "cpu_ms_per_interval": cpu * 1000,
-        "commands_per_s": commands / period, "cpu_share_of_a_core": cpu / period,
+        "servers": n,
+        "workers_per_server": WORKERS,
+        "lease": lease,
+        "intervals_run": intervals,
+        "servers_run_per_interval": len(runners),
+        "scaled_by": scale,
+        "sweeps_per_interval": sweeps * scale / intervals,
+        "commands_per_interval": commands,
+        "top_level_commands_per_interval": top_level,
+        "scripts_per_interval": scripts,
+        "cpu_ms_per_interval": cpu * 1000,
+        "commands_per_s": commands / period,
+        "cpu_share_of_a_core": cpu / period,
         "wall_s": wall,
     }
 
@@ -193,8 +218,9 @@ def measure_recovery(client: redis.Redis, n: int, *, lease: bool, dead: int) -> 
     period = settings.sweep_period
     dead_holds_lease = lease and dead == 0
     victim = servers[dead]
-    victim_lists = [keys.inflight(ListOwner(victim.server_id, dead + 1, f"w{w}"))
-                    for w in range(WORKERS)]
+    victim_lists = [
+        keys.inflight(ListOwner(victim.server_id, dead + 1, f"w{w}")) for w in range(WORKERS)
+    ]
     pipe = client.pipeline(transaction=False)
     for w, list_key in enumerate(victim_lists):
         task = new_task({"n": w}, clock.now(), task_id=f"victim-{w}")
@@ -252,10 +278,15 @@ def measure_recovery(client: redis.Redis, n: int, *, lease: bool, dead: int) -> 
     seconds = recovered_at - death
     holder_extra = model_lease_ttl if lease and dead_holds_lease else 0.0
     return {
-        "servers": n, "lease": lease, "dead_held_lease": dead_holds_lease, "dead": dead,
-        "seconds": seconds, "sweep_intervals": seconds / settings.sweep_interval,
+        "servers": n,
+        "lease": lease,
+        "dead_held_lease": dead_holds_lease,
+        "dead": dead,
+        "seconds": seconds,
+        "sweep_intervals": seconds / settings.sweep_interval,
         "bound_seconds": max(settings.server_ttl, holder_extra) + period,
-        "sweeps_run": sweeps_run, "ticks_skipped": skipped,
+        "sweeps_run": sweeps_run,
+        "ticks_skipped": skipped,
     }
 
 
@@ -263,9 +294,13 @@ def summarise(runs: list[dict[str, Any]]) -> dict[str, Any]:
     seconds = [r["seconds"] for r in runs]
     first = runs[0]
     return {
-        "servers": first["servers"], "lease": first["lease"],
-        "dead_held_lease": first["dead_held_lease"], "bound_seconds": first["bound_seconds"],
-        "min_s": min(seconds), "median_s": statistics.median(seconds), "max_s": max(seconds),
+        "servers": first["servers"],
+        "lease": first["lease"],
+        "dead_held_lease": first["dead_held_lease"],
+        "bound_seconds": first["bound_seconds"],
+        "min_s": min(seconds),
+        "median_s": statistics.median(seconds),
+        "max_s": max(seconds),
         "runs": runs,
     }
 
@@ -280,8 +315,9 @@ def growth(rows: Iterable[dict[str, Any]], field: str) -> str:
     prev: dict[str, Any] | None = None
     for row in rows:
         if prev is not None and prev[field] > 0:
-            out.append(f"{prev['servers']:,} -> {row['servers']:,}: "
-                       f"{row[field] / prev[field]:.1f}x")
+            out.append(
+                f"{prev['servers']:,} -> {row['servers']:,}: {row[field] / prev[field]:.1f}x"
+            )
         prev = row
     return ", ".join(out)
 
@@ -315,21 +351,27 @@ def render(result: dict[str, Any]) -> str:
         "|---:|---:|---|---:|---:|---:|---:|---:|---:|---|",
     ]
     for row in result["load"]:
-        measured = (f"{row['intervals_run']} interval(s), all servers" if row["scaled_by"] == 1
-                    else f"{row['servers_run_per_interval']} of {row['servers']} servers' sweeps, "
-                         f"x{row['scaled_by']:g}")
+        measured = (
+            f"{row['intervals_run']} interval(s), all servers"
+            if row["scaled_by"] == 1
+            else f"{row['servers_run_per_interval']} of {row['servers']} servers' sweeps, "
+            f"x{row['scaled_by']:g}"
+        )
         lines.append(
             f"| {row['servers']:,} | {row['servers'] * WORKERS:,} | "
             f"{'on' if row['lease'] else 'off'} | {row['sweeps_per_interval']:,.0f} | "
             f"{row['commands_per_interval']:,.0f} | {row['scripts_per_interval']:,.0f} | "
             f"{row['commands_per_s']:,.0f} | {row['cpu_ms_per_interval']:,.1f} | "
-            f"{row['cpu_share_of_a_core']:.2%} | {measured} |")
+            f"{row['cpu_share_of_a_core']:.2%} | {measured} |"
+        )
     lines += ["", "Growth per 10x servers:", ""]
     for lease in (True, False):
         rows = [r for r in result["load"] if r["lease"] == lease]
-        lines.append(f"- lease {'on' if lease else 'off'}: commands "
-                     f"{growth(rows, 'commands_per_interval')}; Redis CPU "
-                     f"{growth(rows, 'cpu_ms_per_interval')}")
+        lines.append(
+            f"- lease {'on' if lease else 'off'}: commands "
+            f"{growth(rows, 'commands_per_interval')}; Redis CPU "
+            f"{growth(rows, 'cpu_ms_per_interval')}"
+        )
     lines += [
         "",
         "A share of a core over 100% means that one (single-threaded) Redis could not keep up: "
@@ -352,7 +394,8 @@ def render(result: dict[str, Any]) -> str:
             f"| {row['servers']:,} | {'on' if row['lease'] else 'off'} | "
             f"{'yes' if row['dead_held_lease'] else 'no'} | {len(row['runs'])} | "
             f"{row['min_s']:.2f} / {row['median_s']:.2f} / {row['max_s']:.2f} | "
-            f"{row['max_s'] / interval:.2f} | {row['bound_seconds']:g} |")
+            f"{row['max_s'] / interval:.2f} | {row['bound_seconds']:g} |"
+        )
     lines += [
         "",
         "Each run kills a different server (so a different phase against the others' sweep "
@@ -371,17 +414,32 @@ def render(result: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m bench.sweep_load", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        prog="python -m bench.sweep_load",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     ap.add_argument("--sizes", default="10,100,1000", help="servers, comma-separated")
     ap.add_argument("--intervals", type=int, default=3, help="sweep intervals measured")
-    ap.add_argument("--sample", type=int, default=10,
-                    help="without the lease, sweeps run per interval above this many servers")
-    ap.add_argument("--victims", type=int, default=5,
-                    help="recovery: how many different servers (phases) die, one per run")
+    ap.add_argument(
+        "--sample",
+        type=int,
+        default=10,
+        help="without the lease, sweeps run per interval above this many servers",
+    )
+    ap.add_argument(
+        "--victims",
+        type=int,
+        default=5,
+        help="recovery: how many different servers (phases) die, one per run",
+    )
     ap.add_argument("--out", type=Path, default=RESULTS)
-    ap.add_argument("--render", type=Path, metavar="JSON",
-                    help="only rewrite the .md next to JSON from it (no measurement)")
+    ap.add_argument(
+        "--render",
+        type=Path,
+        metavar="JSON",
+        help="only rewrite the .md next to JSON from it (no measurement)",
+    )
     args = ap.parse_args(argv)
     if args.render is not None:
         return rerender(args.render, render)
@@ -397,36 +455,44 @@ def main(argv: list[str] | None = None) -> int:
         client = connect(srv.url, Settings(block_timeout=60))
         for n in sizes:
             for lease in (True, False):
-                row = measure_load(client, n, lease=lease, intervals=args.intervals,
-                                   sample=args.sample)
+                row = measure_load(
+                    client, n, lease=lease, intervals=args.intervals, sample=args.sample
+                )
                 load.append(row)
-                print(f"load  n={n:>5} lease={'on ' if lease else 'off'}: "
-                      f"{row['commands_per_interval']:>12,.0f} commands/interval, "
-                      f"{row['cpu_ms_per_interval']:>9,.1f} ms CPU/interval "
-                      f"({row['wall_s']:.1f} s)", flush=True)
+                print(
+                    f"load  n={n:>5} lease={'on ' if lease else 'off'}: "
+                    f"{row['commands_per_interval']:>12,.0f} commands/interval, "
+                    f"{row['cpu_ms_per_interval']:>9,.1f} ms CPU/interval "
+                    f"({row['wall_s']:.1f} s)",
+                    flush=True,
+                )
             victims = list(range(1, min(n, args.victims + 1)))
             for lease, dead in ((True, victims), (True, [0]), (False, victims)):
-                case = summarise([measure_recovery(client, n, lease=lease, dead=d)
-                                  for d in dead])
+                case = summarise([measure_recovery(client, n, lease=lease, dead=d) for d in dead])
                 recovery.append(case)
-                print(f"recovery n={n:>5} lease={'on ' if lease else 'off'} "
-                      f"dead held lease={'yes' if case['dead_held_lease'] else 'no '}: "
-                      f"{case['min_s']:.2f} .. {case['max_s']:.2f} s over "
-                      f"{len(case['runs'])} victim(s)", flush=True)
+                print(
+                    f"recovery n={n:>5} lease={'on ' if lease else 'off'} "
+                    f"dead held lease={'yes' if case['dead_held_lease'] else 'no '}: "
+                    f"{case['min_s']:.2f} .. {case['max_s']:.2f} s over "
+                    f"{len(case['runs'])} victim(s)",
+                    flush=True,
+                )
         client.close()
         version = srv.version
     defaults = Settings()
     result = {
         "when": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-        "command": "python -m bench.sweep_load" + (f" {' '.join(argv)}" if argv else
-                                                   "".join(f" {a}" for a in sys.argv[1:])),
+        "command": "python -m bench.sweep_load"
+        + (f" {' '.join(argv)}" if argv else "".join(f" {a}" for a in sys.argv[1:])),
         "redis_version": version,
         "host": f"{platform.machine()}, Python {platform.python_version()}",
         "elapsed_s": time.monotonic() - started,
-        "settings": {"heartbeat_interval": defaults.heartbeat_interval,
-                     "server_ttl": defaults.server_ttl,
-                     "sweep_interval": defaults.sweep_interval,
-                     "lease_ttl": defaults.lease_ttl},
+        "settings": {
+            "heartbeat_interval": defaults.heartbeat_interval,
+            "server_ttl": defaults.server_ttl,
+            "sweep_interval": defaults.sweep_interval,
+            "lease_ttl": defaults.lease_ttl,
+        },
         "workers_per_server": WORKERS,
         "load": load,
         "recovery": recovery,

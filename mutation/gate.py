@@ -33,8 +33,16 @@ ROOT = Path(__file__).resolve().parent.parent
 
 # What a copy needs to run the suite (and mutmut): the sources, the model, the tests, the config.
 COPIED = ("src", "model", "tests", "mutation", "pyproject.toml", "conftest.py")
-IGNORED = shutil.ignore_patterns("__pycache__", "*.pyc", ".hypothesis", ".pytest_cache",
-                                 "mutants", "*.egg-info", ".mypy_cache", ".ruff_cache")
+IGNORED = shutil.ignore_patterns(
+    "__pycache__",
+    "*.pyc",
+    ".hypothesis",
+    ".pytest_cache",
+    "mutants",
+    "*.egg-info",
+    ".mypy_cache",
+    ".ruff_cache",
+)
 
 
 # -- copies of the tree -----------------------------------------------------------------------
@@ -51,8 +59,10 @@ def make_copy(dest: Path, root: Path = ROOT) -> Path:
             shutil.copytree(src, dest / name, ignore=IGNORED, symlinks=True)
         elif src.is_file():
             shutil.copy2(src, dest / name)
-    for link, target in (("taskcustody", "src/taskcustody"),
-                         ("taskcustody_model", "model/taskcustody_model")):
+    for link, target in (
+        ("taskcustody", "src/taskcustody"),
+        ("taskcustody_model", "model/taskcustody_model"),
+    ):
         if (dest / target).is_dir() and not (dest / link).exists():
             (dest / link).symlink_to(target, target_is_directory=True)
     return dest
@@ -70,10 +80,18 @@ def copy_env(copy: Path) -> dict[str, str]:
 def check_imports_from(copy: Path) -> None:
     """The installed package is an editable install of the working tree: make sure the copy's
     code, not the tree's, is what a run in the copy imports."""
-    probe = ("import taskcustody, taskcustody_model; "
-             "print(list(taskcustody.__path__)[0]); print(list(taskcustody_model.__path__)[0])")
-    out = subprocess.run([sys.executable, "-c", probe], cwd=copy, env=copy_env(copy),
-                         capture_output=True, text=True, check=True).stdout.split()
+    probe = (
+        "import taskcustody, taskcustody_model; "
+        "print(list(taskcustody.__path__)[0]); print(list(taskcustody_model.__path__)[0])"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", probe],
+        cwd=copy,
+        env=copy_env(copy),
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
     for path in out:
         if not Path(path).resolve().is_relative_to(copy.resolve()):
             raise SystemExit(f"gate: a run in {copy} imports {path}, not the copy's code")
@@ -95,15 +113,19 @@ def apply_edits(mutant: NamedMutant, read: Callable[[str], str]) -> dict[str, st
             text = read(edit.path)
         count = text.count(edit.anchor)
         if count != 1:
-            raise Stale(f"{mutant.name}: anchor found {count} times in {edit.path} "
-                        f"(must be exactly once):\n{edit.anchor}")
+            raise Stale(
+                f"{mutant.name}: anchor found {count} times in {edit.path} "
+                f"(must be exactly once):\n{edit.anchor}"
+            )
         texts[edit.path] = text.replace(edit.anchor, edit.replacement)
     if mutant.equivalence is not None:
         for path, line in mutant.equivalence.pinned:
             count = read(path).count(line)
             if count != 1:
-                raise Stale(f"{mutant.name}: the equivalence review rests on a line found "
-                            f"{count} times in {path}; re-review it:\n{line}")
+                raise Stale(
+                    f"{mutant.name}: the equivalence review rests on a line found "
+                    f"{count} times in {path}; re-review it:\n{line}"
+                )
     return texts
 
 
@@ -204,8 +226,9 @@ def record_killers(root: Path, results: Sequence[NamedResult]) -> None:
     for r in results:
         if r.verdict == "killed" and r.caught_by:
             killers[r.mutant.name] = [r.caught_by[0]["test"]]
-    (root / KILLERS).write_text(json.dumps(dict(sorted(killers.items())), indent=1) + "\n",
-                                encoding="utf-8")
+    (root / KILLERS).write_text(
+        json.dumps(dict(sorted(killers.items())), indent=1) + "\n", encoding="utf-8"
+    )
 
 
 #: The per-test limits of the last recorded unmutated run (`--record-killers`), for a run that
@@ -220,35 +243,57 @@ def load_recorded_limits(root: Path) -> dict[str, float]:
     return {str(k): float(v) for k, v in json.loads(path.read_text(encoding="utf-8")).items()}
 
 
-def confirm_kills(base: Path, results: Sequence[NamedResult], test_timeout: float,
-                  suite_timeout: float, pytest_args: Sequence[str], jobs: int) -> bool:
+def confirm_kills(
+    base: Path,
+    results: Sequence[NamedResult],
+    test_timeout: float,
+    suite_timeout: float,
+    pytest_args: Sequence[str],
+    jobs: int,
+) -> bool:
     """Run, on the unmutated copy `base`, every test that was a mutant's first failure: each must
     pass there, or that kill proves nothing (the test fails without the mutant too). With
     `--confirm-kills` this replaces the run of the whole suite on the unmutated copy: a kill
     counts only once its test is confirmed, and a survivor needs no baseline (it passed the
     whole suite with the mutant in)."""
-    tests = sorted({r.caught_by[0]["test"] for r in results
-                    if r.verdict == "killed" and r.caught_by})
+    tests = sorted(
+        {r.caught_by[0]["test"] for r in results if r.verdict == "killed" and r.caught_by}
+    )
     if not tests:
         return True
-    run = run_suite(base, test_timeout, suite_timeout, [*pytest_args, *tests],
-                    workers=jobs if len(tests) > 1 else 0)
+    run = run_suite(
+        base,
+        test_timeout,
+        suite_timeout,
+        [*pytest_args, *tests],
+        workers=jobs if len(tests) > 1 else 0,
+    )
     failed = sorted({f["test"] for f in run.failures})
     if run.returncode != 0 or run.hung:
-        print(f"named mutants: FAIL: tests that killed mutants fail on the unmutated copy too "
-              f"(exit {run.returncode}): {failed[:10]}; log: {run.log}")
+        print(
+            f"named mutants: FAIL: tests that killed mutants fail on the unmutated copy too "
+            f"(exit {run.returncode}): {failed[:10]}; log: {run.log}"
+        )
         print(_tail(run.log))
         return False
-    print(f"   confirmed: the {len(tests)} tests that caught the mutants pass on the unmutated "
-          f"copy ({run.seconds:.1f} s)", flush=True)
+    print(
+        f"   confirmed: the {len(tests)} tests that caught the mutants pass on the unmutated "
+        f"copy ({run.seconds:.1f} s)",
+        flush=True,
+    )
     return True
 
 
 def killers_moved(results: Sequence[NamedResult], killers: dict[str, list[str]]) -> list[str]:
     """The killed mutants whose first failure is not a recorded killer: the file is stale there
     (the run was slower than it needed to be; the verdict stands)."""
-    return [r.mutant.name for r in results if r.verdict == "killed" and r.caught_by
-            and r.caught_by[0]["test"] not in killers.get(r.mutant.name, [])]
+    return [
+        r.mutant.name
+        for r in results
+        if r.verdict == "killed"
+        and r.caught_by
+        and r.caught_by[0]["test"] not in killers.get(r.mutant.name, [])
+    ]
 
 
 @dataclass
@@ -265,29 +310,53 @@ class SuiteRun:
         return [f for f in self.failures if f["when"] != "collect"]
 
 
-def run_suite(copy: Path, test_timeout: float, suite_timeout: float,
-              pytest_args: Sequence[str] = (), first_failure: bool = False,
-              workers: int = 0, first: Sequence[str] = ()) -> SuiteRun:
+def run_suite(
+    copy: Path,
+    test_timeout: float,
+    suite_timeout: float,
+    pytest_args: Sequence[str] = (),
+    first_failure: bool = False,
+    workers: int = 0,
+    first: Sequence[str] = (),
+) -> SuiteRun:
     """One pytest run in `copy`; `workers` > 1: on that many pytest-xdist workers (the failures
     and durations are the controller's, which sees every worker's reports)."""
     report = copy / ".mutation-report.json"
     log = copy / ".mutation-pytest.log"
-    cmd = [sys.executable, "-m", "pytest", "-p", "mutation.pytest_plugin", "-p", "no:cacheprovider",
-           "--hypothesis-profile=mutation", f"--mutation-report={report}",
-           f"--mutation-test-timeout={test_timeout:g}", "-q", "--no-header", "-rN",
-           *([f"--mutation-limits={copy.parent / LIMITS}"]
-             if (copy.parent / LIMITS).exists() else []),
-           # The anchor check reads the source text: under a mutant it fails by construction, a
-           # fake kill that would hide whether the real tests catch the mutant.
-           "--ignore=tests/test_named_mutant_anchors.py",
-           *(["-x"] if first_failure else []),
-           *(f"--mutation-first={test}" for test in first),
-           *(["-n", str(workers)] if workers > 1 else []), *pytest_args]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pytest",
+        "-p",
+        "mutation.pytest_plugin",
+        "-p",
+        "no:cacheprovider",
+        "--hypothesis-profile=mutation",
+        f"--mutation-report={report}",
+        f"--mutation-test-timeout={test_timeout:g}",
+        "-q",
+        "--no-header",
+        "-rN",
+        *([f"--mutation-limits={copy.parent / LIMITS}"] if (copy.parent / LIMITS).exists() else []),
+        # The anchor check reads the source text: under a mutant it fails by construction, a
+        # fake kill that would hide whether the real tests catch the mutant.
+        "--ignore=tests/test_named_mutant_anchors.py",
+        *(["-x"] if first_failure else []),
+        *(f"--mutation-first={test}" for test in first),
+        *(["-n", str(workers)] if workers > 1 else []),
+        *pytest_args,
+    ]
     started = time.monotonic()
     hung = False
     with open(log, "w", encoding="utf-8") as out:
-        proc = subprocess.Popen(cmd, cwd=copy, env=copy_env(copy), stdout=out,
-                                stderr=subprocess.STDOUT, start_new_session=True)
+        proc = subprocess.Popen(
+            cmd,
+            cwd=copy,
+            env=copy_env(copy),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
         try:
             rc = proc.wait(timeout=suite_timeout)
         except subprocess.TimeoutExpired:
@@ -321,9 +390,16 @@ def clone(snapshot: Path, dest: Path) -> Path:
     return dest
 
 
-def run_named(snapshot: Path, workdir: Path, mutant: NamedMutant, test_timeout: float,
-              suite_timeout: float, pytest_args: Sequence[str],
-              all_killers: bool = False, first: Sequence[str] = ()) -> NamedResult:
+def run_named(
+    snapshot: Path,
+    workdir: Path,
+    mutant: NamedMutant,
+    test_timeout: float,
+    suite_timeout: float,
+    pytest_args: Sequence[str],
+    all_killers: bool = False,
+    first: Sequence[str] = (),
+) -> NamedResult:
     try:
         texts = apply_edits(mutant, lambda p: (snapshot / p).read_text(encoding="utf-8"))
         for path, text in texts.items():
@@ -340,8 +416,9 @@ def run_named(snapshot: Path, workdir: Path, mutant: NamedMutant, test_timeout: 
             check_scripts(module)
     except SyntaxError as exc:
         return NamedResult(mutant, "ERROR", False, detail=f"the rewrite does not compile: {exc}")
-    run = run_suite(copy, test_timeout, suite_timeout, pytest_args,
-                    first_failure=not all_killers, first=first)
+    run = run_suite(
+        copy, test_timeout, suite_timeout, pytest_args, first_failure=not all_killers, first=first
+    )
     killers = run.test_failures
     if run.hung:
         verdict, ok = "killed", mutant.equivalence is None
@@ -358,13 +435,16 @@ def run_named(snapshot: Path, workdir: Path, mutant: NamedMutant, test_timeout: 
             detail = "reviewed as equivalent, but the suite kills it: re-review"
     else:
         verdict, ok = "ERROR", False
-        detail = (f"pytest exit {run.returncode} without a failing test (collection or usage "
-                  f"error?): see {run.log}")
+        detail = (
+            f"pytest exit {run.returncode} without a failing test (collection or usage "
+            f"error?): see {run.log}"
+        )
     return NamedResult(mutant, verdict, ok, killers, run.seconds, detail)
 
 
-_IMPORTS_CORE = re.compile(r"^\s*(from|import)\s+taskcustody(?!\.verify\.designs\b)(\.|\s|$)",
-                           re.MULTILINE)
+_IMPORTS_CORE = re.compile(
+    r"^\s*(from|import)\s+taskcustody(?!\.verify\.designs\b)(\.|\s|$)", re.MULTILINE
+)
 #: The designs table: data about the model's variants, which the model's tests read. It imports
 #: only the model (checked below), so no named mutant can change what it holds.
 DESIGNS_TABLE = "src/taskcustody/verify/designs.py"
@@ -379,11 +459,21 @@ def independent_of_core(snapshot: Path, folders: Sequence[str]) -> bool:
     return not any(_IMPORTS_CORE.search(path.read_text(encoding="utf-8")) for path in files)
 
 
-def named_gate(snapshot: Path, workdir: Path, jobs: int, test_timeout: float,
-               suite_timeout: float, pytest_args: Sequence[str], verbose: bool,
-               all_killers: bool = False, with_model_tests: bool = False,
-               only: Sequence[str] = (), full_suite: bool = False,
-               record: bool = False, confirm_only: bool = False) -> bool:
+def named_gate(
+    snapshot: Path,
+    workdir: Path,
+    jobs: int,
+    test_timeout: float,
+    suite_timeout: float,
+    pytest_args: Sequence[str],
+    verbose: bool,
+    all_killers: bool = False,
+    with_model_tests: bool = False,
+    only: Sequence[str] = (),
+    full_suite: bool = False,
+    record: bool = False,
+    confirm_only: bool = False,
+) -> bool:
     """`snapshot`: one copy of the tree taken at the start, so that every run (the unmutated one
     and each mutant's) sees the same code and tests while people keep editing the tree. `only`:
     the names of the mutants to run (default: all)."""
@@ -427,8 +517,11 @@ def named_gate(snapshot: Path, workdir: Path, jobs: int, test_timeout: float,
         # The same holds for the tests of how verify presents a run (its report, JUnit file,
         # budget, pytest plugin) and of the docs and the bench's audit: no named mutant changes
         # a presentation, and they run in the test command.
-        print(f"   left out: {', '.join(PRESENTATION_TESTS)} and tests marked slow "
-              "(--full-suite keeps them)", flush=True)
+        print(
+            f"   left out: {', '.join(PRESENTATION_TESTS)} and tests marked slow "
+            "(--full-suite keeps them)",
+            flush=True,
+        )
         pytest_args += [f"--ignore={path}" for path in PRESENTATION_TESTS]
         markers += " and not slow"
     pytest_args += ["-m", markers]
@@ -440,8 +533,11 @@ def named_gate(snapshot: Path, workdir: Path, jobs: int, test_timeout: float,
         # passing on the unmutated copy (`confirm_kills`), and the per-test limits are those of
         # the last recorded unmutated run.
         limits = load_recorded_limits(snapshot)
-        print(f"== named mutants: no whole-suite run on the unmutated copy (--confirm-kills); "
-              f"per-test limits from {RECORDED_LIMITS} ({len(limits)} tests)", flush=True)
+        print(
+            f"== named mutants: no whole-suite run on the unmutated copy (--confirm-kills); "
+            f"per-test limits from {RECORDED_LIMITS} ({len(limits)} tests)",
+            flush=True,
+        )
     else:
         print("== named mutants: the suite on the unmutated copy", flush=True)
         # The unmutated run has no per-test limit but the suite's; each test's limit under a
@@ -450,42 +546,67 @@ def named_gate(snapshot: Path, workdir: Path, jobs: int, test_timeout: float,
         # whole suite but what is left out above) and nothing else runs beside it.
         baseline = run_suite(base, suite_timeout, suite_timeout, pytest_args, workers=jobs)
         if baseline.returncode != 0 or baseline.hung:
-            print(f"named mutants: FAIL: the suite is red on the unmutated copy (exit "
-                  f"{baseline.returncode}); failures: "
-                  f"{[f['test'] for f in baseline.failures][:10]}; log: {baseline.log}")
+            print(
+                f"named mutants: FAIL: the suite is red on the unmutated copy (exit "
+                f"{baseline.returncode}); failures: "
+                f"{[f['test'] for f in baseline.failures][:10]}; log: {baseline.log}"
+            )
             print(_tail(baseline.log))
             return False
         print(f"   green in {baseline.seconds:.1f} s", flush=True)
-        limits = {test: 5 * seconds for test, seconds in baseline.durations.items()
-                  if 5 * seconds > test_timeout}
+        limits = {
+            test: 5 * seconds
+            for test, seconds in baseline.durations.items()
+            if 5 * seconds > test_timeout
+        }
         if record:
             (ROOT / RECORDED_LIMITS).write_text(
-                json.dumps(dict(sorted(limits.items())), indent=1) + "\n", encoding="utf-8")
+                json.dumps(dict(sorted(limits.items())), indent=1) + "\n", encoding="utf-8"
+            )
     (workdir / LIMITS).write_text(json.dumps(limits, indent=1), encoding="utf-8")
 
     killers = load_killers(snapshot)
-    print(f"== named mutants: {len(mutants)} mutants, {jobs} at a time, each starting with the "
-          f"tests that caught it last ({KILLERS}: {len(killers)} recorded)", flush=True)
+    print(
+        f"== named mutants: {len(mutants)} mutants, {jobs} at a time, each starting with the "
+        f"tests that caught it last ({KILLERS}: {len(killers)} recorded)",
+        flush=True,
+    )
     with ThreadPoolExecutor(max_workers=jobs) as pool:
-        results = list(pool.map(
-            lambda m: run_named(snapshot, workdir, m, test_timeout, suite_timeout, pytest_args,
-                                all_killers, killers.get(m.name, [])),
-            mutants))
+        results = list(
+            pool.map(
+                lambda m: run_named(
+                    snapshot,
+                    workdir,
+                    m,
+                    test_timeout,
+                    suite_timeout,
+                    pytest_args,
+                    all_killers,
+                    killers.get(m.name, []),
+                ),
+                mutants,
+            )
+        )
     print_named_table(results, verbose)
-    confirmed = not confirm_only or confirm_kills(base, results, test_timeout, suite_timeout,
-                                                  pytest_args, jobs)
+    confirmed = not confirm_only or confirm_kills(
+        base, results, test_timeout, suite_timeout, pytest_args, jobs
+    )
     moved = killers_moved(results, killers)
     if record:
         record_killers(ROOT, results)
         print(f"   recorded the first killer of {len(results)} mutants in {KILLERS}")
     elif moved:
-        print(f"   {KILLERS} is out of date for {', '.join(moved)} (slower, same verdicts): "
-              "`python -m mutation.gate --named-only --record-killers` writes it again")
+        print(
+            f"   {KILLERS} is out of date for {', '.join(moved)} (slower, same verdicts): "
+            "`python -m mutation.gate --named-only --record-killers` writes it again"
+        )
     ok = all(r.ok for r in results) and confirmed
-    print(f"named mutants: {'PASS' if ok else 'FAIL'} "
-          f"({sum(r.verdict == 'killed' for r in results)} killed, "
-          f"{sum(r.verdict == 'equivalent' for r in results)} reviewed equivalent, "
-          f"{sum(not r.ok for r in results)} failing the gate)")
+    print(
+        f"named mutants: {'PASS' if ok else 'FAIL'} "
+        f"({sum(r.verdict == 'killed' for r in results)} killed, "
+        f"{sum(r.verdict == 'equivalent' for r in results)} reviewed equivalent, "
+        f"{sum(not r.ok for r in results)} failing the gate)"
+    )
     return ok
 
 
@@ -505,8 +626,10 @@ def print_named_table(results: list[NamedResult], verbose: bool) -> None:
         else:
             caught = "-"
         rows.append((r.mutant.name, r.verdict, caught, f"{r.seconds:.0f}s"))
-    widths = [max(len(row[i]) for row in [*rows, ("mutant", "result", "caught by", "time")])
-              for i in range(4)]
+    widths = [
+        max(len(row[i]) for row in [*rows, ("mutant", "result", "caught by", "time")])
+        for i in range(4)
+    ]
     line = "  ".join(f"{{:{w}}}" for w in widths)
     print(line.format("mutant", "result", "caught by", "time"))
     print(line.format(*("-" * w for w in widths)))
@@ -517,8 +640,10 @@ def print_named_table(results: list[NamedResult], verbose: bool) -> None:
             print(f"  {r.mutant.name}: {r.detail}")
         if r.verdict == "killed" and r.caught_by:
             first = r.caught_by[0]
-            print(f"  {r.mutant.name}: first failure {_short(first['test'])} "
-                  f"({first['when']}): {first['message']}")
+            print(
+                f"  {r.mutant.name}: first failure {_short(first['test'])} "
+                f"({first['when']}): {first['message']}"
+            )
 
 
 def _tail(path: Path, lines: int = 40) -> str:
@@ -532,44 +657,92 @@ def _tail(path: Path, lines: int = 40) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m mutation.gate", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m mutation.gate",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     which = parser.add_mutually_exclusive_group()
     which.add_argument("--named-only", action="store_true", help="only the named mutants")
     which.add_argument("--mutmut-only", action="store_true", help="only the mutmut sweep")
-    parser.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1),
-                        help="named mutants run in parallel, and mutmut's --max-children")
-    parser.add_argument("--test-timeout", type=float, default=45.0,
-                        help="fail one test that runs longer under a named mutant (seconds)")
-    parser.add_argument("--suite-timeout", type=float, default=1800.0,
-                        help="give up on one suite run after this long (seconds)")
-    parser.add_argument("--workdir", type=Path, default=None,
-                        help="where the copies go (default: a temp dir, removed afterwards)")
+    parser.add_argument(
+        "--jobs",
+        type=int,
+        default=min(2, os.cpu_count() or 1),
+        help="named mutants run in parallel, and mutmut's --max-children",
+    )
+    parser.add_argument(
+        "--test-timeout",
+        type=float,
+        default=45.0,
+        help="fail one test that runs longer under a named mutant (seconds)",
+    )
+    parser.add_argument(
+        "--suite-timeout",
+        type=float,
+        default=1800.0,
+        help="give up on one suite run after this long (seconds)",
+    )
+    parser.add_argument(
+        "--workdir",
+        type=Path,
+        default=None,
+        help="where the copies go (default: a temp dir, removed afterwards)",
+    )
     parser.add_argument("--keep", action="store_true", help="keep the copies")
     parser.add_argument("--verbose", "-v", action="store_true", help="list every failing test")
-    parser.add_argument("--with-model-tests", action="store_true",
-                        help="run tests/model under the named mutants too (left out by default "
-                        "when they do not import taskcustody)")
-    parser.add_argument("--full-suite", action="store_true",
-                        help="run the broken-design searches and the tests marked slow under "
-                        "the named mutants too (left out by default: the test command runs them)")
-    parser.add_argument("--all-killers", action="store_true",
-                        help="run the whole suite under each named mutant and list every test "
-                        "that catches it (default: stop at the first, fast tests first)")
-    parser.add_argument("--reuse-mutmut", type=Path, default=None, metavar="COPY",
-                        help="read the verdicts of an earlier mutmut run in COPY (a kept copy "
-                        "with its mutants/) instead of running mutmut: for reviewing survivors")
-    parser.add_argument("--pytest-arg", action="append", default=[],
-                        help="extra argument for the named mutants' pytest runs")
-    parser.add_argument("--record-killers", action="store_true",
-                        help=f"write the test that caught each mutant into {KILLERS}, which "
-                        "the next runs start each mutant with")
-    parser.add_argument("--confirm-kills", action="store_true",
-                        help="skip the whole-suite run on the unmutated copy (for a caller that "
-                        "just ran the suite green, as CI does) and confirm instead that each "
-                        f"test that caught a mutant passes there; limits from {RECORDED_LIMITS}")
-    parser.add_argument("--only", action="append", default=[], metavar="NAME",
-                        help="run only this named mutant (repeatable; with --named-only)")
+    parser.add_argument(
+        "--with-model-tests",
+        action="store_true",
+        help="run tests/model under the named mutants too (left out by default "
+        "when they do not import taskcustody)",
+    )
+    parser.add_argument(
+        "--full-suite",
+        action="store_true",
+        help="run the broken-design searches and the tests marked slow under "
+        "the named mutants too (left out by default: the test command runs them)",
+    )
+    parser.add_argument(
+        "--all-killers",
+        action="store_true",
+        help="run the whole suite under each named mutant and list every test "
+        "that catches it (default: stop at the first, fast tests first)",
+    )
+    parser.add_argument(
+        "--reuse-mutmut",
+        type=Path,
+        default=None,
+        metavar="COPY",
+        help="read the verdicts of an earlier mutmut run in COPY (a kept copy "
+        "with its mutants/) instead of running mutmut: for reviewing survivors",
+    )
+    parser.add_argument(
+        "--pytest-arg",
+        action="append",
+        default=[],
+        help="extra argument for the named mutants' pytest runs",
+    )
+    parser.add_argument(
+        "--record-killers",
+        action="store_true",
+        help=f"write the test that caught each mutant into {KILLERS}, which "
+        "the next runs start each mutant with",
+    )
+    parser.add_argument(
+        "--confirm-kills",
+        action="store_true",
+        help="skip the whole-suite run on the unmutated copy (for a caller that "
+        "just ran the suite green, as CI does) and confirm instead that each "
+        f"test that caught a mutant passes there; limits from {RECORDED_LIMITS}",
+    )
+    parser.add_argument(
+        "--only",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="run only this named mutant (repeatable; with --named-only)",
+    )
     args = parser.parse_args(argv)
 
     started = time.monotonic()
@@ -580,16 +753,37 @@ def main(argv: Sequence[str] | None = None) -> int:
         snapshot = make_copy(workdir / "snapshot")
         print(f"== snapshot of the tree in {snapshot}", flush=True)
         if not args.mutmut_only:
-            ok = named_gate(snapshot, workdir / "named", args.jobs, args.test_timeout,
-                            args.suite_timeout, args.pytest_arg, args.verbose,
-                            args.all_killers, args.with_model_tests, args.only,
-                            args.full_suite, args.record_killers,
-                            args.confirm_kills) and ok
+            ok = (
+                named_gate(
+                    snapshot,
+                    workdir / "named",
+                    args.jobs,
+                    args.test_timeout,
+                    args.suite_timeout,
+                    args.pytest_arg,
+                    args.verbose,
+                    args.all_killers,
+                    args.with_model_tests,
+                    args.only,
+                    args.full_suite,
+                    args.record_killers,
+                    args.confirm_kills,
+                )
+                and ok
+            )
         if not args.named_only:
             from mutation.mutmut_gate import mutmut_gate
 
-            ok = mutmut_gate(workdir / "mutmut", args.jobs, args.verbose, snapshot=snapshot,
-                             reuse=args.reuse_mutmut) and ok
+            ok = (
+                mutmut_gate(
+                    workdir / "mutmut",
+                    args.jobs,
+                    args.verbose,
+                    snapshot=snapshot,
+                    reuse=args.reuse_mutmut,
+                )
+                and ok
+            )
     finally:
         if args.workdir is None and not args.keep:
             shutil.rmtree(workdir, ignore_errors=True)

@@ -40,34 +40,62 @@ TEST_TIMEOUT = 60.0
 # The protocol's critical functions: take, record, release, reconcile, drain, the sweeps, startup.
 CRITICAL: dict[str, tuple[str, ...]] = {
     "taskcustody.core.worker": (
-        "Worker.register", "Worker.reconcile", "Worker.take",
-        "Worker.record", "Worker.release", "Worker.run_once", "Worker._release_raw",
-        "Worker._send_release", "Worker._redirected", "Worker.release_and_take",
+        "Worker.register",
+        "Worker.reconcile",
+        "Worker.take",
+        "Worker.record",
+        "Worker.release",
+        "Worker.run_once",
+        "Worker._release_raw",
+        "Worker._send_release",
+        "Worker._redirected",
+        "Worker.release_and_take",
         "Worker._release_and_take_raw",
     ),
     "taskcustody.core.custody": (
-        "Custody._take_args", "Custody.verdict", "Custody.release_args", "Custody.released",
+        "Custody._take_args",
+        "Custody.verdict",
+        "Custody.release_args",
+        "Custody.released",
     ),
     "taskcustody.core.recovery": (
-        "prune_inactive_servers", "drain_inflight", "live_owners", "registered_lists",
-        "recover_inflight", "sweep", "parse_record", "requeue_stuck_processing_tasks",
+        "prune_inactive_servers",
+        "drain_inflight",
+        "live_owners",
+        "registered_lists",
+        "recover_inflight",
+        "sweep",
+        "parse_record",
+        "requeue_stuck_processing_tasks",
     ),
     "taskcustody.core.prefetch": (
-        "PrefetchingWorker.take_all", "PrefetchingWorker.handle", "PrefetchingWorker.release_all",
+        "PrefetchingWorker.take_all",
+        "PrefetchingWorker.handle",
+        "PrefetchingWorker.release_all",
         "PrefetchingWorker.run_once",
     ),
     "taskcustody.core.server": (
-        "Server.claim", "Server.startup_drain", "Server.sweep",
-        "Server.requeue_stuck_processing_tasks", "Server.start",
+        "Server.claim",
+        "Server.startup_drain",
+        "Server.sweep",
+        "Server.requeue_stuck_processing_tasks",
+        "Server.start",
     ),
 }
 
 STATUS = {
-    1: "killed", 3: "killed", 37: "killed",  # 37: caught by the type checker
+    1: "killed",
+    3: "killed",
+    37: "killed",  # 37: caught by the type checker
     0: "survived",
-    5: "no tests", 33: "no tests",
+    5: "no tests",
+    33: "no tests",
     34: "skipped",
-    36: "timeout", 24: "timeout", -24: "timeout", 152: "timeout", 255: "timeout",
+    36: "timeout",
+    24: "timeout",
+    -24: "timeout",
+    152: "timeout",
+    255: "timeout",
 }
 
 
@@ -112,7 +140,7 @@ def _functions(tree: ast.Module, source: list[str]) -> dict[str, list[str]]:
     for node in ast.walk(tree):
         if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and "__mutmut_" in node.name:
             end = node.end_lineno or node.lineno
-            lines = source[node.lineno - 1:end]
+            lines = source[node.lineno - 1 : end]
             lines[0] = lines[0].replace(node.name, "<function>", 1)
             out[node.name] = lines
     return out
@@ -191,8 +219,9 @@ def check_shapes(verdicts: list[Verdict], src: Path) -> list[str]:
                 continue
             names = [ast.unparse(d) for d in node.decorator_list]
             if any(n not in ("staticmethod", "classmethod") for n in names) or len(names) > 1:
-                problems.append(f"{module}.{function}: decorated ({', '.join(names)}): mutmut "
-                                "skips it silently")
+                problems.append(
+                    f"{module}.{function}: decorated ({', '.join(names)}): mutmut skips it silently"
+                )
             elif not seen[(module, function)]:
                 problems.append(f"{module}.{function}: mutmut made no mutants of it")
     return problems
@@ -216,13 +245,23 @@ def skipped_shapes(src: Path) -> list[str]:
 
 def run_mutmut(copy: Path, jobs: int) -> float:
     shutil.rmtree(copy / "mutants", ignore_errors=True)
-    env = dict(os.environ, HYPOTHESIS_PROFILE="mutation", PYTHONDONTWRITEBYTECODE="1",
-               TASKCUSTODY_TEST_TIMEOUT=str(TEST_TIMEOUT))
+    env = dict(
+        os.environ,
+        HYPOTHESIS_PROFILE="mutation",
+        PYTHONDONTWRITEBYTECODE="1",
+        TASKCUSTODY_TEST_TIMEOUT=str(TEST_TIMEOUT),
+    )
     env.pop("PYTHONPATH", None)
     started = time.monotonic()
     with open(copy / "mutmut-run.log", "w", encoding="utf-8") as log:
-        subprocess.run([sys.executable, "-m", "mutmut", "run", "--max-children", str(jobs)],
-                       cwd=copy, env=env, stdout=log, stderr=subprocess.STDOUT, check=False)
+        subprocess.run(
+            [sys.executable, "-m", "mutmut", "run", "--max-children", str(jobs)],
+            cwd=copy,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            check=False,
+        )
     return time.monotonic() - started
 
 
@@ -233,12 +272,15 @@ def summarize(verdicts: list[Verdict]) -> dict[str, float]:
     caught = counts["killed"] + counts["timeout"]
     denominator = total - equivalent
     return {
-        "total": total, "killed": counts["killed"], "timeout": counts["timeout"],
-        "survived": counts["survived"] - sum(1 for v in verdicts
-                                             if v.equivalent and v.status == "survived"),
-        "no tests": counts["no tests"] - sum(1 for v in verdicts
-                                             if v.equivalent and v.status == "no tests"),
-        "skipped": counts["skipped"], "unchecked": counts["unchecked"],
+        "total": total,
+        "killed": counts["killed"],
+        "timeout": counts["timeout"],
+        "survived": counts["survived"]
+        - sum(1 for v in verdicts if v.equivalent and v.status == "survived"),
+        "no tests": counts["no tests"]
+        - sum(1 for v in verdicts if v.equivalent and v.status == "no tests"),
+        "skipped": counts["skipped"],
+        "unchecked": counts["unchecked"],
         "equivalent": equivalent,
         "score": 100.0 * caught / denominator if denominator else 0.0,
     }
@@ -250,24 +292,32 @@ def report(copy: Path, verdicts: list[Verdict], seconds: float, verbose: bool) -
     stale_reviews = apply_equivalents(verdicts, load_equivalents())
     shapes = check_shapes(verdicts, copy / "src") if verdicts else ["mutmut produced no verdicts"]
     stats = summarize(verdicts)
-    critical = [v for v in verdicts
-                if v.critical and v.status in ("survived", "no tests", "skipped")
-                and not v.equivalent]
+    critical = [
+        v
+        for v in verdicts
+        if v.critical and v.status in ("survived", "no tests", "skipped") and not v.equivalent
+    ]
     unchecked = [v for v in verdicts if v.status == "unchecked"]
 
-    print(f"mutmut: {stats['total']} mutants in {seconds / 60:.1f} min: "
-          f"{stats['killed']} killed, {stats['timeout']} timeouts, {stats['survived']} survived, "
-          f"{stats['no tests']} no tests, {stats['equivalent']} reviewed equivalent, "
-          f"{stats['skipped']} skipped, {stats['unchecked']} unchecked; "
-          f"score {stats['score']:.1f} % (floor {SCORE_FLOOR:g} %)")
+    print(
+        f"mutmut: {stats['total']} mutants in {seconds / 60:.1f} min: "
+        f"{stats['killed']} killed, {stats['timeout']} timeouts, {stats['survived']} survived, "
+        f"{stats['no tests']} no tests, {stats['equivalent']} reviewed equivalent, "
+        f"{stats['skipped']} skipped, {stats['unchecked']} unchecked; "
+        f"score {stats['score']:.1f} % (floor {SCORE_FLOOR:g} %)"
+    )
     per_module: dict[str, Counter[str]] = {}
     for v in verdicts:
         per_module.setdefault(v.module, Counter())["equivalent" if v.equivalent else v.status] += 1
-    print(f"  {'module':28} {'total':>5} {'killed':>6} {'timeout':>7} {'surv.':>5} "
-          f"{'no tests':>8} {'equiv.':>6}")
+    print(
+        f"  {'module':28} {'total':>5} {'killed':>6} {'timeout':>7} {'surv.':>5} "
+        f"{'no tests':>8} {'equiv.':>6}"
+    )
     for module, c in sorted(per_module.items()):
-        print(f"  {module:28} {sum(c.values()):5} {c['killed']:6} {c['timeout']:7} "
-              f"{c['survived']:5} {c['no tests']:8} {c['equivalent']:6}")
+        print(
+            f"  {module:28} {sum(c.values()):5} {c['killed']:6} {c['timeout']:7} "
+            f"{c['survived']:5} {c['no tests']:8} {c['equivalent']:6}"
+        )
     eq = [v for v in verdicts if v.equivalent]
     if eq:
         print("  reviewed equivalents:")
@@ -285,34 +335,50 @@ def report(copy: Path, verdicts: list[Verdict], seconds: float, verbose: bool) -
         ok = False
         print(f"  FAIL: {len(critical)} surviving mutant(s) in critical functions:")
         for v in critical:
-            print(f"    {v.key} [{v.status}]\n      - {v.original.strip()}\n"
-                  f"      + {v.mutated.strip()}")
+            print(
+                f"    {v.key} [{v.status}]\n      - {v.original.strip()}\n"
+                f"      + {v.mutated.strip()}"
+            )
     if unchecked:
         ok = False
-        print(f"  FAIL: {len(unchecked)} mutant(s) left unchecked: "
-              f"{[v.key for v in unchecked][:10]}")
+        print(
+            f"  FAIL: {len(unchecked)} mutant(s) left unchecked: {[v.key for v in unchecked][:10]}"
+        )
     if stats["score"] < SCORE_FLOOR:
         ok = False
         print(f"  FAIL: score {stats['score']:.1f} % is below {SCORE_FLOOR:g} %")
     if stale_reviews:
-        print(f"  note: {len(stale_reviews)} equivalence review(s) matched no survivor (the line "
-              f"changed or the mutant is killed now): {stale_reviews}")
+        print(
+            f"  note: {len(stale_reviews)} equivalence review(s) matched no survivor (the line "
+            f"changed or the mutant is killed now): {stale_reviews}"
+        )
     if verbose:
-        others = [v for v in verdicts if v.status in ("survived", "no tests") and not v.critical
-                  and not v.equivalent]
+        others = [
+            v
+            for v in verdicts
+            if v.status in ("survived", "no tests") and not v.critical and not v.equivalent
+        ]
         print(f"  other survivors ({len(others)}):")
         for v in others:
             print(f"    {v.key} [{v.status}]: {v.mutated.strip()}")
-    (copy / "mutmut-verdicts.json").write_text(json.dumps(
-        {"stats": stats, "seconds": seconds,
-         "verdicts": [v.__dict__ | {"critical": v.critical} for v in verdicts]}, indent=1),
-        encoding="utf-8")
+    (copy / "mutmut-verdicts.json").write_text(
+        json.dumps(
+            {
+                "stats": stats,
+                "seconds": seconds,
+                "verdicts": [v.__dict__ | {"critical": v.critical} for v in verdicts],
+            },
+            indent=1,
+        ),
+        encoding="utf-8",
+    )
     print(f"mutmut gate: {'PASS' if ok else 'FAIL'}")
     return ok
 
 
-def mutmut_gate(workdir: Path, jobs: int, verbose: bool, snapshot: Path | None = None,
-                reuse: Path | None = None) -> bool:
+def mutmut_gate(
+    workdir: Path, jobs: int, verbose: bool, snapshot: Path | None = None, reuse: Path | None = None
+) -> bool:
     """Copy the tree (or `snapshot`), run mutmut there from an empty mutants/, read the verdicts.
     `reuse`: read the verdicts of an earlier run in that copy instead (for reviewing)."""
     from mutation.gate import make_copy

@@ -149,10 +149,8 @@ MUTANTS: tuple[NamedMutant, ...] = (
         (
             Edit(
                 SERVER,
-                "                                            include_self=True, "
-                "chunk=self.settings.drain_chunk,\n",
-                "                                            include_self=False, "
-                "chunk=self.settings.drain_chunk,\n",
+                "            include_self=True,\n            chunk=self.settings.drain_chunk,\n",
+                "            include_self=False,\n            chunk=self.settings.drain_chunk,\n",
             ),
         ),
     ),
@@ -163,10 +161,8 @@ MUTANTS: tuple[NamedMutant, ...] = (
         (
             Edit(
                 RECOVERY,
-                "    report.drained_lists = recover_inflight(client, keys, me, include_self=False, "
-                "chunk=chunk,\n",
-                "    report.drained_lists = recover_inflight(client, keys, me, include_self=True, "
-                "chunk=chunk,\n",
+                "        me,\n        include_self=False,\n        chunk=chunk,\n",
+                "        me,\n        include_self=True,\n        chunk=chunk,\n",
             ),
         ),
     ),
@@ -210,12 +206,8 @@ MUTANTS: tuple[NamedMutant, ...] = (
         (
             Edit(
                 RECOVERY,
-                "    report.forgotten_lists = forget_dead_empty_lists(client, keys, registered, "
-                "live, me,\n"
-                "                                                     now - grace)\n",
-                "    report.forgotten_lists = forget_dead_empty_lists(client, keys, registered, "
-                "live, me,\n"
-                "                                                     now)\n",
+                "        client, keys, registered, live, me, now - grace\n",
+                "        client, keys, registered, live, me, now\n",
             ),
         ),
     ),
@@ -260,8 +252,7 @@ MUTANTS: tuple[NamedMutant, ...] = (
         (
             Edit(
                 PREFETCH,
-                "        finally:\n"
-                "            releases = self.release_all(batch)\n",
+                "        finally:\n            releases = self.release_all(batch)\n",
                 "        except BaseException:\n"
                 "            raise\n"
                 "        releases = self.release_all(batch)\n",
@@ -289,7 +280,7 @@ MUTANTS: tuple[NamedMutant, ...] = (
         (
             Edit(
                 CUSTODY,
-                "        return (\"ZADD\", self.keys.inflight_registry, repr(self.clock.now()), "
+                '        return ("ZADD", self.keys.inflight_registry, repr(self.clock.now()), '
                 "self.list_key)\n",
                 "        return None\n",
             ),
@@ -354,8 +345,9 @@ MUTANTS: tuple[NamedMutant, ...] = (
 # The composite step, RELEASE_AND_TAKE: three ways to write it wrongly. Its release is
 # the fragment RELEASE includes too (lib/release_step.lua, after lib/release_arguments_checked.lua),
 # so the mutants of the composite step alone rewrite release_and_take.lua around those includes.
-_RELEASE_INCLUDES = ("--#include lib/release_arguments_checked.lua\n"
-                     "--#include lib/release_step.lua\n")
+_RELEASE_INCLUDES = (
+    "--#include lib/release_arguments_checked.lua\n--#include lib/release_step.lua\n"
+)
 
 # The take moves the next task in first; the release and a tail that replies follow, and the
 # script's real take after them is never reached (`do return ... end`).
@@ -372,9 +364,7 @@ _TAKE_FIRST = (
     "    id = task['id']\n"
     "    redis.call('HSET', processing, id, record)\n"
     "  end\n"
-    "end\n"
-    + _RELEASE_INCLUDES
-    + "local left = redis.call('LLEN', own) - (taken and 1 or 0)\n"
+    "end\n" + _RELEASE_INCLUDES + "local left = redis.call('LLEN', own) - (taken and 1 or 0)\n"
     "if not taken then do return {held, left, redis.call('LLEN', suspects)} end end\n"
     "do return {held, left, redis.call('LLEN', suspects), taken, id, "
     "source == suspects and 1 or 0} end\n"
@@ -421,24 +411,40 @@ MUTANTS += (
         "claim-ignores-live-holder",
         "one live process per server id: the claim takes the id whatever the holder's deadline, "
         "so a second process supersedes a live, heart-beating one",
-        (Edit(LUA + "claim.lua", "if current and tonumber(current) > tonumber(now) then",
-              "if false then"),),
+        (
+            Edit(
+                LUA + "claim.lua",
+                "if current and tonumber(current) > tonumber(now) then",
+                "if false then",
+            ),
+        ),
     ),
     NamedMutant(
         "drain-ignores-live-owner",
         "never drain a live server's list: the sweep's drain (dead-only) no longer re-checks "
         "that the list's owner is still not live, so a drain whose owner re-registered since "
         "the sweep looked moves tasks a live worker holds back to the queue",
-        (Edit(DRAIN_CHUNK_LUA, "if mode ~= 'force' and is_live(servers, incarnations, server_id, "
-                               "incarnation) then", "if false then"),),
+        (
+            Edit(
+                DRAIN_CHUNK_LUA,
+                "if mode ~= 'force' and is_live(servers, incarnations, server_id, "
+                "incarnation) then",
+                "if false then",
+            ),
+        ),
     ),
     NamedMutant(
         "heartbeat-accepts-superseded",
         "one live process per server id: the heartbeat script renews the registration whatever "
         "incarnation holds the id, so a superseded process's heartbeat takes the id back from "
         "the newer one (the refusal part's walk to a superseded heartbeat meets it)",
-        (Edit(LUA + "heartbeat.lua", "if current and current ~= incarnation then return 0 end",
-              "if false then return 0 end"),),
+        (
+            Edit(
+                LUA + "heartbeat.lua",
+                "if current and current ~= incarnation then return 0 end",
+                "if false then return 0 end",
+            ),
+        ),
     ),
     NamedMutant(
         "superseded-heartbeat-goes-on",
@@ -446,9 +452,14 @@ MUTANTS += (
         "heartbeat that Redis refuses no longer stops it (no `Superseded`), so it goes on "
         "working under an id it no longer holds; only an attempt of what the model refuses (a "
         "superseded process's heartbeat) can see it",
-        (Edit(SERVER, "        if not int(ok):\n            self.superseded = True\n",
-              "        if not int(ok) and not self.superseded:\n"
-              "            self.superseded = True\n"),),
+        (
+            Edit(
+                SERVER,
+                "        if not int(ok):\n            self.superseded = True\n",
+                "        if not int(ok) and not self.superseded:\n"
+                "            self.superseded = True\n",
+            ),
+        ),
     ),
 )
 
@@ -463,8 +474,13 @@ MUTANTS += (
         "never again, so a dead server's tasks wait in its lists for ever unless another server "
         "sweeps; the step-driven machine calls `sweep` itself and does not see it, the loops "
         "part of the default verify run (verify/server_loop.py's cadence check) does",
-        (Edit(SERVER, "                if waited >= next_sweep:\n",
-              "                if next_sweep == 0.0:\n"),),
+        (
+            Edit(
+                SERVER,
+                "                if waited >= next_sweep:\n",
+                "                if next_sweep == 0.0:\n",
+            ),
+        ),
     ),
     NamedMutant(
         "prefetch-run-once-skips-reconcile",
@@ -473,11 +489,16 @@ MUTANTS += (
         "reply was lost leaves its task behind; the prefetching machine sends its pipelines "
         "itself and does not see it, the loops part of the default verify run "
         "(verify/prefetch_loop.py) does",
-        (Edit(PREFETCH, "        for slot in self.slots:\n"
-                        "            if slot.dirty:\n"
-                        "                slot.reconcile()\n"
-                        "        batch, error = self.take_all()\n",
-              "        batch, error = self.take_all()\n"),),
+        (
+            Edit(
+                PREFETCH,
+                "        for slot in self.slots:\n"
+                "            if slot.dirty:\n"
+                "                slot.reconcile()\n"
+                "        batch, error = self.take_all()\n",
+                "        batch, error = self.take_all()\n",
+            ),
+        ),
     ),
 )
 
@@ -490,8 +511,13 @@ MUTANTS += (
         "suspects keep running: the suspect slot is freed only by the very string object that "
         "took it, so a worker restarted after a crash (its list key equal but built anew) "
         "never frees its predecessor's slot and its process runs no suspect again",
-        (Edit(SUSPECTS, "            if self._holder == who:\n                self._holder = None",
-              "            if self._holder is who:\n                self._holder = None"),),
+        (
+            Edit(
+                SUSPECTS,
+                "            if self._holder == who:\n                self._holder = None",
+                "            if self._holder is who:\n                self._holder = None",
+            ),
+        ),
     ),
 )
 
@@ -506,8 +532,10 @@ MUTANTS += (
         "before its first write, so a result TTL Redis refuses stops the script after the task "
         "left the in-flight list and was counted committed, with no result stored (and a due "
         "time it refuses, after the task left the list for nowhere)",
-        (Edit(RELEASE_LUA, "--#include lib/release_arguments_checked.lua\n", ""),
-         Edit(RELEASE_AND_TAKE_LUA, "--#include lib/release_arguments_checked.lua\n", "")),
+        (
+            Edit(RELEASE_LUA, "--#include lib/release_arguments_checked.lua\n", ""),
+            Edit(RELEASE_AND_TAKE_LUA, "--#include lib/release_arguments_checked.lua\n", ""),
+        ),
     ),
 )
 
@@ -527,7 +555,7 @@ MUTANTS += (
                 AIO_WORKER,
                 "            raw = await self._call(*self._take_args(block), "
                 "first=self.registration(), take=True)\n",
-                "            popped = await self._call(\"BRPOP\", self.keys.queue, block, "
+                '            popped = await self._call("BRPOP", self.keys.queue, block, '
                 "first=self.registration(), take=True)\n"
                 "            raw = None if popped is None else popped[1]\n",
             ),
@@ -544,7 +572,7 @@ MUTANTS += (
                 "scripts.RELEASE_SCRIPT), action)\n",
                 "        script = scripts.Script(scripts.RELEASE.replace(\n"
                 "            \"local held = redis.call('LREM', own, 1, raw)\", "
-                "\"local held = 1\"))\n"
+                '"local held = 1"))\n'
                 "        return self.released(await self._send_release(args, script), action)\n",
             ),
         ),

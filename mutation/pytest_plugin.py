@@ -44,12 +44,24 @@ class MutantTimeout(BaseException):
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("mutation")
     group.addoption("--mutation-report", default=None, help="write failed test ids as JSON here")
-    group.addoption("--mutation-test-timeout", type=float, default=0.0,
-                    help="fail any test running longer than this many seconds (0: no limit)")
-    group.addoption("--mutation-limits", default=None,
-                    help="JSON {node id: seconds}: per-test limits that override the timeout")
-    group.addoption("--mutation-first", action="append", default=[], metavar="NODEID",
-                    help="run this test before the others (repeatable, in the order given)")
+    group.addoption(
+        "--mutation-test-timeout",
+        type=float,
+        default=0.0,
+        help="fail any test running longer than this many seconds (0: no limit)",
+    )
+    group.addoption(
+        "--mutation-limits",
+        default=None,
+        help="JSON {node id: seconds}: per-test limits that override the timeout",
+    )
+    group.addoption(
+        "--mutation-first",
+        action="append",
+        default=[],
+        metavar="NODEID",
+        help="run this test before the others (repeatable, in the order given)",
+    )
 
 
 def _first_line(report: Any) -> str:
@@ -67,8 +79,11 @@ def _write(config: pytest.Config, exitstatus: int) -> None:
     path = config.getoption("--mutation-report")
     if path:
         with open(path, "w", encoding="utf-8") as f:
-            json.dump({"exitstatus": int(exitstatus), "failures": _failures,
-                       "durations": _durations}, f, indent=1)
+            json.dump(
+                {"exitstatus": int(exitstatus), "failures": _failures, "durations": _durations},
+                f,
+                indent=1,
+            )
 
 
 def _order(item: pytest.Item) -> int:
@@ -93,14 +108,20 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     _durations[report.nodeid] = _durations.get(report.nodeid, 0.0) + report.duration
     if report.failed:
-        _failures.append({"test": report.nodeid, "when": report.when,
-                          "message": _first_line(report)})
+        _failures.append(
+            {"test": report.nodeid, "when": report.when, "message": _first_line(report)}
+        )
 
 
 def pytest_collectreport(report: pytest.CollectReport) -> None:
     if report.failed:
-        _failures.append({"test": report.nodeid or "<collection>", "when": "collect",
-                          "message": _first_line(report)})
+        _failures.append(
+            {
+                "test": report.nodeid or "<collection>",
+                "when": "collect",
+                "message": _first_line(report),
+            }
+        )
 
 
 _LIMIT = pytest.StashKey[float]()
@@ -183,8 +204,9 @@ def _watchdog(config: pytest.Config, test: str, when: str, seconds: float) -> th
     def watch() -> None:
         if done.wait(seconds):
             return
-        _failures.append({"test": test, "when": when,
-                          "message": f"hung past {seconds:g} s; run ended"})
+        _failures.append(
+            {"test": test, "when": when, "message": f"hung past {seconds:g} s; run ended"}
+        )
         _write(config, 1)
         faulthandler.dump_traceback(all_threads=True)
         os._exit(1)
@@ -250,8 +272,11 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> Iterator[N
     (after -x, all of them): no soft limit there (a raise would end the run in a traceback), the
     hard one, as for a phase, with --mutation-test-timeout."""
     limit = float(session.config.getoption("--mutation-test-timeout") or 0.0)
-    done = (_watchdog(session.config, "<session teardown>", "teardown", limit + HARD_GRACE)
-            if limit > 0 else None)
+    done = (
+        _watchdog(session.config, "<session teardown>", "teardown", limit + HARD_GRACE)
+        if limit > 0
+        else None
+    )
     try:
         yield
     finally:

@@ -30,24 +30,46 @@ from tests.support.redis_server import (
 
 # Profiles: "dev" (default), "ci" (Hypothesis loads it itself when CI is set), "mutation" (mutmut
 # runs: deterministic, no shrinking), "deep" (long runs).
-settings.register_profile("dev", deadline=None, max_examples=50,
-                          suppress_health_check=[HealthCheck.too_slow])
-settings.register_profile("ci", deadline=None, derandomize=True, database=None,
-                          print_blob=True, max_examples=50,
-                          suppress_health_check=[HealthCheck.too_slow])
-settings.register_profile("mutation", deadline=None, derandomize=True, database=None,
-                          max_examples=30, phases=["explicit", "generate"],  # type: ignore[list-item]
-                          suppress_health_check=list(HealthCheck))
-settings.register_profile("deep", deadline=None, max_examples=2_000,
-                          suppress_health_check=[HealthCheck.too_slow])
+settings.register_profile(
+    "dev", deadline=None, max_examples=50, suppress_health_check=[HealthCheck.too_slow]
+)
+settings.register_profile(
+    "ci",
+    deadline=None,
+    derandomize=True,
+    database=None,
+    print_blob=True,
+    max_examples=50,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+settings.register_profile(
+    "mutation",
+    deadline=None,
+    derandomize=True,
+    database=None,
+    max_examples=30,
+    phases=["explicit", "generate"],  # type: ignore[list-item]
+    suppress_health_check=list(HealthCheck),
+)
+settings.register_profile(
+    "deep", deadline=None, max_examples=2_000, suppress_health_check=[HealthCheck.too_slow]
+)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci" if os.environ.get("CI") else "dev"))
 
 # Fast, deterministic timeouts for tests: a take on an empty queue returns after 50 ms.
 #: retry_backoff=0: a failed attempt is retried at once, as the tests written before retry
 #: delays expect (tests/test_retry_delays.py sets its own backoff).
-TEST_SETTINGS = Settings(block_timeout=0.05, socket_timeout_margin=2.0, heartbeat_interval=5,
-                         server_ttl=15, sweep_interval=10, max_attempts=3, drain_chunk=3,
-                         track_commits=True, retry_backoff=0)
+TEST_SETTINGS = Settings(
+    block_timeout=0.05,
+    socket_timeout_margin=2.0,
+    heartbeat_interval=5,
+    server_ttl=15,
+    sweep_interval=10,
+    max_attempts=3,
+    drain_chunk=3,
+    track_commits=True,
+    retry_backoff=0,
+)
 
 
 # A mutant can make a test block forever on a reply that never comes (a miscounted pipeline on

@@ -10,7 +10,8 @@ from typing import Any
 import redis.asyncio
 
 _client = redis.asyncio.Redis.from_url(
-    os.environ.get("TASKCUSTODY_E2E_URL", "redis://127.0.0.1:6379/0"))
+    os.environ.get("TASKCUSTODY_E2E_URL", "redis://127.0.0.1:6379/0")
+)
 
 
 async def handle(payload: Any) -> None:

@@ -14,11 +14,16 @@ from taskcustody.core.envelope import decode
 from tests.conftest import TEST_SETTINGS
 
 
-def make_server(client: redis.Redis, keys: QueueKeys, server_id: str, clock: ManualClock,
-                handler: Callable[[Any], Any] = lambda p: None, workers: int = 1,
-                settings: Settings = TEST_SETTINGS) -> Server:
-    return Server(client, keys, server_id, handler, workers=workers, settings=settings,
-                  clock=clock)
+def make_server(
+    client: redis.Redis,
+    keys: QueueKeys,
+    server_id: str,
+    clock: ManualClock,
+    handler: Callable[[Any], Any] = lambda p: None,
+    workers: int = 1,
+    settings: Settings = TEST_SETTINGS,
+) -> Server:
+    return Server(client, keys, server_id, handler, workers=workers, settings=settings, clock=clock)
 
 
 def ids_in(client: redis.Redis, key: str) -> list[str]:

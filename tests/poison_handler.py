@@ -28,16 +28,15 @@ def _log() -> int:
     # processes ever append to the same file).
     global _fd
     if _fd is None:
-        _fd = os.open(LOG_DIR / f"executions-{os.getpid()}.log",
-                      os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        _fd = os.open(
+            LOG_DIR / f"executions-{os.getpid()}.log", os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644
+        )
     return _fd
 
 
 def executions_before(n: str) -> int:
     """How many executions of payload `n` the log files of every process record so far."""
-    return sum(
-        path.read_text().splitlines().count(n) for path in LOG_DIR.glob("executions-*.log")
-    )
+    return sum(path.read_text().splitlines().count(n) for path in LOG_DIR.glob("executions-*.log"))
 
 
 def handle(payload: Any) -> None:

@@ -13,14 +13,17 @@ MAX_LINES = 600
 
 
 def _modules() -> list[Path]:
-    return sorted(path for path in PACKAGE.rglob("*.py")
-                  if "verify" not in path.relative_to(PACKAGE).parts
-                  and "aio" not in path.relative_to(PACKAGE).parts)
+    return sorted(
+        path
+        for path in PACKAGE.rglob("*.py")
+        if "verify" not in path.relative_to(PACKAGE).parts
+        and "aio" not in path.relative_to(PACKAGE).parts
+    )
 
 
 def _tree() -> str:
     text = DOC.read_text(encoding="utf-8")
-    return text[text.index("```text"):text.index("```", text.index("```text") + 3)]
+    return text[text.index("```text") : text.index("```", text.index("```text") + 3)]
 
 
 def test_every_module_is_on_the_map() -> None:
@@ -36,15 +39,18 @@ def test_every_module_is_on_the_map() -> None:
             folder = name
         elif name.endswith(".py"):
             on_map.add((folder if depth > 1 else "") + name)
-    wanted = {str(path.relative_to(PACKAGE)).replace("\\", "/") for path in _modules()
-              if path.name != "__init__.py" or path.parent == PACKAGE}
+    wanted = {
+        str(path.relative_to(PACKAGE)).replace("\\", "/")
+        for path in _modules()
+        if path.name != "__init__.py" or path.parent == PACKAGE
+    }
     assert wanted - on_map == set(), "modules missing from docs/architecture.md"
     assert on_map - wanted == set(), "docs/architecture.md names modules that do not exist"
 
 
 def test_the_walk_through_names_files_that_exist() -> None:
     text = DOC.read_text(encoding="utf-8")
-    walk = text[text.index("## One task from enqueue to commit"):]
+    walk = text[text.index("## One task from enqueue to commit") :]
     named = set(re.findall(r"`((?:core|deploy|ops|cli)/\w+\.py)`", walk))
     assert named, "the walk-through names no file"
     for path in named:
@@ -54,7 +60,10 @@ def test_the_walk_through_names_files_that_exist() -> None:
 def test_no_module_of_the_package_or_the_model_is_over_600_lines() -> None:
     """A module past 600 lines does more than one job; split it (the model included)."""
     model = ROOT / "model" / "taskcustody_model"
-    long = {str(path.relative_to(ROOT)): n for folder in (PACKAGE, model)
-            for path in folder.rglob("*.py")
-            if (n := len(path.read_text(encoding="utf-8").splitlines())) > MAX_LINES}
+    long = {
+        str(path.relative_to(ROOT)): n
+        for folder in (PACKAGE, model)
+        for path in folder.rglob("*.py")
+        if (n := len(path.read_text(encoding="utf-8").splitlines())) > MAX_LINES
+    }
     assert long == {}

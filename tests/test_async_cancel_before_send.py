@@ -45,7 +45,8 @@ async def _lengths(client: redis.asyncio.Redis, *names: str) -> list[int]:
 
 
 def test_a_take_cancelled_before_its_send_moves_nothing_and_leaves_the_worker_dirty(
-        backend: Backend, keys: QueueKeys) -> None:
+    backend: Backend, keys: QueueKeys
+) -> None:
     async def test(client: redis.asyncio.Redis) -> None:
         await AsyncProducer(client, keys).enqueue("p")
         worker = await _worker(client, keys)
@@ -65,14 +66,16 @@ def test_a_take_cancelled_before_its_send_moves_nothing_and_leaves_the_worker_di
 
 
 def test_a_suspect_take_cancelled_before_its_send_keeps_the_slot_until_the_reconcile(
-        backend: Backend, keys: QueueKeys) -> None:
+    backend: Backend, keys: QueueKeys
+) -> None:
     async def test(client: redis.asyncio.Redis) -> None:
         await AsyncProducer(client, keys).enqueue("p")
         await client.lmove(keys.queue, keys.suspects, "RIGHT", "LEFT")
         worker = await _worker(client, keys)
         worker.suspects.maybe_waiting = True
-        await _cancel_before_send(worker, named("EVALSHA", scripts.TAKE_AND_RECORD_SCRIPT.sha),
-                                  worker.take_suspect())
+        await _cancel_before_send(
+            worker, named("EVALSHA", scripts.TAKE_AND_RECORD_SCRIPT.sha), worker.take_suspect()
+        )
         assert worker.dirty
         assert worker.suspects.holder == worker.list_key  # taken before the send, kept
         assert await _lengths(client, keys.suspects, worker.list_key) == [1, 0]
@@ -85,7 +88,8 @@ def test_a_suspect_take_cancelled_before_its_send_keeps_the_slot_until_the_recon
 
 
 def test_a_release_cancelled_before_its_send_leaves_the_task_in_custody_and_the_worker_dirty(
-        backend: Backend, keys: QueueKeys) -> None:
+    backend: Backend, keys: QueueKeys
+) -> None:
     async def test(client: redis.asyncio.Redis) -> None:
         task_id = await AsyncProducer(client, keys).enqueue("p")
         worker = await _worker(client, keys)
@@ -93,8 +97,9 @@ def test_a_release_cancelled_before_its_send_leaves_the_task_in_custody_and_the_
         assert task is not None
         await worker.record(task)
         outcome = await worker.execute(task)
-        await _cancel_before_send(worker, named("EVALSHA", scripts.RELEASE_SCRIPT.sha),
-                                  worker.release(task, outcome))
+        await _cancel_before_send(
+            worker, named("EVALSHA", scripts.RELEASE_SCRIPT.sha), worker.release(task, outcome)
+        )
         assert worker.dirty  # not taken for a release that ran (design 16)
         (raw,) = await client.lrange(worker.list_key, 0, -1)
         assert decode(raw).id == task_id
@@ -110,7 +115,8 @@ def test_a_release_cancelled_before_its_send_leaves_the_task_in_custody_and_the_
 
 
 def test_a_composite_cancelled_before_its_send_moves_nothing_and_leaves_the_worker_dirty(
-        backend: Backend, keys: QueueKeys) -> None:
+    backend: Backend, keys: QueueKeys
+) -> None:
     async def test(client: redis.asyncio.Redis) -> None:
         await AsyncProducer(client, keys).enqueue_many(["a", "b"])
         worker = await _worker(client, keys)
@@ -119,8 +125,10 @@ def test_a_composite_cancelled_before_its_send_moves_nothing_and_leaves_the_work
         await worker.record(task)
         outcome = await worker.execute(task)
         await _cancel_before_send(
-            worker, named("EVALSHA", scripts.RELEASE_AND_TAKE_SCRIPT.sha),
-            worker.release_and_take(task, outcome))
+            worker,
+            named("EVALSHA", scripts.RELEASE_AND_TAKE_SCRIPT.sha),
+            worker.release_and_take(task, outcome),
+        )
         assert worker.dirty
         assert await _lengths(client, keys.queue, worker.list_key) == [1, 1]
         assert await client.get(keys.committed) is None
@@ -131,13 +139,15 @@ def test_a_composite_cancelled_before_its_send_moves_nothing_and_leaves_the_work
 
 
 def test_a_cancellation_inside_the_reconnect_handshake_leaves_no_reply_for_the_next_command(
-        backend: Backend, keys: QueueKeys) -> None:
+    backend: Backend, keys: QueueKeys
+) -> None:
     """Regression: the worker's connection (re)connects before a command is sent; a cancellation
     that lands while the handshake's replies are unread left redis-py's connection "connected"
     with them pending (it cleans up after a Redis error there, not after a cancellation), and the
     next take read a handshake reply as its own: it failed on a stale reply while its task sat in
     its list, with the worker clean -- ignorant. The worker now drops a connection whose handshake
     did not finish."""
+
     async def test(client: redis.asyncio.Redis) -> None:
         task_id = await AsyncProducer(client, keys).enqueue("p")
         worker = await _worker(client, keys)

@@ -36,15 +36,14 @@ async def _worker(client: redis.asyncio.Redis, keys: QueueKeys, handler: Any) ->
     return worker
 
 
-
-
 async def _cancelled(task: asyncio.Task[Any]) -> None:
     with pytest.raises(asyncio.CancelledError):
         await task
 
 
-def test_a_cancelled_handler_releases_its_task_as_a_failed_attempt(backend: Backend,
-                                                                   keys: QueueKeys) -> None:
+def test_a_cancelled_handler_releases_its_task_as_a_failed_attempt(
+    backend: Backend, keys: QueueKeys
+) -> None:
     started = asyncio.Event()
 
     async def handler(payload: Any) -> Any:
@@ -69,13 +68,15 @@ def test_a_cancelled_handler_releases_its_task_as_a_failed_attempt(backend: Back
     run_with_client(test, backend)
 
 
-def test_a_cancellation_between_take_and_record_releases_the_task(backend: Backend,
-                                                                  keys: QueueKeys) -> None:
+def test_a_cancellation_between_take_and_record_releases_the_task(
+    backend: Backend, keys: QueueKeys
+) -> None:
     async def test(client: redis.asyncio.Redis) -> None:
         await AsyncProducer(client, keys).enqueue("p")
         worker = await _worker(client, keys, lambda p: "ran")
-        gate = worker.conn = Gate(worker.conn, named("EVALSHA", scripts.RECORD_SCRIPT.sha),
-                                  hold="send")
+        gate = worker.conn = Gate(
+            worker.conn, named("EVALSHA", scripts.RECORD_SCRIPT.sha), hold="send"
+        )
         cycle = asyncio.create_task(worker.run_once())
         await gate.cancel_at(cycle)
         await _cancelled(cycle)
@@ -88,13 +89,15 @@ def test_a_cancellation_between_take_and_record_releases_the_task(backend: Backe
     run_with_client(test, backend)
 
 
-def test_a_release_cancelled_before_it_is_sent_still_runs_to_its_end(backend: Backend,
-                                                                     keys: QueueKeys) -> None:
+def test_a_release_cancelled_before_it_is_sent_still_runs_to_its_end(
+    backend: Backend, keys: QueueKeys
+) -> None:
     async def test(client: redis.asyncio.Redis) -> None:
         task_id = await AsyncProducer(client, keys).enqueue(20)
         worker = await _worker(client, keys, lambda p: p + 1)
-        gate = worker.conn = Gate(worker.conn, named("EVALSHA", scripts.RELEASE_SCRIPT.sha),
-                                  hold="send")
+        gate = worker.conn = Gate(
+            worker.conn, named("EVALSHA", scripts.RELEASE_SCRIPT.sha), hold="send"
+        )
         cycle = asyncio.create_task(worker.run_once())
         await gate.cancel_at(cycle)
         await _cancelled(cycle)
@@ -109,7 +112,8 @@ def test_a_release_cancelled_before_it_is_sent_still_runs_to_its_end(backend: Ba
 
 
 def test_a_cancellation_while_the_takes_reply_is_in_flight_leaves_the_worker_dirty(
-        backend: Backend, keys: QueueKeys) -> None:
+    backend: Backend, keys: QueueKeys
+) -> None:
     async def test(client: redis.asyncio.Redis) -> None:
         task_id = await AsyncProducer(client, keys).enqueue("p")
         worker = await _worker(client, keys, lambda p: "done")
@@ -130,17 +134,20 @@ def test_a_cancellation_while_the_takes_reply_is_in_flight_leaves_the_worker_dir
     run_with_client(test, backend)
 
 
-def test_a_cancelled_composite_step_leaves_the_worker_dirty(backend: Backend,
-                                                            keys: QueueKeys) -> None:
+def test_a_cancelled_composite_step_leaves_the_worker_dirty(
+    backend: Backend, keys: QueueKeys
+) -> None:
     """`release_and_take`'s reply cut by a cancellation: the release ran and the next task may be
     in our list; dirty, and the reconcile gives it back."""
+
     async def test(client: redis.asyncio.Redis) -> None:
         await AsyncProducer(client, keys).enqueue_many(["a", "b"])
         worker = await _worker(client, keys, lambda p: p)
         task = await worker.take()
         assert task is not None
         gate = worker.conn = Gate(
-            worker.conn, named("EVALSHA", scripts.RELEASE_AND_TAKE_SCRIPT.sha), hold="reply")
+            worker.conn, named("EVALSHA", scripts.RELEASE_AND_TAKE_SCRIPT.sha), hold="reply"
+        )
         step = asyncio.create_task(worker.release_and_take(task, await worker.execute(task)))
         await gate.cancel_at(step)
         await _cancelled(step)

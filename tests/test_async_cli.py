@@ -22,13 +22,13 @@ from tests.support.worker_command import (
     write_handler_module,
 )
 
-HANDLER = textwrap.dedent('''
+HANDLER = textwrap.dedent("""
     import asyncio
 
     async def handle(payload):
         await asyncio.sleep(0.01)
         return {"awaited": payload["n"] * 2}
-''')
+""")
 
 
 def test_is_async_handler_tells_async_def_from_def() -> None:
@@ -46,14 +46,25 @@ def test_is_async_handler_tells_async_def_from_def() -> None:
 @pytest.mark.real_redis
 @pytest.mark.parametrize("prefetch", [1, 4])
 def test_the_worker_command_runs_an_async_def_handler_on_the_asyncio_server(
-        real_redis: RedisServerProcess, tmp_path: Path, prefetch: int) -> None:
+    real_redis: RedisServerProcess, tmp_path: Path, prefetch: int
+) -> None:
     write_handler_module(tmp_path, "asynctasks:handle", HANDLER)
     client = connect(real_redis.url)
     client.flushall()
     keys = QueueKeys("cli-async")
     ids = [Producer(client, keys).enqueue({"n": n}) for n in range(20)]
-    proc = start_worker(tmp_path, "asynctasks:handle", "cli-async", real_redis.url,
-                        "--workers", "4", "--block-timeout", "0.2", "--prefetch", str(prefetch))
+    proc = start_worker(
+        tmp_path,
+        "asynctasks:handle",
+        "cli-async",
+        real_redis.url,
+        "--workers",
+        "4",
+        "--block-timeout",
+        "0.2",
+        "--prefetch",
+        str(prefetch),
+    )
     try:
         results = [get_result(client, keys, task_id, timeout=30) for task_id in ids]
     finally:
@@ -67,12 +78,19 @@ def test_the_worker_command_runs_an_async_def_handler_on_the_asyncio_server(
 
 @pytest.mark.real_redis
 def test_an_async_handler_with_what_the_asyncio_api_does_not_serve_is_one_line_exit_1(
-        real_redis: RedisServerProcess, tmp_path: Path) -> None:
+    real_redis: RedisServerProcess, tmp_path: Path
+) -> None:
     write_handler_module(tmp_path, "asynctasks:handle", HANDLER)
     result = subprocess.run(
         worker_argv("asynctasks:handle", "cli-async", real_redis.url, "--min-replicas", "1"),
-        cwd=tmp_path, env=worker_env(), capture_output=True, text=True, timeout=60)
+        cwd=tmp_path,
+        env=worker_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert result.returncode == 1
     assert result.stderr.strip().splitlines() == [
         "Error: an async def handler: min_replicas is not supported by the asyncio API yet: "
-        "use the threaded API (taskcustody.Server) for WAIT after writes"]
+        "use the threaded API (taskcustody.Server) for WAIT after writes"
+    ]

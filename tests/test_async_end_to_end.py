@@ -25,17 +25,42 @@ ROOT = Path(__file__).resolve().parent.parent
 N = 2_000
 
 
-def _start(url: str, handler: str, server_id: str, workers: int,
-           prefetch: int = 1) -> subprocess.Popen[bytes]:
+def _start(
+    url: str, handler: str, server_id: str, workers: int, prefetch: int = 1
+) -> subprocess.Popen[bytes]:
     path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
     env = dict(os.environ, PYTHONPATH=path, TASKCUSTODY_E2E_URL=url)
     return subprocess.Popen(
-        [sys.executable, "-m", "taskcustody.cli", "worker", handler, "--queue", "e2e",
-         "--redis-url", url, "--workers", str(workers), "--server-id", server_id,
-         "--heartbeat-interval", "0.2", "--server-ttl", "1", "--sweep-interval", "0.5",
-         "--block-timeout", "0.2", "--wait-for-id", "10", "--track-commits",
-         "--prefetch", str(prefetch)],
-        env=env, cwd=ROOT,
+        [
+            sys.executable,
+            "-m",
+            "taskcustody.cli",
+            "worker",
+            handler,
+            "--queue",
+            "e2e",
+            "--redis-url",
+            url,
+            "--workers",
+            str(workers),
+            "--server-id",
+            server_id,
+            "--heartbeat-interval",
+            "0.2",
+            "--server-ttl",
+            "1",
+            "--sweep-interval",
+            "0.5",
+            "--block-timeout",
+            "0.2",
+            "--wait-for-id",
+            "10",
+            "--track-commits",
+            "--prefetch",
+            str(prefetch),
+        ],
+        env=env,
+        cwd=ROOT,
     )
 
 
@@ -50,7 +75,8 @@ def _stop(proc: subprocess.Popen[bytes]) -> int:
 
 @pytest.mark.parametrize("prefetch", [1, 4])
 def test_sigkill_of_an_asyncio_server_beside_a_threaded_one_commits_every_task_once(
-    real_redis: RedisServerProcess, prefetch: int,
+    real_redis: RedisServerProcess,
+    prefetch: int,
 ) -> None:
     url = real_redis.url
     admin = redis.Redis.from_url(url)
@@ -68,8 +94,7 @@ def test_sigkill_of_an_asyncio_server_beside_a_threaded_one_commits_every_task_o
         first.send_signal(signal.SIGKILL)
         first.wait(30)
         at_kill = committed()
-        inflight_at_kill = sum(admin.llen(k)
-                               for k in admin.zrange(keys.inflight_registry, 0, -1))
+        inflight_at_kill = sum(admin.llen(k) for k in admin.zrange(keys.inflight_registry, 0, -1))
         second = _start(url, "tests.e2e_async_handler:handle", "e2e-aio", 8, prefetch)
         try:
             wait_for(lambda: committed() >= N, "every task to commit")
@@ -83,5 +108,6 @@ def test_sigkill_of_an_asyncio_server_beside_a_threaded_one_commits_every_task_o
             if proc.poll() is None:
                 proc.kill()
 
-    assert_every_task_committed_once(admin, keys, ids, "asyncio end-to-end", at_kill,
-                                     inflight_at_kill)
+    assert_every_task_committed_once(
+        admin, keys, ids, "asyncio end-to-end", at_kill, inflight_at_kill
+    )

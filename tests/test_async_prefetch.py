@@ -40,12 +40,16 @@ PREFETCH = 4
 SETTINGS = Settings(**{**TEST_SETTINGS.__dict__, "prefetch": PREFETCH})
 
 
-async def _worker(client: redis.asyncio.Redis, keys: QueueKeys,
-                  handler: Any) -> AsyncPrefetchingWorker:
+async def _worker(
+    client: redis.asyncio.Redis, keys: QueueKeys, handler: Any
+) -> AsyncPrefetchingWorker:
     clock = ManualClock()
     worker = AsyncPrefetchingWorker(
-        [AsyncWorker(client, keys, ListOwner("s1", 1, f"w0p{i}"), handler, clock, SETTINGS)
-         for i in range(PREFETCH)])
+        [
+            AsyncWorker(client, keys, ListOwner("s1", 1, f"w0p{i}"), handler, clock, SETTINGS)
+            for i in range(PREFETCH)
+        ]
+    )
     await worker.register()
     await worker.reconcile()
     return worker
@@ -53,8 +57,11 @@ async def _worker(client: redis.asyncio.Redis, keys: QueueKeys,
 
 def _queue_take(keys: QueueKeys) -> Any:
     """Matches a pipelined take from the queue (not the take of a suspect)."""
-    return lambda args: (args[0] == "EVALSHA" and args[1] == scripts.TAKE_AND_RECORD_SCRIPT.sha
-                         and args[3] == keys.queue)
+    return lambda args: (
+        args[0] == "EVALSHA"
+        and args[1] == scripts.TAKE_AND_RECORD_SCRIPT.sha
+        and args[3] == keys.queue
+    )
 
 
 async def _queued(client: redis.asyncio.Redis, keys: QueueKeys) -> dict[str, int]:
@@ -67,7 +74,8 @@ async def _in_custody(client: redis.asyncio.Redis, worker: AsyncPrefetchingWorke
 
 
 def test_a_busy_queue_is_taken_in_batches_and_every_task_commits_once(
-        backend: Backend, keys: QueueKeys) -> None:
+    backend: Backend, keys: QueueKeys
+) -> None:
     seen: list[int] = []
 
     async def handler(payload: Any) -> Any:
@@ -93,16 +101,19 @@ def test_a_busy_queue_is_taken_in_batches_and_every_task_commits_once(
 
 
 def test_the_async_and_the_threaded_prefetching_worker_build_the_same_pipelines(
-        backend: Backend, keys: QueueKeys) -> None:
+    backend: Backend, keys: QueueKeys
+) -> None:
     """The sans-IO half is shared: the same slots give the same take commands."""
     clock = ManualClock()
     owners = [ListOwner("s1", 1, f"w0p{i}") for i in range(PREFETCH)]
-    threaded = PrefetchingWorker([Worker(backend.client(), keys, o, print, clock, SETTINGS)
-                                  for o in owners])
+    threaded = PrefetchingWorker(
+        [Worker(backend.client(), keys, o, print, clock, SETTINGS) for o in owners]
+    )
 
     async def test(client: redis.asyncio.Redis) -> None:
         asyncio_one = AsyncPrefetchingWorker(
-            [AsyncWorker(client, keys, o, print, clock, SETTINGS) for o in owners])
+            [AsyncWorker(client, keys, o, print, clock, SETTINGS) for o in owners]
+        )
         assert asyncio_one.take_commands() == threaded.take_commands()
         assert asyncio_one.list_keys == threaded.list_keys
 
@@ -111,7 +122,8 @@ def test_the_async_and_the_threaded_prefetching_worker_build_the_same_pipelines(
 
 
 def test_a_cancelled_handler_releases_its_batch_as_the_threaded_worker_does_when_interrupted(
-        backend: Backend, keys: QueueKeys) -> None:
+    backend: Backend, keys: QueueKeys
+) -> None:
     started = asyncio.Event()
 
     async def handler(payload: Any) -> Any:
@@ -142,7 +154,8 @@ def test_a_cancelled_handler_releases_its_batch_as_the_threaded_worker_does_when
 
 
 def test_a_cancellation_while_the_take_pipelines_replies_are_in_flight_leaves_every_slot_dirty(
-        backend: Backend, keys: QueueKeys) -> None:
+    backend: Backend, keys: QueueKeys
+) -> None:
     ran: list[int] = []
 
     async def handler(payload: Any) -> Any:
@@ -177,12 +190,14 @@ def test_a_cancellation_while_the_take_pipelines_replies_are_in_flight_leaves_ev
 
 @pytest.mark.parametrize("hold", ["send", "reply"])
 def test_a_release_pipeline_cancelled_before_it_is_sent_or_read_still_runs_to_its_end(
-        backend: Backend, keys: QueueKeys, hold: str) -> None:
+    backend: Backend, keys: QueueKeys, hold: str
+) -> None:
     async def test(client: redis.asyncio.Redis) -> None:
         ids = await AsyncProducer(client, keys).enqueue_many(range(PREFETCH))
         worker = await _worker(client, keys, lambda p: p + 1)
-        gate = worker.conn = Gate(worker.conn, lambda a: a[1] == scripts.RELEASE_SCRIPT.sha,
-                                  hold=hold)
+        gate = worker.conn = Gate(
+            worker.conn, lambda a: a[1] == scripts.RELEASE_SCRIPT.sha, hold=hold
+        )
         cycle = asyncio.create_task(worker.run_once(timeout=0.05))
         await gate.cancel_at(cycle)
         with pytest.raises(asyncio.CancelledError):
@@ -199,7 +214,8 @@ def test_a_release_pipeline_cancelled_before_it_is_sent_or_read_still_runs_to_it
 
 
 def test_a_lost_take_pipeline_reply_leaves_that_slot_and_the_later_ones_dirty(
-        backend: Backend, keys: QueueKeys) -> None:
+    backend: Backend, keys: QueueKeys
+) -> None:
     """A connection lost after the second reply: the first two slots' tasks run and commit,
     the later slots are dirty and reconcile theirs; nothing is lost or run twice."""
     ran: list[int] = []
@@ -243,10 +259,12 @@ def test_a_lost_take_pipeline_reply_leaves_that_slot_and_the_later_ones_dirty(
     assert sum(all_custody(client, keys).values()) == 0
 
 
-def test_only_the_lead_slot_makes_a_connection_of_its_own(backend: Backend,
-                                                          keys: QueueKeys) -> None:
+def test_only_the_lead_slot_makes_a_connection_of_its_own(
+    backend: Backend, keys: QueueKeys
+) -> None:
     """The other slots never send a command themselves (the pipelines do): no connection is made
     for them (redis-py's Connection() costs ~2 ms, 1 s for 64 workers x 8 slots)."""
+
     async def test(client: redis.asyncio.Redis) -> None:
         await AsyncProducer(client, keys).enqueue_many(range(2 * PREFETCH))
         worker = await _worker(client, keys, lambda p: p)
@@ -258,8 +276,9 @@ def test_only_the_lead_slot_makes_a_connection_of_its_own(backend: Backend,
     run_with_client(test, backend)
 
 
-def test_an_empty_queue_falls_back_to_the_leads_blocking_take(backend: Backend,
-                                                              keys: QueueKeys) -> None:
+def test_an_empty_queue_falls_back_to_the_leads_blocking_take(
+    backend: Backend, keys: QueueKeys
+) -> None:
     async def test(client: redis.asyncio.Redis) -> None:
         worker = await _worker(client, keys, lambda p: p)
         assert await worker.run_once(timeout=0.05) is False
@@ -273,13 +292,15 @@ def test_an_empty_queue_falls_back_to_the_leads_blocking_take(backend: Backend,
 
 
 def test_a_cancellation_inside_the_pipeline_connections_handshake_leaves_every_slot_dirty(
-        backend: Backend, keys: QueueKeys) -> None:
+    backend: Backend, keys: QueueKeys
+) -> None:
     """Regression (as AsyncWorker's in tests/test_async_cancel_before_send.py): the pipelines'
     connection (re)connects before a pipeline is sent; a cancellation that lands while the
     handshake's replies are unread left redis-py's connection "connected" with them pending, and
     every slot clean, so the next take pipeline read a handshake reply as slot 0's. The
     connection is now broken until its handshake is done, and the slots dirty: nothing was sent,
     but the worker cannot tell."""
+
     async def handler(payload: Any) -> Any:
         return payload
 

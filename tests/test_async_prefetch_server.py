@@ -42,8 +42,9 @@ PREFETCH = 4
 SETTINGS = dataclasses.replace(TEST_SETTINGS, prefetch=PREFETCH)
 
 
-async def _started(client: redis.asyncio.Redis, keys: QueueKeys,
-                   settings: Settings) -> tuple[AsyncServer, AsyncPrefetchingWorker]:
+async def _started(
+    client: redis.asyncio.Redis, keys: QueueKeys, settings: Settings
+) -> tuple[AsyncServer, AsyncPrefetchingWorker]:
     """`started_server`'s server and worker: a prefetching one."""
     server, worker = await started_server(client, keys, settings)
     assert isinstance(worker, AsyncPrefetchingWorker)
@@ -55,20 +56,23 @@ async def _queued(client: redis.asyncio.Redis, keys: QueueKeys) -> dict[str, int
 
 
 def test_n_prefetching_workers_in_one_process_commit_every_task_once(
-        backend: Backend, keys: QueueKeys) -> None:
+    backend: Backend, keys: QueueKeys
+) -> None:
     async def handler(payload: Any) -> Any:
         await asyncio.sleep(0)
         return payload
 
     async def test(client: redis.asyncio.Redis) -> None:
         await AsyncProducer(client, keys).enqueue_many(range(100))
-        server = AsyncServer(client, keys, "aio-1", handler, workers=3, settings=SETTINGS,
-                             clock=ManualClock())
+        server = AsyncServer(
+            client, keys, "aio-1", handler, workers=3, settings=SETTINGS, clock=ManualClock()
+        )
         await server.run(until_idle=True)
         assert all(isinstance(w, AsyncPrefetchingWorker) for w in server.workers)
         # each slot its own list, named as the threaded server's (w<i>p<slot>)
-        assert sorted(s.owner.worker_id for w in server.workers for s in w.slots) == \
-            sorted(server.control.worker_ids())
+        assert sorted(s.owner.worker_id for w in server.workers for s in w.slots) == sorted(
+            server.control.worker_ids()
+        )
         assert len({k for w in server.workers for k in w.list_keys}) == 3 * PREFETCH
         assert await client.zcard(keys.servers) == 0
         assert await client.zcard(keys.inflight_registry) == 0
@@ -79,7 +83,8 @@ def test_n_prefetching_workers_in_one_process_commit_every_task_once(
 
 
 def test_shutdown_cancels_idle_takes_and_lets_a_batch_finish_with_its_prefetched_tasks(
-        backend: Backend, keys: QueueKeys) -> None:
+    backend: Backend, keys: QueueKeys
+) -> None:
     skip_on_fakeredis(backend)
     # Takes that would block for 20 s: the run returns long before, so they were cancelled.
     settings = blocking(SETTINGS)
@@ -95,8 +100,9 @@ def test_shutdown_cancels_idle_takes_and_lets_a_batch_finish_with_its_prefetched
 
     async def test(client: redis.asyncio.Redis) -> None:
         ids = await AsyncProducer(client, keys).enqueue_many(range(3))
-        server = AsyncServer(client, keys, "aio-1", handler, workers=3, settings=settings,
-                             clock=ManualClock())
+        server = AsyncServer(
+            client, keys, "aio-1", handler, workers=3, settings=settings, clock=ManualClock()
+        )
         run = asyncio.create_task(server.run())
         await started.wait()
         (busy,) = [w for w in server.workers if w.busy]
@@ -126,7 +132,8 @@ def test_shutdown_cancels_idle_takes_and_lets_a_batch_finish_with_its_prefetched
 
 
 def test_shutdown_cancels_a_batch_still_running_after_the_grace_and_releases_every_task(
-        backend: Backend, keys: QueueKeys) -> None:
+    backend: Backend, keys: QueueKeys
+) -> None:
     settings = dataclasses.replace(SETTINGS, shutdown_grace=0.05)
     started = asyncio.Event()
     cancelled: list[int] = []
@@ -143,8 +150,9 @@ def test_shutdown_cancels_a_batch_still_running_after_the_grace_and_releases_eve
 
     async def test(client: redis.asyncio.Redis) -> None:
         ids = await AsyncProducer(client, keys).enqueue_many(range(PREFETCH))
-        server = AsyncServer(client, keys, "aio-1", handler, workers=1, settings=settings,
-                             clock=ManualClock())
+        server = AsyncServer(
+            client, keys, "aio-1", handler, workers=1, settings=settings, clock=ManualClock()
+        )
         run = asyncio.create_task(server.run())
         await started.wait()
         server.stop()
@@ -166,12 +174,14 @@ def _take_pipeline(keys: QueueKeys) -> Match:
     return lambda a: a[1] == scripts.TAKE_AND_RECORD_SCRIPT.sha and a[3] == keys.queue
 
 
-def _stopped_at_the_take_pipeline(backend: Backend, keys: QueueKeys, settings: Settings,
-                                  hold: str, swallow: bool) -> None:
+def _stopped_at_the_take_pipeline(
+    backend: Backend, keys: QueueKeys, settings: Settings, hold: str, swallow: bool
+) -> None:
     """Two tasks queued; the shutdown lands at the idle worker's take pipeline (its takes held at
     `hold`; the cancellation swallowed there with `swallow`). The lists the takes filled are
     reconciled before deregistering: the tasks are back where recovery puts a counted task, never
     run."""
+
     async def test(client: redis.asyncio.Redis) -> None:
         server, worker = await _started(client, keys, settings)
         gate = gated(worker, _take_pipeline(keys), hold, swallow)
@@ -192,20 +202,23 @@ def _stopped_at_the_take_pipeline(backend: Backend, keys: QueueKeys, settings: S
 
 
 def test_shutdown_reconciles_the_lists_a_take_pipeline_cancelled_in_flight_filled(
-        backend: Backend, keys: QueueKeys) -> None:
+    backend: Backend, keys: QueueKeys
+) -> None:
     # the takes ran, the first reply held: the shutdown cancels the pipeline with its replies
     # in flight
     _stopped_at_the_take_pipeline(backend, keys, SETTINGS, "reply", swallow=False)
 
 
 def test_shutdown_ends_an_idle_blocking_take_whose_cancellation_was_swallowed(
-        backend: Backend, keys: QueueKeys) -> None:
+    backend: Backend, keys: QueueKeys
+) -> None:
     # the queue is empty: the lead's blocking take
     a_swallowed_idle_take_is_cut(backend, keys, SETTINGS, lambda worker: worker.lead)
 
 
 def test_shutdown_ends_a_take_pipeline_whose_cancellation_was_swallowed(
-        backend: Backend, keys: QueueKeys) -> None:
+    backend: Backend, keys: QueueKeys
+) -> None:
     skip_on_fakeredis(backend)
     # The pipeline about to be sent: its cancellation is swallowed and the takes sent; without
     # the interrupt the worker would go on (to a batch, or to the lead's blocking take when the
@@ -214,7 +227,8 @@ def test_shutdown_ends_a_take_pipeline_whose_cancellation_was_swallowed(
 
 
 def test_a_threaded_and_an_asyncio_prefetching_server_serve_one_queue_each_task_once(
-        backend: Backend, keys: QueueKeys) -> None:
+    backend: Backend, keys: QueueKeys
+) -> None:
     ran: dict[str, list[int]] = {"sync": [], "async": []}
     # The threaded workers hold their first tasks until the asyncio side has run one, so that
     # both serve whatever the start-up order (a guard of 10 s, not a timing assumption).
@@ -233,15 +247,23 @@ def test_a_threaded_and_an_asyncio_prefetching_server_serve_one_queue_each_task_
 
     n = 300
     sync_client = backend.client()
-    threaded = Server(sync_client, keys, "threads-1", sync_handler, workers=2,
-                      settings=SETTINGS, clock=ManualClock())
+    threaded = Server(
+        sync_client,
+        keys,
+        "threads-1",
+        sync_handler,
+        workers=2,
+        settings=SETTINGS,
+        clock=ManualClock(),
+    )
 
     async def test(client: redis.asyncio.Redis) -> None:
         await AsyncProducer(client, keys).enqueue_many(range(n))
         thread = threading.Thread(target=threaded.run, kwargs={"until_idle": True})
         thread.start()
-        server = AsyncServer(client, keys, "aio-1", async_handler, workers=3,
-                             settings=SETTINGS, clock=ManualClock())
+        server = AsyncServer(
+            client, keys, "aio-1", async_handler, workers=3, settings=SETTINGS, clock=ManualClock()
+        )
         await server.run(until_idle=True)
         await asyncio.to_thread(thread.join)
 

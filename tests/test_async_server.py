@@ -32,8 +32,9 @@ from tests.support.aio import (
 )
 
 
-def test_n_async_workers_in_one_process_commit_every_task_once(backend: Backend,
-                                                               keys: QueueKeys) -> None:
+def test_n_async_workers_in_one_process_commit_every_task_once(
+    backend: Backend, keys: QueueKeys
+) -> None:
     running: set[int] = set()
     overlap = 0
     two_at_once = asyncio.Event()
@@ -51,8 +52,9 @@ def test_n_async_workers_in_one_process_commit_every_task_once(backend: Backend,
 
     async def test(client: redis.asyncio.Redis) -> None:
         await AsyncProducer(client, keys).enqueue_many(range(60))
-        server = AsyncServer(client, keys, "aio-1", handler, workers=4, settings=TEST_SETTINGS,
-                             clock=ManualClock())
+        server = AsyncServer(
+            client, keys, "aio-1", handler, workers=4, settings=TEST_SETTINGS, clock=ManualClock()
+        )
         await server.run(until_idle=True)
         assert len({w.list_key for w in server.workers}) == 4
         # deregistered, its lists forgotten
@@ -66,7 +68,8 @@ def test_n_async_workers_in_one_process_commit_every_task_once(backend: Backend,
 
 
 def test_shutdown_cancels_idle_takes_at_once_and_lets_a_running_handler_finish(
-        backend: Backend, keys: QueueKeys) -> None:
+    backend: Backend, keys: QueueKeys
+) -> None:
     skip_on_fakeredis(backend)
     # Takes that would block for 20 s: the run returns long before, so they were cancelled.
     settings = blocking(TEST_SETTINGS)
@@ -79,8 +82,9 @@ def test_shutdown_cancels_idle_takes_at_once_and_lets_a_running_handler_finish(
 
     async def test(client: redis.asyncio.Redis) -> None:
         task_id = await AsyncProducer(client, keys).enqueue("p")
-        server = AsyncServer(client, keys, "aio-1", handler, workers=3, settings=settings,
-                             clock=ManualClock())
+        server = AsyncServer(
+            client, keys, "aio-1", handler, workers=3, settings=settings, clock=ManualClock()
+        )
         run = asyncio.create_task(server.run())
         await started.wait()
         (busy,) = [w for w in server.workers if w.busy]
@@ -105,7 +109,8 @@ def test_shutdown_cancels_idle_takes_at_once_and_lets_a_running_handler_finish(
 
 
 def test_shutdown_cancels_a_handler_still_running_after_the_grace_and_releases_its_task(
-        backend: Backend, keys: QueueKeys) -> None:
+    backend: Backend, keys: QueueKeys
+) -> None:
     settings = dataclasses.replace(TEST_SETTINGS, shutdown_grace=0.05)
     started = asyncio.Event()
     cancelled: list[bool] = []
@@ -120,8 +125,9 @@ def test_shutdown_cancels_a_handler_still_running_after_the_grace_and_releases_i
 
     async def test(client: redis.asyncio.Redis) -> None:
         task_id = await AsyncProducer(client, keys).enqueue("p")
-        server = AsyncServer(client, keys, "aio-1", handler, workers=2, settings=settings,
-                             clock=ManualClock())
+        server = AsyncServer(
+            client, keys, "aio-1", handler, workers=2, settings=settings, clock=ManualClock()
+        )
         run = asyncio.create_task(server.run())
         await started.wait()
         server.stop()
@@ -137,7 +143,8 @@ def test_shutdown_cancels_a_handler_still_running_after_the_grace_and_releases_i
 
 
 def test_shutdown_reconciles_a_list_a_take_cancelled_with_its_reply_in_flight_filled(
-        backend: Backend, keys: QueueKeys) -> None:
+    backend: Backend, keys: QueueKeys
+) -> None:
     async def test(client: redis.asyncio.Redis) -> None:
         server, worker = await started_server(client, keys, TEST_SETTINGS)
         # the take runs, its reply is held, the worker idle: the shutdown cancels the take with
@@ -154,12 +161,14 @@ def test_shutdown_reconciles_a_list_a_take_cancelled_with_its_reply_in_flight_fi
 
 
 def test_shutdown_ends_an_idle_take_whose_cancellation_was_swallowed(
-        backend: Backend, keys: QueueKeys) -> None:
+    backend: Backend, keys: QueueKeys
+) -> None:
     a_swallowed_idle_take_is_cut(backend, keys, TEST_SETTINGS, lambda worker: worker)
 
 
 def test_shutdown_cutting_a_take_with_its_reply_in_flight_leaves_the_worker_dirty(
-        backend: Backend, keys: QueueKeys) -> None:
+    backend: Backend, keys: QueueKeys
+) -> None:
     async def test(client: redis.asyncio.Redis) -> None:
         server, worker = await started_server(client, keys, TEST_SETTINGS)
         # the take is sent and runs, its reply unread; the shutdown's cancellation is swallowed
@@ -181,7 +190,8 @@ def test_shutdown_cutting_a_take_with_its_reply_in_flight_leaves_the_worker_dirt
 
 
 def test_a_threaded_and_an_asyncio_server_serve_one_queue_each_task_committed_once(
-        backend: Backend, keys: QueueKeys) -> None:
+    backend: Backend, keys: QueueKeys
+) -> None:
     ran: dict[str, set[int]] = {"sync": set(), "async": set()}
     # The threaded workers hold their first tasks until the asyncio side has run one, so that
     # both serve whatever the start-up order (a guard of 10 s, not a timing assumption).
@@ -200,15 +210,29 @@ def test_a_threaded_and_an_asyncio_server_serve_one_queue_each_task_committed_on
 
     n = 300
     sync_client = backend.client()
-    threaded = Server(sync_client, keys, "threads-1", sync_handler, workers=2,
-                      settings=TEST_SETTINGS, clock=ManualClock())
+    threaded = Server(
+        sync_client,
+        keys,
+        "threads-1",
+        sync_handler,
+        workers=2,
+        settings=TEST_SETTINGS,
+        clock=ManualClock(),
+    )
 
     async def test(client: redis.asyncio.Redis) -> None:
         await AsyncProducer(client, keys).enqueue_many(range(n))
         thread = threading.Thread(target=threaded.run, kwargs={"until_idle": True})
         thread.start()
-        server = AsyncServer(client, keys, "aio-1", async_handler, workers=3,
-                             settings=TEST_SETTINGS, clock=ManualClock())
+        server = AsyncServer(
+            client,
+            keys,
+            "aio-1",
+            async_handler,
+            workers=3,
+            settings=TEST_SETTINGS,
+            clock=ManualClock(),
+        )
         await server.run(until_idle=True)
         await asyncio.to_thread(thread.join)
 

@@ -32,11 +32,12 @@ from tests.support.aio import run_with_client
 OWNER = ListOwner("s1", 1, "w0")
 
 
-
-
-async def clean_worker(client: redis.asyncio.Redis, keys: QueueKeys,
-                       handler: Callable[[Any], Any] = lambda p: None,
-                       clock: ManualClock | None = None) -> AsyncWorker:
+async def clean_worker(
+    client: redis.asyncio.Redis,
+    keys: QueueKeys,
+    handler: Callable[[Any], Any] = lambda p: None,
+    clock: ManualClock | None = None,
+) -> AsyncWorker:
     worker = AsyncWorker(client, keys, OWNER, handler, clock or ManualClock(), TEST_SETTINGS)
     await worker.register()
     assert worker.dirty  # a new worker starts dirty, as the threaded one
@@ -44,8 +45,9 @@ async def clean_worker(client: redis.asyncio.Redis, keys: QueueKeys,
     return worker
 
 
-def test_one_async_cycle_commits_and_leaves_nothing_in_custody(backend: Backend,
-                                                               keys: QueueKeys) -> None:
+def test_one_async_cycle_commits_and_leaves_nothing_in_custody(
+    backend: Backend, keys: QueueKeys
+) -> None:
     async def handler(payload: Any) -> Any:
         await asyncio.sleep(0)
         return {"double": payload * 2}
@@ -70,8 +72,9 @@ def test_one_async_cycle_commits_and_leaves_nothing_in_custody(backend: Backend,
     assert commits(backend.client(), keys) == {next(iter(commits(backend.client(), keys))): 1}
 
 
-def test_a_plain_handler_runs_in_a_thread_not_on_the_loop(backend: Backend,
-                                                          keys: QueueKeys) -> None:
+def test_a_plain_handler_runs_in_a_thread_not_on_the_loop(
+    backend: Backend, keys: QueueKeys
+) -> None:
     threads: list[threading.Thread] = []
 
     def handler(payload: Any) -> Any:
@@ -88,8 +91,9 @@ def test_a_plain_handler_runs_in_a_thread_not_on_the_loop(backend: Backend,
     assert threads and threads[0] is not threading.main_thread()
 
 
-def test_a_failing_async_handler_is_retried_with_its_attempt_counted(backend: Backend,
-                                                                     keys: QueueKeys) -> None:
+def test_a_failing_async_handler_is_retried_with_its_attempt_counted(
+    backend: Backend, keys: QueueKeys
+) -> None:
     async def handler(payload: Any) -> Any:
         raise RuntimeError("boom")
 
@@ -109,8 +113,9 @@ def test_a_failing_async_handler_is_retried_with_its_attempt_counted(backend: Ba
     run_with_client(test, backend)
 
 
-def test_release_and_take_takes_the_next_task_with_its_record(backend: Backend,
-                                                              keys: QueueKeys) -> None:
+def test_release_and_take_takes_the_next_task_with_its_record(
+    backend: Backend, keys: QueueKeys
+) -> None:
     async def test(client: redis.asyncio.Redis) -> None:
         first, second = await AsyncProducer(client, keys).enqueue_many(["a", "b"])
         worker = await clean_worker(client, keys)
@@ -128,8 +133,9 @@ def test_release_and_take_takes_the_next_task_with_its_record(backend: Backend,
     run_with_client(test, backend)
 
 
-def test_a_malformed_task_is_dead_lettered_and_the_take_returns_none(backend: Backend,
-                                                                     keys: QueueKeys) -> None:
+def test_a_malformed_task_is_dead_lettered_and_the_take_returns_none(
+    backend: Backend, keys: QueueKeys
+) -> None:
     async def test(client: redis.asyncio.Redis) -> None:
         await client.lpush(keys.queue, b"not json")
         worker = await clean_worker(client, keys)
@@ -154,8 +160,9 @@ def test_an_idle_take_returns_none_after_its_timeout(backend: Backend, keys: Que
     run_with_client(test, backend)
 
 
-def test_both_workers_build_the_same_release_and_take_commands(backend: Backend,
-                                                               keys: QueueKeys) -> None:
+def test_both_workers_build_the_same_release_and_take_commands(
+    backend: Backend, keys: QueueKeys
+) -> None:
     clock = ManualClock()
     task = new_task({"x": 1}, clock.now())
     sync = Worker(backend.client(), keys, OWNER, lambda p: None, clock, TEST_SETTINGS)
@@ -165,8 +172,9 @@ def test_both_workers_build_the_same_release_and_take_commands(backend: Backend,
         for outcome in (Outcome(True, 3), Outcome(False, error="e")):
             assert aio.verdict(task, outcome) == sync.verdict(task, outcome)
             action, data = sync.verdict(task, outcome)
-            assert (aio.release_args(task.raw, task.id, action, data)
-                    == sync.release_args(task.raw, task.id, action, data))
+            assert aio.release_args(task.raw, task.id, action, data) == sync.release_args(
+                task.raw, task.id, action, data
+            )
         assert aio._take_args(1.0) == sync._take_args(1.0)
         assert aio.registration() == sync.registration()
         aio.suspects.maybe_waiting = sync.suspects.maybe_waiting = True  # each its own slot
@@ -178,8 +186,9 @@ def test_both_workers_build_the_same_release_and_take_commands(backend: Backend,
     sync.close()
 
 
-def test_the_async_producer_writes_the_threaded_producers_envelope(backend: Backend,
-                                                                   keys: QueueKeys) -> None:
+def test_the_async_producer_writes_the_threaded_producers_envelope(
+    backend: Backend, keys: QueueKeys
+) -> None:
     clock = ManualClock()
 
     async def test(client: redis.asyncio.Redis) -> None:
@@ -196,8 +205,8 @@ def test_the_async_api_refuses_what_it_does_not_serve_yet(keys: QueueKeys) -> No
 
     async def test(client: redis.asyncio.Redis) -> None:
         with pytest.raises(ValueError, match="min_replicas"):
-            AsyncProducer(client, keys, settings=dataclasses.replace(TEST_SETTINGS,
-                                                                     min_replicas=1))
+            AsyncProducer(client, keys, settings=dataclasses.replace(TEST_SETTINGS, min_replicas=1))
 
     import fakeredis
+
     run_with_client(test, Backend("fakeredis", None, fakeredis.FakeServer()))

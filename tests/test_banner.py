@@ -22,8 +22,11 @@ def banner_of(server: Server, caplog: pytest.LogCaptureFixture) -> logging.LogRe
         workers = server.start()
     for worker in workers:
         worker.close()
-    (banner,) = [r for r in caplog.records
-                 if r.name == "taskcustody.server" and r.getMessage().startswith("started:")]
+    (banner,) = [
+        r
+        for r in caplog.records
+        if r.name == "taskcustody.server" and r.getMessage().startswith("started:")
+    ]
     return banner
 
 
@@ -42,8 +45,10 @@ def test_the_banner_names_the_url_as_given_with_the_password_masked(
 
 
 def test_a_password_in_the_query_string_is_masked_too() -> None:
-    assert (redact_url("redis://h:6379/0?username=u&password=s3cret&ssl=false")
-            == "redis://h:6379/0?username=u&password=***&ssl=false")
+    assert (
+        redact_url("redis://h:6379/0?username=u&password=s3cret&ssl=false")
+        == "redis://h:6379/0?username=u&password=***&ssl=false"
+    )
 
 
 @pytest.mark.cluster
@@ -57,8 +62,11 @@ def test_the_banner_on_a_cluster_names_the_seed_given_and_the_node_serving_the_s
     client = connect(seed, TEST_SETTINGS)
     default = client.get_default_node()  # type: ignore[attr-defined]
     # A queue whose slot another master than the client's default serves.
-    queue = next(name for name in tags_on_distinct_masters(local_cluster, "banner")
-                 if local_cluster.owner_port(QueueKeys(name).queue) != default.port)
+    queue = next(
+        name
+        for name in tags_on_distinct_masters(local_cluster, "banner")
+        if local_cluster.owner_port(QueueKeys(name).queue) != default.port
+    )
     keys = QueueKeys(queue)
     owner = local_cluster.owner_port(keys.queue)
     slot = local_cluster.keyslot(keys.queue)
@@ -67,8 +75,13 @@ def test_the_banner_on_a_cluster_names_the_seed_given_and_the_node_serving_the_s
         banner = banner_of(server, caplog)
     finally:
         server.deregister()
-    assert (f" at {seed} (Redis Cluster: the queue's slot {slot} is served by "
-            f"127.0.0.1:{owner}), shutdown grace") in banner.getMessage()
+    assert (
+        f" at {seed} (Redis Cluster: the queue's slot {slot} is served by "
+        f"127.0.0.1:{owner}), shutdown grace"
+    ) in banner.getMessage()
     assert f":{default.port}" not in banner.getMessage()
     assert (banner.redis_url, banner.cluster_slot, banner.slot_node) == (  # type: ignore[attr-defined]
-        seed, slot, f"127.0.0.1:{owner}")
+        seed,
+        slot,
+        f"127.0.0.1:{owner}",
+    )

@@ -17,11 +17,30 @@ def test_every_system_is_driven_with_the_same_concurrency_and_wait(system: str) 
 
 
 def test_the_prefetch_rows_say_which_prefetch_they_ran() -> None:
-    meta = {"command": "python -m bench.aio", "date": "D", "commit": "C", "cpus": 2,
-            "load_before": "1", "load_after": "1", "seconds": 1.0, "tasks": 10, "rounds": 1}
-    rows = [{"system": system, "concurrency": 8, "wait_ms": 0.0, "median": median,
-             "min": 90.0, "max": 310.0, "x_async": median / 100, "version": None}
-            for system, median in (("ours-async", 100.0), ("ours-async-prefetch", 300.0))]
+    meta = {
+        "command": "python -m bench.aio",
+        "date": "D",
+        "commit": "C",
+        "cpus": 2,
+        "load_before": "1",
+        "load_after": "1",
+        "seconds": 1.0,
+        "tasks": 10,
+        "rounds": 1,
+    }
+    rows = [
+        {
+            "system": system,
+            "concurrency": 8,
+            "wait_ms": 0.0,
+            "median": median,
+            "min": 90.0,
+            "max": 310.0,
+            "x_async": median / 100,
+            "version": None,
+        }
+        for system, median in (("ours-async", 100.0), ("ours-async-prefetch", 300.0))
+    ]
     text = aio.render({"meta": meta, "throughput": rows})
     assert len([line for line in text.splitlines() if "| 8 | 1 | 0 ms | 100 |" in line]) == 1
     assert len([line for line in text.splitlines() if "| 8 | 8 | 0 ms | 300 |" in line]) == 1
@@ -29,7 +48,8 @@ def test_the_prefetch_rows_say_which_prefetch_they_ran() -> None:
 
 
 def test_the_asyncio_driver_handles_every_task_once_with_an_awaiting_handler(
-        real_redis: object) -> None:
+    real_redis: object,
+) -> None:
     import redis
 
     drivers = pytest.importorskip("bench.drivers")

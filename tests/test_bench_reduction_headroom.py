@@ -28,8 +28,10 @@ def test_the_model_column_is_the_reduced_checkers_count() -> None:
     assert rows[-1]["reduced"] == result.distinct_states
     # a level per depth: the last one the checker's depth
     config = Config(bounds, variant("correct"))
-    assert len(list(headroom.levels(config, lambda s: steps_to_expand(s, config, True)))) \
+    assert (
+        len(list(headroom.levels(config, lambda s: steps_to_expand(s, config, True))))
         == result.depth
+    )
 
 
 def test_the_oracle_never_expands_more_than_every_enabled_step() -> None:
@@ -55,9 +57,25 @@ def test_a_spent_state_is_expanded_by_some_of_its_steps() -> None:
 
 
 def test_the_command_prints_a_line_per_depth_and_a_summary(
-        capsys: pytest.CaptureFixture[str]) -> None:
-    assert headroom.main(["--tasks", "2", "--servers", "2", "--workers", "1", "--faults", "1",
-                          "--max-states", "50"]) == 0
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert (
+        headroom.main(
+            [
+                "--tasks",
+                "2",
+                "--servers",
+                "2",
+                "--workers",
+                "1",
+                "--faults",
+                "1",
+                "--max-states",
+                "50",
+            ]
+        )
+        == 0
+    )
     out = capsys.readouterr().out.splitlines()
     assert out[0].startswith("depth 1: reduced ")
     assert out[-1].startswith("stopped at depth ")

@@ -8,12 +8,15 @@ import pytest
 bench_run = pytest.importorskip("bench.run")
 
 
-@pytest.mark.parametrize(("quick", "partial", "stem"), [
-    (False, False, "latest"),
-    (True, False, "quick"),
-    (False, True, "raw/STAMP-partial"),
-    (True, True, "raw/STAMP-quick-partial"),
-])
+@pytest.mark.parametrize(
+    ("quick", "partial", "stem"),
+    [
+        (False, False, "latest"),
+        (True, False, "quick"),
+        (False, True, "raw/STAMP-partial"),
+        (True, True, "raw/STAMP-quick-partial"),
+    ],
+)
 def test_only_the_full_run_writes_latest(quick: bool, partial: bool, stem: str) -> None:
     assert bench_run.results_stem(quick, partial, "STAMP") == stem
 

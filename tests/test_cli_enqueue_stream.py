@@ -94,8 +94,11 @@ def test_a_signal_mid_stream_leaves_exactly_the_printed_ids_in_the_queue(
     assert printed.lines == [task_id for task_id, _ in in_queue]
     # The queue holds the input's first lines, in order: the rest is what is left to enqueue.
     assert [payload for _, payload in in_queue] == [{"n": n} for n in range(len(in_queue))]
-    line = the_line(stderr, rf"Interrupted \({signum.name}\): (\d+) task\(s\) enqueued, the last "
-                            rf"({ID}) \(stdin line (\d+)\); nothing after it was enqueued")
+    line = the_line(
+        stderr,
+        rf"Interrupted \({signum.name}\): (\d+) task\(s\) enqueued, the last "
+        rf"({ID}) \(stdin line (\d+)\); nothing after it was enqueued",
+    )
     assert int(line[1]) == len(in_queue) >= 1_000
     assert line[2] == printed.lines[-1]
     assert int(line[3]) == len(in_queue)
@@ -117,17 +120,21 @@ def test_a_signal_while_redis_runs_a_batch_waits_for_its_ids_to_be_printed(
             signal.raise_signal(signal.SIGINT)
 
     monkeypatch.setattr(Producer, "_lpush", lpush_then_interrupt)
-    result = CliRunner().invoke(main, ["enqueue", "--queue", queue_name, "--redis-url",
-                                       real_redis.url, "-"],
-                                input=payload_lines(0, 3 * STREAM_BATCH))
+    result = CliRunner().invoke(
+        main,
+        ["enqueue", "--queue", queue_name, "--redis-url", real_redis.url, "-"],
+        input=payload_lines(0, 3 * STREAM_BATCH),
+    )
 
     in_queue = queued(real_redis.url, queue_name)
     assert result.exit_code == 130, result.output
     assert len(in_queue) == 2 * STREAM_BATCH
     assert result.stdout.split() == [task_id for task_id, _ in in_queue]
-    assert result.stderr == (f"Interrupted (SIGINT): {2 * STREAM_BATCH} task(s) enqueued, the "
-                             f"last {in_queue[-1][0]} (stdin line {2 * STREAM_BATCH}); nothing "
-                             "after it was enqueued\n")
+    assert result.stderr == (
+        f"Interrupted (SIGINT): {2 * STREAM_BATCH} task(s) enqueued, the "
+        f"last {in_queue[-1][0]} (stdin line {2 * STREAM_BATCH}); nothing "
+        "after it was enqueued\n"
+    )
 
 
 def test_a_closed_stdout_stops_the_stream_quietly_and_says_how_many_were_enqueued(
@@ -142,9 +149,12 @@ def test_a_closed_stdout_stops_the_stream_quietly_and_says_how_many_were_enqueue
         assert proc.wait(timeout=60) == 141
         stderr = proc.stderr.read()
 
-    line = the_line(stderr, rf"stdout closed \(not every id enqueued was printed\): (\d+) "
-                            rf"task\(s\) enqueued, the last ({ID}) \(stdin line (\d+)\); nothing "
-                            "after it was enqueued")
+    line = the_line(
+        stderr,
+        rf"stdout closed \(not every id enqueued was printed\): (\d+) "
+        rf"task\(s\) enqueued, the last ({ID}) \(stdin line (\d+)\); nothing "
+        "after it was enqueued",
+    )
     in_queue = queued(real_redis.url, queue_name)
     assert int(line[1]) == len(in_queue)
     # Stopped at the closed pipe, not at the end of the input (a pipe holds far fewer ids).
@@ -161,16 +171,24 @@ def test_a_bad_line_mid_stream_enqueues_the_lines_before_it_and_names_it(
     lines = payload_lines(0, 1_200).split(b"\n")
     lines.insert(600, b"")
     fed = b"\n".join(lines[:-1]) + b"\n{not json\n" + payload_lines(1_200, 1_900)
-    done = subprocess.run(enqueue_argv(queue_name, real_redis.url), input=fed,
-                          capture_output=True, env=worker_env(), timeout=120)
+    done = subprocess.run(
+        enqueue_argv(queue_name, real_redis.url),
+        input=fed,
+        capture_output=True,
+        env=worker_env(),
+        timeout=120,
+    )
 
     assert done.returncode == 2
     in_queue = queued(real_redis.url, queue_name)
     assert done.stdout.decode().split() == [task_id for task_id, _ in in_queue]
     assert [payload for _, payload in in_queue] == [{"n": n} for n in range(1_200)]
-    line = the_line(done.stderr, r"Error: stdin line 1202 is not JSON \(.*\): '\{not json'; "
-                                 rf"1200 task\(s\) enqueued, the last ({ID}) \(stdin line 1201\); "
-                                 "nothing after it was enqueued")
+    line = the_line(
+        done.stderr,
+        r"Error: stdin line 1202 is not JSON \(.*\): '\{not json'; "
+        rf"1200 task\(s\) enqueued, the last ({ID}) \(stdin line 1201\); "
+        "nothing after it was enqueued",
+    )
     assert line[1] == in_queue[-1][0]
 
 
@@ -202,16 +220,22 @@ def test_a_batch_redis_refuses_mid_stream_ends_it_with_exactly_the_printed_ids_q
     assert len(in_queue) == 10
     assert "Traceback" not in stderr
     assert stderr.startswith("Error: Redis is out of memory")
-    assert stderr.endswith(f"; 10 task(s) enqueued, the last {in_queue[-1][0]} (stdin line 10); "
-                           "nothing after it was enqueued\n")
+    assert stderr.endswith(
+        f"; 10 task(s) enqueued, the last {in_queue[-1][0]} (stdin line 10); "
+        "nothing after it was enqueued\n"
+    )
 
 
 def test_quiet_prints_only_the_count_of_tasks_enqueued(
     real_redis: RedisServerProcess, queue_name: str
 ) -> None:
-    done = subprocess.run(enqueue_argv(queue_name, real_redis.url, "--quiet"),
-                          input=payload_lines(0, 1_234), capture_output=True, env=worker_env(),
-                          timeout=120)
+    done = subprocess.run(
+        enqueue_argv(queue_name, real_redis.url, "--quiet"),
+        input=payload_lines(0, 1_234),
+        capture_output=True,
+        env=worker_env(),
+        timeout=120,
+    )
 
     assert done.returncode == 0, done.stderr
     assert done.stdout == b"1234\n"
@@ -221,9 +245,11 @@ def test_quiet_prints_only_the_count_of_tasks_enqueued(
 def test_payload_arguments_around_stdin_are_enqueued_in_their_order(
     real_redis: RedisServerProcess, queue_name: str
 ) -> None:
-    result = CliRunner().invoke(main, ["enqueue", "--queue", queue_name, "--redis-url",
-                                       real_redis.url, '"first"', "-", '"last"'],
-                                input='"a"\n\n"b"\n')
+    result = CliRunner().invoke(
+        main,
+        ["enqueue", "--queue", queue_name, "--redis-url", real_redis.url, '"first"', "-", '"last"'],
+        input='"a"\n\n"b"\n',
+    )
 
     assert result.exit_code == 0, result.output
     in_queue = queued(real_redis.url, queue_name)
@@ -234,8 +260,11 @@ def test_payload_arguments_around_stdin_are_enqueued_in_their_order(
 def test_a_bad_payload_argument_enqueues_nothing_even_with_stdin(
     real_redis: RedisServerProcess, queue_name: str
 ) -> None:
-    result = CliRunner().invoke(main, ["enqueue", "--queue", queue_name, "--redis-url",
-                                       real_redis.url, "-", "{not json"], input='"a"\n')
+    result = CliRunner().invoke(
+        main,
+        ["enqueue", "--queue", queue_name, "--redis-url", real_redis.url, "-", "{not json"],
+        input='"a"\n',
+    )
 
     assert result.exit_code == 2
     assert "payload 2 is not JSON" in result.output

@@ -40,8 +40,16 @@ KEYS = QueueKeys(QUEUE)
 def commands(queue: str = QUEUE) -> dict[str, list[str]]:
     """Every command that talks to Redis, with arguments that are fine in themselves."""
     return {
-        "worker": ["worker", "json:dumps", "--queue", queue, "--server-id", "t1",
-                   "--block-timeout", "0.05"],
+        "worker": [
+            "worker",
+            "json:dumps",
+            "--queue",
+            queue,
+            "--server-id",
+            "t1",
+            "--block-timeout",
+            "0.05",
+        ],
         "enqueue": ["enqueue", "--queue", queue, '{"a": 1}'],
         "status": ["status", "--queue", queue],
         "sweep": ["sweep", "--queue", queue],
@@ -100,8 +108,9 @@ def cluster_node() -> Iterator[RedisServerProcess]:
     while port + 10_000 > 65_535:  # the cluster bus listens on port + 10000
         port = free_port()
     conf = f"taskcustody-test-nodes-{port}.conf"
-    node = RedisServerProcess(port=port, extra_args=("--cluster-enabled", "yes",
-                                                     "--cluster-config-file", conf))
+    node = RedisServerProcess(
+        port=port, extra_args=("--cluster-enabled", "yes", "--cluster-config-file", conf)
+    )
     try:
         node.start()
         yield node
@@ -131,14 +140,20 @@ def env(real_redis: RedisServerProcess) -> Iterator[Env]:
     if redis_server_binary() is None:
         pytest.skip("no redis-server binary")
     admin = redis.Redis.from_url(real_redis.url)
-    admin.acl_setuser("tc-limited", enabled=True, passwords=["+pw"], keys=["*"],
-                      commands=["+ping", "+info", "+config|get"])
+    admin.acl_setuser(
+        "tc-limited",
+        enabled=True,
+        passwords=["+pw"],
+        keys=["*"],
+        commands=["+ping", "+info", "+config|get"],
+    )
     with contextlib.ExitStack() as stack:
         auth = stack.enter_context(throwaway_redis_server())
         # Set after start: the helper's readiness check runs INFO without a password.
         redis.Redis(port=auth.port).config_set("requirepass", "s3cret")
-        replica = stack.enter_context(throwaway_redis_server(
-            "--replicaof", "127.0.0.1", str(free_port())))
+        replica = stack.enter_context(
+            throwaway_redis_server("--replicaof", "127.0.0.1", str(free_port()))
+        )
         cluster = stack.enter_context(cluster_node())
         http = stack.enter_context(http_port())
         yield Env(real_redis, auth, replica, cluster, http)
@@ -155,8 +170,12 @@ def worker_never_runs(monkeypatch: pytest.MonkeyPatch) -> None:
     """A worker command whose case is not an error would run for ever: make it stop, and fail
     the test, as soon as its server has started."""
 
-    def start_only(self: Server, until_idle: bool = False, install_signals: bool = False,
-                   wait_for_id: float = 0.0) -> None:
+    def start_only(
+        self: Server,
+        until_idle: bool = False,
+        install_signals: bool = False,
+        wait_for_id: float = 0.0,
+    ) -> None:
         workers = self.start(wait_for_id)
         for worker in workers:
             worker.close()
@@ -188,33 +207,55 @@ class Case:
 
 
 CASES = [
-    Case("unreachable", lambda e: f"redis://127.0.0.1:{free_port()}/0", 1,
-         "cannot reach Redis"),
-    Case("no-such-host", lambda e: "redis://no-such-host.invalid:6390/0", 1,
-         "cannot reach Redis"),
-    Case("unix-socket-missing", lambda e: "unix:///nonexistent/taskcustody.sock", 1,
-         "cannot reach Redis"),
+    Case("unreachable", lambda e: f"redis://127.0.0.1:{free_port()}/0", 1, "cannot reach Redis"),
+    Case("no-such-host", lambda e: "redis://no-such-host.invalid:6390/0", 1, "cannot reach Redis"),
+    Case(
+        "unix-socket-missing",
+        lambda e: "unix:///nonexistent/taskcustody.sock",
+        1,
+        "cannot reach Redis",
+    ),
     # The TLS handshake waits out the connect timeout (5 s): two commands show the mapping.
-    Case("tls-to-plain-port", lambda e: f"rediss://127.0.0.1:{e.plain.port}/0", 1,
-         "cannot reach Redis", only=frozenset({"enqueue", "status"})),
-    Case("http-port", lambda e: f"redis://127.0.0.1:{e.http}/0", 1,
-         "does not speak the Redis protocol"),
+    Case(
+        "tls-to-plain-port",
+        lambda e: f"rediss://127.0.0.1:{e.plain.port}/0",
+        1,
+        "cannot reach Redis",
+        only=frozenset({"enqueue", "status"}),
+    ),
+    Case(
+        "http-port",
+        lambda e: f"redis://127.0.0.1:{e.http}/0",
+        1,
+        "does not speak the Redis protocol",
+    ),
     Case("db-index-out-of-range", lambda e: e.url(e.plain, db=99), 1, "has no database 99"),
     Case("no-password", lambda e: e.url(e.auth), 1, "requires a password and the URL gives none"),
-    Case("wrong-password", lambda e: e.url(e.auth, userinfo=":nope"), 1,
-         "refused the credentials"),
-    Case("acl-no-permission", lambda e: e.url(e.plain, userinfo="tc-limited:pw"), 1,
-         "may not run a command"),
+    Case("wrong-password", lambda e: e.url(e.auth, userinfo=":nope"), 1, "refused the credentials"),
+    Case(
+        "acl-no-permission",
+        lambda e: e.url(e.plain, userinfo="tc-limited:pw"),
+        1,
+        "may not run a command",
+    ),
     Case("read-only-replica", lambda e: e.url(e.replica), 1, "is a replica"),
     # (A node of a healthy cluster is no error any more: the commands detect the cluster and
     # follow its slot map; `--no-cluster` at the wrong node is tests/test_cluster_*'s case.)
     Case("cluster-down", lambda e: e.url(e.cluster), 1, "Redis Cluster error: "),
-    Case("queue-key-is-a-string", lambda e: e.plain.url, 1,
-         f"key '{KEYS.queue}' holds a string, but taskcustody needs a list",
-         lambda c: c.set(KEYS.queue, "oops")),
-    Case("dead-letters-key-is-a-hash", lambda e: e.plain.url, 1,
-         f"key '{KEYS.dead_letters}' holds a hash, but taskcustody needs a list",
-         lambda c: c.hset(KEYS.dead_letters, "a", "b")),
+    Case(
+        "queue-key-is-a-string",
+        lambda e: e.plain.url,
+        1,
+        f"key '{KEYS.queue}' holds a string, but taskcustody needs a list",
+        lambda c: c.set(KEYS.queue, "oops"),
+    ),
+    Case(
+        "dead-letters-key-is-a-hash",
+        lambda e: e.plain.url,
+        1,
+        f"key '{KEYS.dead_letters}' holds a hash, but taskcustody needs a list",
+        lambda c: c.hset(KEYS.dead_letters, "a", "b"),
+    ),
 ]
 
 # The read-only replica answers reads: only the commands that write meet its refusal, and those
@@ -267,29 +308,42 @@ def test_every_command_refuses_a_queue_name_that_breaks_the_key_schema(
 
 @pytest.mark.parametrize("command", list(commands()))
 def test_every_command_refuses_a_prefix_that_breaks_the_key_schema(command: str) -> None:
-    result = invoke([*commands()[command], "--prefix", "a b"],
-                    f"redis://127.0.0.1:{free_port()}/0")
+    result = invoke([*commands()[command], "--prefix", "a b"], f"redis://127.0.0.1:{free_port()}/0")
     assert_one_line(result, 2, "prefix")
 
 
 USAGE = [
     ("payload-nan", ["enqueue", "--queue", QUEUE, "NaN"], "NaN is not JSON"),
-    ("payload-infinity", ["enqueue", "--queue", QUEUE, '{"x": -Infinity}'],
-     "-Infinity is not JSON"),
+    (
+        "payload-infinity",
+        ["enqueue", "--queue", QUEUE, '{"x": -Infinity}'],
+        "-Infinity is not JSON",
+    ),
     ("payload-not-json", ["enqueue", "--queue", QUEUE, "{not json"], "payload 1 is not JSON"),
-    ("server-id-with-colon", ["worker", "json:dumps", "--queue", QUEUE, "--server-id", "host:a"],
-     "server id 'host:a' is not allowed"),
-    ("server-id-with-brace", ["worker", "json:dumps", "--queue", QUEUE, "--server-id", "a{b}"],
-     "server id 'a{b}' is not allowed"),
+    (
+        "server-id-with-colon",
+        ["worker", "json:dumps", "--queue", QUEUE, "--server-id", "host:a"],
+        "server id 'host:a' is not allowed",
+    ),
+    (
+        "server-id-with-brace",
+        ["worker", "json:dumps", "--queue", QUEUE, "--server-id", "a{b}"],
+        "server id 'a{b}' is not allowed",
+    ),
     ("handler-not-module-function", ["worker", "nomodule", "--queue", QUEUE], "MODULE:FUNCTION"),
     ("requeue-nothing-named", ["dead", "requeue", "--queue", QUEUE], "name the TASK_IDS"),
-    ("requeue-ids-and-all", ["dead", "requeue", "x", "--all", "--queue", QUEUE],
-     "name the TASK_IDS"),
+    (
+        "requeue-ids-and-all",
+        ["dead", "requeue", "x", "--all", "--queue", QUEUE],
+        "name the TASK_IDS",
+    ),
     ("purge-without-yes", ["dead", "purge", "--queue", QUEUE], "add --yes"),
-    ("result-negative-timeout", ["result", "x", "--timeout", "-1", "--queue", QUEUE],
-     "--timeout"),
-    ("result-ttl-negative", ["worker", "json:dumps", "--queue", QUEUE, "--result-ttl", "-1"],
-     "--result-ttl"),
+    ("result-negative-timeout", ["result", "x", "--timeout", "-1", "--queue", QUEUE], "--timeout"),
+    (
+        "result-ttl-negative",
+        ["worker", "json:dumps", "--queue", QUEUE, "--result-ttl", "-1"],
+        "--result-ttl",
+    ),
 ]
 
 
@@ -310,8 +364,9 @@ def _dead_letter_one(client: redis.Redis) -> str:
         raise RuntimeError("boom on purpose")
 
     task_id = Producer(client, KEYS).enqueue({"n": 1})
-    (worker,) = Server(client, KEYS, "s1", fail, settings=TEST_SETTINGS,
-                       clock=ManualClock()).start()
+    (worker,) = Server(
+        client, KEYS, "s1", fail, settings=TEST_SETTINGS, clock=ManualClock()
+    ).start()
     try:
         for _ in range(TEST_SETTINGS.max_attempts):
             worker.run_once(timeout=0.05)
@@ -330,20 +385,33 @@ def test_runtime_errors_of_one_command(env: Env, plain: redis.Redis) -> None:
     for args, fragment in rows:
         assert_one_line(invoke(args, url), 1, fragment)
     failed = _dead_letter_one(plain)
-    assert_one_line(invoke(["result", failed, "--timeout", "0", "--queue", QUEUE], url), 1,
-                    f"task {failed} failed after 3 attempt(s) and was dead-lettered: "
-                    "RuntimeError: boom on purpose")
+    assert_one_line(
+        invoke(["result", failed, "--timeout", "0", "--queue", QUEUE], url),
+        1,
+        f"task {failed} failed after 3 attempt(s) and was dead-lettered: "
+        "RuntimeError: boom on purpose",
+    )
     # A live process holds the server id: refused at once with --wait-for-id 0 (a --server-id
     # waits a lease out by default: a restart after a crash).
-    holder = Server(plain, KEYS, "held", lambda p: None, settings=TEST_SETTINGS,
-                    clock=ManualClock(time.time()))
+    holder = Server(
+        plain, KEYS, "held", lambda p: None, settings=TEST_SETTINGS, clock=ManualClock(time.time())
+    )
     holder.claim()
-    assert_one_line(invoke(["worker", "json:dumps", "--queue", QUEUE, "--server-id", "held",
-                            "--wait-for-id", "0"], url), 1, "held")
+    assert_one_line(
+        invoke(
+            ["worker", "json:dumps", "--queue", QUEUE, "--server-id", "held", "--wait-for-id", "0"],
+            url,
+        ),
+        1,
+        "held",
+    )
     # A result key of the wrong type is named.
     plain.lpush(KEYS.result("odd"), "x")
-    assert_one_line(invoke(["result", "odd", "--timeout", "0", "--queue", QUEUE], url), 1,
-                    f"key '{KEYS.result('odd')}' holds a list, but taskcustody needs a string")
+    assert_one_line(
+        invoke(["result", "odd", "--timeout", "0", "--queue", QUEUE], url),
+        1,
+        f"key '{KEYS.result('odd')}' holds a list, but taskcustody needs a string",
+    )
 
 
 @pytest.mark.parametrize("command", ["worker", "enqueue", "sweep", "dead requeue"])
@@ -358,5 +426,8 @@ def test_commands_that_write_refuse_a_redis_older_than_6_2(
         return {**reply, "redis_version": "6.0.9"} if section == "server" else reply
 
     monkeypatch.setattr(redis.Redis, "info", old_info)
-    assert_one_line(invoke(commands()[command], env.plain.url), 1,
-                    "Redis 6.0.9 found; taskcustody needs Redis 6.2 or newer")
+    assert_one_line(
+        invoke(commands()[command], env.plain.url),
+        1,
+        "Redis 6.0.9 found; taskcustody needs Redis 6.2 or newer",
+    )

@@ -14,8 +14,13 @@ from tests.support.commands import every_command
 def test_the_walk_reaches_the_lazy_and_the_mounted_commands() -> None:
     paths = {path for path, _, _ in every_command()}
     # Guards the test below against a walk that misses what is loaded on demand.
-    assert {"taskcustody worker", "taskcustody dead requeue", "taskcustody result",
-            "taskcustody verify", "taskcustody model-check"} <= paths
+    assert {
+        "taskcustody worker",
+        "taskcustody dead requeue",
+        "taskcustody result",
+        "taskcustody verify",
+        "taskcustody model-check",
+    } <= paths
 
 
 def test_every_option_and_argument_of_every_command_has_help_text() -> None:
@@ -28,8 +33,9 @@ def test_every_option_and_argument_of_every_command_has_help_text() -> None:
                 if not param.hidden and not (param.help or "").strip():
                     missing.append(f"{path} {'/'.join(param.opts)}: no help text")
             # click arguments take no help of their own: the command's text must name each.
-            elif (isinstance(param, click.Argument)
-                  and param.human_readable_name not in (command.help or "")):
+            elif isinstance(param, click.Argument) and param.human_readable_name not in (
+                command.help or ""
+            ):
                 missing.append(f"{path}: help does not name {param.human_readable_name}")
     assert missing == []
 

@@ -37,33 +37,52 @@ def error_line(result: Result) -> str:
 @pytest.mark.parametrize(
     ("args", "line"),
     [
-        (["--server-ttl", "5", "--heartbeat-interval", "5"],
-         "Error: --server-ttl must exceed --heartbeat-interval"),
-        (["--block-timeout", "1e9"],
-         "Error: --block-timeout must be at most 2147483 s"),
-        (["--block-timeout", "100", "--registry-grace", "50"],
-         "Error: --registry-grace must exceed --block-timeout + socket_timeout_margin=3.0: "),
-        (["--block-timeout", "2147481"],
-         "Error: --block-timeout + socket_timeout_margin=3.0 (the socket timeout, 2147484 s) "
-         "must be at most 2147483 s"),
-        (["--result-ttl", "99999999999999999"],
-         "Error: --result-ttl must be at most 1000000000000000 s"),
-        (["--retry-backoff", "2", "--retry-backoff-max", "1"],
-         "Error: --retry-backoff-max must be >= --retry-backoff"),
+        (
+            ["--server-ttl", "5", "--heartbeat-interval", "5"],
+            "Error: --server-ttl must exceed --heartbeat-interval",
+        ),
+        (["--block-timeout", "1e9"], "Error: --block-timeout must be at most 2147483 s"),
+        (
+            ["--block-timeout", "100", "--registry-grace", "50"],
+            "Error: --registry-grace must exceed --block-timeout + socket_timeout_margin=3.0: ",
+        ),
+        (
+            ["--block-timeout", "2147481"],
+            "Error: --block-timeout + socket_timeout_margin=3.0 (the socket timeout, 2147484 s) "
+            "must be at most 2147483 s",
+        ),
+        (
+            ["--result-ttl", "99999999999999999"],
+            "Error: --result-ttl must be at most 1000000000000000 s",
+        ),
+        (
+            ["--retry-backoff", "2", "--retry-backoff-max", "1"],
+            "Error: --retry-backoff-max must be >= --retry-backoff",
+        ),
         (["--prefetch", "1001"], "Error: --prefetch must be at most 1000"),
         (["--max-attempts", str(2**53 + 1)], "Error: --max-attempts must be at most 2**53"),
-        (["--min-replicas", "1", "--replica-timeout", "9"],
-         "Error: --replica-timeout must be shorter than the socket timeout (--block-timeout + "
-         "socket_timeout_margin=3.0 = 5 s)"),
+        (
+            ["--min-replicas", "1", "--replica-timeout", "9"],
+            "Error: --replica-timeout must be shorter than the socket timeout (--block-timeout + "
+            "socket_timeout_margin=3.0 = 5 s)",
+        ),
     ],
 )
 def test_a_refused_setting_names_the_flags_the_user_typed(args: list[str], line: str) -> None:
     assert error_line(invoke([*WORKER, *args])).startswith(line)
 
 
-FLOAT_OPTIONS = ["--block-timeout", "--heartbeat-interval", "--server-ttl", "--sweep-interval",
-                 "--retry-backoff", "--retry-backoff-max", "--shutdown-grace",
-                 "--replica-timeout", "--registry-grace"]
+FLOAT_OPTIONS = [
+    "--block-timeout",
+    "--heartbeat-interval",
+    "--server-ttl",
+    "--sweep-interval",
+    "--retry-backoff",
+    "--retry-backoff-max",
+    "--shutdown-grace",
+    "--replica-timeout",
+    "--registry-grace",
+]
 
 
 @pytest.mark.parametrize("flag", FLOAT_OPTIONS)
@@ -114,8 +133,9 @@ def test_every_settings_field_a_command_sets_is_rendered_as_its_real_option(
     line = error_line(invoke(args))
     assert given, "the command built no Settings"
     options = main.commands[command].params
-    flags = {param.name: max(param.opts, key=len) for param in options
-             if isinstance(param, click.Option)}
+    flags = {
+        param.name: max(param.opts, key=len) for param in options if isinstance(param, click.Option)
+    }
     assert set(given) <= set(flags), set(given) - set(flags)
     assert line == "Error: " + " ".join(flags[field] for field in given)
     assert set(given) >= {"block_timeout", "result_ttl", "server_ttl"} or command == "enqueue"
@@ -148,14 +168,36 @@ def test_a_refused_setting_leaves_the_queue_and_the_registry_untouched(
 
 @pytest.mark.parametrize("value", ["nan", "inf", "1e999"])
 def test_sweep_refuses_a_grace_that_is_not_a_finite_number_naming_the_flag(value: str) -> None:
-    line = error_line(invoke(["sweep", "--queue", "q", "--redis-url", "redis://127.0.0.1:1/0",
-                              "--registry-grace", value]))
+    line = error_line(
+        invoke(
+            [
+                "sweep",
+                "--queue",
+                "q",
+                "--redis-url",
+                "redis://127.0.0.1:1/0",
+                "--registry-grace",
+                value,
+            ]
+        )
+    )
     assert line.startswith("Error: --registry-grace must be a finite number of seconds"), line
 
 
 def test_sweep_refuses_a_grace_no_longer_than_a_take_naming_the_flag() -> None:
-    line = error_line(invoke(["sweep", "--queue", "q", "--redis-url", "redis://127.0.0.1:1/0",
-                              "--registry-grace", "1"]))
+    line = error_line(
+        invoke(
+            [
+                "sweep",
+                "--queue",
+                "q",
+                "--redis-url",
+                "redis://127.0.0.1:1/0",
+                "--registry-grace",
+                "1",
+            ]
+        )
+    )
     assert line.startswith("Error: --registry-grace must exceed"), line
 
 

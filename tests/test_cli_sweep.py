@@ -23,8 +23,9 @@ def test_sweep_forgets_dead_empty_lists_past_the_grace_and_says_how_many(
     client.zadd(keys.inflight_registry, {held: 0.0})
     client.lpush(held, b'{"id": "t", "payload": 1, "attempts": 0, "enqueued_at": 0}')
     runner = CliRunner()
-    out = runner.invoke(main, ["sweep", "--queue", "cli", "--redis-url", real_redis.url,
-                               "--registry-grace", "60"])
+    out = runner.invoke(
+        main, ["sweep", "--queue", "cli", "--redis-url", real_redis.url, "--registry-grace", "60"]
+    )
     assert out.exit_code == 0, out.output
     assert "forgot 3 dead empty list(s); requeued 1 task(s) from 1 list(s)" in out.output
     assert client.zrange(keys.inflight_registry, 0, -1) == [held.encode()]  # drained, not yet

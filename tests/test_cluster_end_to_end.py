@@ -39,19 +39,45 @@ EXTRA = 40
 TOTAL = N + EXTRA
 
 
-def start_server(seed: str, queue: str, log: Path,
-                 extra: tuple[str, ...] = ()) -> subprocess.Popen[bytes]:
+def start_server(
+    seed: str, queue: str, log: Path, extra: tuple[str, ...] = ()
+) -> subprocess.Popen[bytes]:
     """A `taskcustody worker` process; its log (--verbose: every redirect and recovery action)
     is appended to `log` (a file, not a pipe nobody reads while it runs)."""
     env = dict(os.environ, PYTHONPATH=str(ROOT), TASKCUSTODY_CLUSTER_URL=seed)
     with log.open("ab") as out:
-            return subprocess.Popen(
-            [sys.executable, "-m", "taskcustody.cli", "worker", "tests.cluster_handler:handle",
-             "--queue", queue, "--redis-url", seed, "--workers", "2", "--server-id",
-             f"e2e-{queue}", "--heartbeat-interval", "0.2", "--server-ttl", "1.5",
-             "--sweep-interval", "0.5", "--block-timeout", "0.2", "--wait-for-id", "10",
-             "--track-commits", "--verbose", *extra],
-            env=env, cwd=ROOT, stderr=out,
+        return subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "taskcustody.cli",
+                "worker",
+                "tests.cluster_handler:handle",
+                "--queue",
+                queue,
+                "--redis-url",
+                seed,
+                "--workers",
+                "2",
+                "--server-id",
+                f"e2e-{queue}",
+                "--heartbeat-interval",
+                "0.2",
+                "--server-ttl",
+                "1.5",
+                "--sweep-interval",
+                "0.5",
+                "--block-timeout",
+                "0.2",
+                "--wait-for-id",
+                "10",
+                "--track-commits",
+                "--verbose",
+                *extra,
+            ],
+            env=env,
+            cwd=ROOT,
+            stderr=out,
         )
 
 
@@ -107,12 +133,12 @@ class CommitSampler:
 
 
 def enqueue_extra(client: Any, keys: QueueKeys) -> None:
-    Producer(client, keys).enqueue_many(
-        {"n": i, "q": keys.queue_name} for i in range(N, TOTAL))
+    Producer(client, keys).enqueue_many({"n": i, "q": keys.queue_name} for i in range(N, TOTAL))
 
 
 def test_three_queues_on_three_masters_through_failover_migration_and_sigkill(
-        local_cluster: LocalCluster, tmp_path: Path) -> None:
+    local_cluster: LocalCluster, tmp_path: Path
+) -> None:
     names = tags_on_distinct_masters(local_cluster, "e2e")
     keys = [QueueKeys(n) for n in names]
     seed = local_cluster.url(0)
@@ -125,41 +151,50 @@ def test_three_queues_on_three_masters_through_failover_migration_and_sigkill(
     failover_q, migrate_q, kill_q = keys
     logs = {k.queue_name: tmp_path / f"{k.queue_name}.log" for k in keys}
     procs = {
-        failover_q.queue_name: start_server(seed, failover_q.queue_name,
-                                            logs[failover_q.queue_name]),
+        failover_q.queue_name: start_server(
+            seed, failover_q.queue_name, logs[failover_q.queue_name]
+        ),
         # the migrating queue is served by prefetching workers
-        migrate_q.queue_name: start_server(seed, migrate_q.queue_name,
-                                           logs[migrate_q.queue_name], ("--prefetch", "4")),
+        migrate_q.queue_name: start_server(
+            seed, migrate_q.queue_name, logs[migrate_q.queue_name], ("--prefetch", "4")
+        ),
         kill_q.queue_name: start_server(seed, kill_q.queue_name, logs[kill_q.queue_name]),
     }
     sampler = CommitSampler(client, keys)
     sampler.thread.start()
     events: dict[str, tuple[float, float]] = {}
     try:
-        wait_for(lambda: all(sampler.count(k.queue_name) >= N // 5 for k in keys),
-                 "a fifth of every queue committed")
+        wait_for(
+            lambda: all(sampler.count(k.queue_name) >= N // 5 for k in keys),
+            "a fifth of every queue committed",
+        )
         t0 = time.monotonic()
         local_cluster.failover(owners[failover_q.queue_name])
         events["failover"] = (t0, time.monotonic())
         enqueue_extra(client, failover_q)
         t0 = time.monotonic()
         source = local_cluster.owner_port(migrate_q.queue)
-        target = next(p for p in local_cluster.master_ports()
-                      if p not in (source, local_cluster.owner_port(failover_q.queue)))
-        moved_keys = local_cluster.migrate_slot(local_cluster.keyslot(migrate_q.queue), target,
-                                                pause=0.02)
+        target = next(
+            p
+            for p in local_cluster.master_ports()
+            if p not in (source, local_cluster.owner_port(failover_q.queue))
+        )
+        moved_keys = local_cluster.migrate_slot(
+            local_cluster.keyslot(migrate_q.queue), target, pause=0.02
+        )
         events["migration"] = (t0, time.monotonic())
         enqueue_extra(client, migrate_q)
         t0 = time.monotonic()
         procs[kill_q.queue_name].kill()
         procs[kill_q.queue_name].wait()
-        procs[kill_q.queue_name] = start_server(seed, kill_q.queue_name,
-                                                logs[kill_q.queue_name])
+        procs[kill_q.queue_name] = start_server(seed, kill_q.queue_name, logs[kill_q.queue_name])
         events["sigkill"] = (t0, time.monotonic())
         enqueue_extra(client, kill_q)
         for k in keys:
-            wait_for(lambda k=k: int(client.get(k.committed) or 0) >= TOTAL,
-                     f"every task of {k.queue_name} committed")
+            wait_for(
+                lambda k=k: int(client.get(k.committed) or 0) >= TOTAL,
+                f"every task of {k.queue_name} committed",
+            )
     finally:
         sampler.stop.set()
         for p in procs.values():
@@ -189,28 +224,45 @@ def test_three_queues_on_three_masters_through_failover_migration_and_sigkill(
         longest, resumed = sampler.stall(k.queue_name, start, end)
         assert resumed == resumed, f"{k.queue_name} never committed after the {event}"
         log = stderr[k.queue_name]
-        figures.append(f"{event} ({k.queue_name}): event {end - start:.2f} s, first commit "
-                       f"{resumed:.2f} s after it, longest stall {longest:.2f} s; "
-                       f"{TOTAL} tasks, {len(done)} committed once, {ran} executions; worker log: "
-                       f"{log.count('following the slot')} redirect spell(s) in the loop, "
-                       f"{log.count('release redirected') + log.count('release(s) redirected')}"
-                       " release redirect(s) sent again, "
-                       f"{log.count('Redis unreachable')} connection loss(es), "
-                       f"{log.count('startup drain requeued')} startup drain(s), "
-                       f"{log.count('crashed')} crash(es)")
+        figures.append(
+            f"{event} ({k.queue_name}): event {end - start:.2f} s, first commit "
+            f"{resumed:.2f} s after it, longest stall {longest:.2f} s; "
+            f"{TOTAL} tasks, {len(done)} committed once, {ran} executions; worker log: "
+            f"{log.count('following the slot')} redirect spell(s) in the loop, "
+            f"{log.count('release redirected') + log.count('release(s) redirected')}"
+            " release redirect(s) sent again, "
+            f"{log.count('Redis unreachable')} connection loss(es), "
+            f"{log.count('startup drain requeued')} startup drain(s), "
+            f"{log.count('crashed')} crash(es)"
+        )
         assert "crashed" not in log, log
     assert "Traceback" not in stderr[migrate_q.queue_name] + stderr[failover_q.queue_name]
-    print("\ncluster end-to-end (3 masters + 3 replicas, seed " + seed + f", {moved_keys} keys "
-          "migrated):\n  " + "\n  ".join(figures))
+    print(
+        "\ncluster end-to-end (3 masters + 3 replicas, seed " + seed + f", {moved_keys} keys "
+        "migrated):\n  " + "\n  ".join(figures)
+    )
 
 
-def test_verify_passes_on_the_cluster_for_a_tag_on_each_master(
-        local_cluster: LocalCluster) -> None:
+def test_verify_passes_on_the_cluster_for_a_tag_on_each_master(local_cluster: LocalCluster) -> None:
     seed = local_cluster.url(0)
     for tag in tags_on_distinct_masters(local_cluster, "vfy"):
-        result = CliRunner().invoke(main, [
-            "verify", "--redis-url", seed, "--queue", tag, "--no-model-check",
-            "--examples", "25", "--steps", "25", "--quiet", "--no-fault-coverage"])
+        result = CliRunner().invoke(
+            main,
+            [
+                "verify",
+                "--redis-url",
+                seed,
+                "--queue",
+                tag,
+                "--no-model-check",
+                "--examples",
+                "25",
+                "--steps",
+                "25",
+                "--quiet",
+                "--no-fault-coverage",
+            ],
+        )
         assert result.exit_code == 0, result.output
         assert "VERIFIED" in result.output
         owner = local_cluster.client(local_cluster.owner_port(QueueKeys(tag).queue))

@@ -31,8 +31,9 @@ from tests.support.redis_cluster import LocalCluster, tags_on_distinct_masters
 
 pytestmark = [pytest.mark.cluster, pytest.mark.real_redis]
 
-SETTINGS = Settings(block_timeout=0.2, socket_timeout_margin=3.0, track_commits=True,
-                    drain_chunk=10)
+SETTINGS = Settings(
+    block_timeout=0.2, socket_timeout_margin=3.0, track_commits=True, drain_chunk=10
+)
 
 
 def blocked_blmove(port: int, key: str, out: list[Any]) -> None:
@@ -64,8 +65,10 @@ def names(local_cluster: LocalCluster, prefix: str) -> list[str]:
 
 # -- what Redis answers (pinned: the worker's handling relies on each) -------------------------
 
+
 def test_a_blmove_blocked_on_a_master_that_fails_over_is_answered_unblocked(
-        local_cluster: LocalCluster) -> None:
+    local_cluster: LocalCluster,
+) -> None:
     key = QueueKeys(names(local_cluster, "pinfo")[0]).queue
     master = local_cluster.owner_port(key)
     out: list[Any] = []
@@ -83,7 +86,8 @@ def test_a_blmove_blocked_on_a_master_that_fails_over_is_answered_unblocked(
 
 
 def test_a_blmove_blocked_while_its_slot_migrates_is_answered_moved_at_the_end(
-        local_cluster: LocalCluster) -> None:
+    local_cluster: LocalCluster,
+) -> None:
     key = QueueKeys(names(local_cluster, "pinmig")[0]).queue
     source = local_cluster.owner_port(key)
     target = next(p for p in local_cluster.master_ports() if p != source)
@@ -119,14 +123,15 @@ def test_a_half_migrated_slot_answers_ask_and_tryagain(local_cluster: LocalClust
             node.execute_command("CLUSTER SETSLOT", slot, "NODE", local_cluster.node_id(target))
         for port in local_cluster.master_ports():
             local_cluster.client(port).execute_command(
-                "CLUSTER SETSLOT", slot, "NODE", local_cluster.node_id(target))
+                "CLUSTER SETSLOT", slot, "NODE", local_cluster.node_id(target)
+            )
         local_cluster.wait_ok()
 
 
 # -- connecting ---------------------------------------------------------------------------------
 
-def test_connect_detects_a_cluster_from_any_node_a_replica_too(
-        local_cluster: LocalCluster) -> None:
+
+def test_connect_detects_a_cluster_from_any_node_a_replica_too(local_cluster: LocalCluster) -> None:
     keys = QueueKeys(names(local_cluster, "conn")[0])
     owner = local_cluster.owner_port(keys.queue)
     replica = local_cluster.replica_of(owner)
@@ -135,12 +140,14 @@ def test_connect_detects_a_cluster_from_any_node_a_replica_too(
     Producer(client, keys).enqueue({"n": 1})
     assert local_cluster.client(owner).llen(keys.queue) == 1
     assert cluster.route(client, keys.queue) == (
-        f"slot {local_cluster.keyslot(keys.queue)} on 127.0.0.1:{owner}")
+        f"slot {local_cluster.keyslot(keys.queue)} on 127.0.0.1:{owner}"
+    )
     assert not cluster.is_cluster(connect(f"redis://127.0.0.1:{replica}/0", cluster=False))
 
 
 def test_a_workers_own_connection_goes_to_the_master_of_its_slot(
-        local_cluster: LocalCluster) -> None:
+    local_cluster: LocalCluster,
+) -> None:
     for name in names(local_cluster, "own"):
         keys = QueueKeys(name)
         client = connect(local_cluster.url(0))
@@ -155,15 +162,17 @@ def test_a_workers_own_connection_goes_to_the_master_of_its_slot(
 
 
 def test_the_cli_names_the_slot_and_node_and_never_prints_a_traceback(
-        local_cluster: LocalCluster) -> None:
+    local_cluster: LocalCluster,
+) -> None:
     keys = QueueKeys(names(local_cluster, "cli")[0])
     owner = local_cluster.owner_port(keys.queue)
     other = next(p for p in local_cluster.master_ports() if p != owner)
     url = f"redis://127.0.0.1:{other}/0"
     ok = CliRunner().invoke(main, ["status", "-q", keys.queue_name, "--redis-url", url])
     assert ok.exit_code == 0, ok.output
-    refused = CliRunner().invoke(main, ["status", "-q", keys.queue_name, "--redis-url", url,
-                                        "--no-cluster"])
+    refused = CliRunner().invoke(
+        main, ["status", "-q", keys.queue_name, "--redis-url", url, "--no-cluster"]
+    )
     assert refused.exit_code == 1
     slot = local_cluster.keyslot(keys.queue)
     assert f"slot {slot} is served by 127.0.0.1:{owner}" in refused.output
@@ -172,13 +181,15 @@ def test_the_cli_names_the_slot_and_node_and_never_prints_a_traceback(
 
 
 def test_a_wrong_type_key_on_a_cluster_is_named_with_its_slot_and_node(
-        local_cluster: LocalCluster) -> None:
+    local_cluster: LocalCluster,
+) -> None:
     keys = QueueKeys(names(local_cluster, "wt")[0])
     owner = local_cluster.owner_port(keys.queue)
     local_cluster.client(owner).set(keys.queue, "not a list")
     seed = local_cluster.url(0)
-    result = CliRunner().invoke(main, ["enqueue", "-q", keys.queue_name, "--redis-url", seed,
-                                       '{"n": 1}'])
+    result = CliRunner().invoke(
+        main, ["enqueue", "-q", keys.queue_name, "--redis-url", seed, '{"n": 1}']
+    )
     assert result.exit_code == 1
     slot = local_cluster.keyslot(keys.queue)
     assert f"(slot {slot} on 127.0.0.1:{owner}) holds a string" in result.output
@@ -186,6 +197,7 @@ def test_a_wrong_type_key_on_a_cluster_is_named_with_its_slot_and_node(
 
 
 # -- the worker through a failover and a migration ----------------------------------------------
+
 
 def _worker(client: redis.Redis, keys: QueueKeys, handler: Any) -> Worker:
     server = make_server(client, keys, "s1", ManualClock(), handler=handler, settings=SETTINGS)
@@ -197,7 +209,8 @@ def _worker(client: redis.Redis, keys: QueueKeys, handler: Any) -> Worker:
 
 
 def test_a_release_refused_by_a_failover_is_sent_to_the_new_master_and_commits_once(
-        local_cluster: LocalCluster) -> None:
+    local_cluster: LocalCluster,
+) -> None:
     keys = QueueKeys(names(local_cluster, "relfo")[0])
     client = connect(local_cluster.url(0))
     runs: list[Any] = []
@@ -217,7 +230,8 @@ def test_a_release_refused_by_a_failover_is_sent_to_the_new_master_and_commits_o
 
 
 def test_a_record_refused_by_a_failover_is_sent_again_before_the_release(
-        local_cluster: LocalCluster) -> None:
+    local_cluster: LocalCluster,
+) -> None:
     keys = QueueKeys(names(local_cluster, "recfo")[0])
     client = connect(local_cluster.url(0))
     w = _worker(client, keys, lambda payload: None)
@@ -234,8 +248,13 @@ def test_a_record_refused_by_a_failover_is_sent_again_before_the_release(
 
     def send(*args: Any, **kw: Any) -> None:
         script = args[1] if args[0] == "EVAL" else ""
-        sent.append((w._conn.port, str(args[0]),  # type: ignore[attr-defined]
-                     "record" if script == scripts.RECORD else ""))
+        sent.append(
+            (
+                w._conn.port,
+                str(args[0]),  # type: ignore[attr-defined]
+                "record" if script == scripts.RECORD else "",
+            )
+        )
         real_send(*args, **kw)
 
     w._send = send  # type: ignore[method-assign]
@@ -243,14 +262,17 @@ def test_a_record_refused_by_a_failover_is_sent_again_before_the_release(
     assert release.action == "committed"
     # the record went again, to the new master, just before the release that then committed
     first_on_new = [s for s in sent if s[0] == new_owner]
-    assert first_on_new[:2] == [(new_owner, "EVAL", "record"), (new_owner, "EVALSHA", "")] \
-        or first_on_new[:2] == [(new_owner, "EVAL", "record"), (new_owner, "EVAL", "")]
+    assert first_on_new[:2] == [
+        (new_owner, "EVAL", "record"),
+        (new_owner, "EVALSHA", ""),
+    ] or first_on_new[:2] == [(new_owner, "EVAL", "record"), (new_owner, "EVAL", "")]
     assert commits(client, keys) == {"t1": 1}
     w.close()
 
 
 def test_a_worker_loop_resumes_after_a_failover_and_a_live_migration(
-        local_cluster: LocalCluster) -> None:
+    local_cluster: LocalCluster,
+) -> None:
     keys = QueueKeys(names(local_cluster, "loop")[0])
     client = connect(local_cluster.url(0))
     executions: list[int] = []
@@ -295,7 +317,8 @@ def test_a_worker_loop_resumes_after_a_failover_and_a_live_migration(
 
 
 def test_a_worker_blocked_on_an_empty_queue_follows_a_failover(
-        local_cluster: LocalCluster, caplog: pytest.LogCaptureFixture) -> None:
+    local_cluster: LocalCluster, caplog: pytest.LogCaptureFixture
+) -> None:
     """Its BLMOVE is answered UNBLOCKED: the loop follows the slot to the new master and takes
     the next task there, instead of crashing."""
     keys = QueueKeys(names(local_cluster, "blk")[0])
@@ -304,8 +327,7 @@ def test_a_worker_blocked_on_an_empty_queue_follows_a_failover(
     settings = Settings(block_timeout=30, socket_timeout_margin=5.0, track_commits=True)
     client = connect(local_cluster.url(0), settings)
     runs: list[Any] = []
-    server = make_server(client, keys, "s1", ManualClock(), handler=runs.append,
-                         settings=settings)
+    server = make_server(client, keys, "s1", ManualClock(), handler=runs.append, settings=settings)
     server.claim()
     w = server.make_worker(0)
     stop = threading.Event()
@@ -332,8 +354,10 @@ def test_a_worker_blocked_on_an_empty_queue_follows_a_failover(
     assert commits(client, keys) == {"t1": 1} and runs == [{"n": 1}]
     assert w._conn.port == new_owner  # type: ignore[attr-defined]
     # it was the UNBLOCKED reply that moved it (not a socket timeout: 35 s here)
-    assert any("UNBLOCKED" in r.getMessage() and "following the slot" in r.getMessage()
-               for r in caplog.records)
+    assert any(
+        "UNBLOCKED" in r.getMessage() and "following the slot" in r.getMessage()
+        for r in caplog.records
+    )
     w.close()
 
 
@@ -346,8 +370,7 @@ def wait_for(condition: Any, timeout: float = 60.0) -> None:
         time.sleep(0.02)
 
 
-def test_min_replicas_waits_on_the_master_of_the_queues_slot(
-        local_cluster: LocalCluster) -> None:
+def test_min_replicas_waits_on_the_master_of_the_queues_slot(local_cluster: LocalCluster) -> None:
     """WAIT names no key: on a cluster it must go where the LPUSH went, and count that master's
     replicas. With the owner's only replica stopped, an enqueue asking for one replica must fail
     (a WAIT sent to another master would count that master's replica and pass)."""

@@ -35,8 +35,7 @@ class StubClient:
     """Answers INFO as scripted, and LMOVE as Redis 6.2 would (or as an older server, with an
     unknown-command error), recording what it was asked and which keys LMOVE touched."""
 
-    def __init__(self, info: dict[str, Any] | Exception,
-                 lmove: Exception | None = None) -> None:
+    def __init__(self, info: dict[str, Any] | Exception, lmove: Exception | None = None) -> None:
         self._info = info
         self._lmove = lmove
         self.calls: list[tuple[Any, ...]] = []
@@ -49,8 +48,9 @@ class StubClient:
         return self._info
 
     # redis-py's signature, defaults included.
-    def lmove(self, first_list: str, second_list: str, src: str = "LEFT",
-              dest: str = "RIGHT") -> None:
+    def lmove(
+        self, first_list: str, second_list: str, src: str = "LEFT", dest: str = "RIGHT"
+    ) -> None:
         self.calls.append(("lmove", first_list, second_list, src, dest))
         if self._lmove is not None:
             raise self._lmove
@@ -85,8 +85,7 @@ def test_without_info_or_lmove_the_server_is_too_old() -> None:
     stub = StubClient(redis.ResponseError("unknown command 'info'"), lmove=missing)
     with pytest.raises(RedisTooOld) as caught:
         server_version(stub)  # type: ignore[arg-type]
-    assert str(caught.value) == (
-        "this server has no LMOVE (Redis < 6.2?): unknown command 'lmove'")
+    assert str(caught.value) == ("this server has no LMOVE (Redis < 6.2?): unknown command 'lmove'")
     assert caught.value.__cause__ is missing
 
 
@@ -114,18 +113,29 @@ def test_real_redis_reports_its_version(backend: Backend, keys: QueueKeys) -> No
         assert version.startswith("unknown")
 
 
-@pytest.mark.parametrize(("version", "refused"), [
-    ("6.0.20", True), ("6.2.0", False), ("6.2.14", False), ("7.0.0-rc1", False), ("5", True),
-])
+@pytest.mark.parametrize(
+    ("version", "refused"),
+    [
+        ("6.0.20", True),
+        ("6.2.0", False),
+        ("6.2.14", False),
+        ("7.0.0-rc1", False),
+        ("5", True),
+    ],
+)
 def test_check_server_refuses_only_versions_below_6_2(
     keys: QueueKeys, version: str, refused: bool
 ) -> None:
     client = connect_fake(fakeredis.FakeServer())
     client.info = lambda *a, **k: {"redis_version": version}  # type: ignore[method-assign]
     if refused:
-        with pytest.raises(RedisTooOld, match=(
+        with pytest.raises(
+            RedisTooOld,
+            match=(
                 rf"^Redis {version} found; taskcustody needs Redis 6\.2 or newer for BLMOVE "
-                r"and LMOVE$")):
+                r"and LMOVE$"
+            ),
+        ):
             check_server(client, keys)
     else:
         assert check_server(client, keys) == version
@@ -137,11 +147,18 @@ def test_an_unknown_version_skips_the_version_check(keys: QueueKeys) -> None:
     assert check_server(client, keys) == "unknown"
 
 
-@pytest.mark.parametrize(("text", "parsed"), [
-    ("7.2.4", (7, 2, 4)), ("7.2.4.1", (7, 2, 4)), ("6.2.x", (6, 2, 0)), ("v6.2.14", (6, 2, 14)),
-])
-def test_parse_version_reads_at_most_three_numeric_parts(text: str,
-                                                         parsed: tuple[int, ...]) -> None:
+@pytest.mark.parametrize(
+    ("text", "parsed"),
+    [
+        ("7.2.4", (7, 2, 4)),
+        ("7.2.4.1", (7, 2, 4)),
+        ("6.2.x", (6, 2, 0)),
+        ("v6.2.14", (6, 2, 14)),
+    ],
+)
+def test_parse_version_reads_at_most_three_numeric_parts(
+    text: str, parsed: tuple[int, ...]
+) -> None:
     assert parse_version(text) == parsed
 
 
@@ -171,8 +188,10 @@ def test_connect_makes_clients_that_never_retry_and_time_out_after_the_block() -
 # A server older than 6.0 has no HELLO, which redis-py 8 sends on connecting: INFO then fails
 # with "unknown command HELLO". The refusal must still name the version, not that error (the
 # worker used to say "no LMOVE: unknown command HELLO", status printed a traceback).
-OLD_REFUSAL = (r"Redis 5\.0\.6 found; taskcustody needs Redis 6\.2 or newer for BLMOVE and "
-               r"LMOVE")
+OLD_REFUSAL = (
+    r"Redis 5\.0\.6 found; taskcustody needs Redis 6\.2 or newer for BLMOVE and "
+    r"LMOVE"
+)
 
 
 def test_a_server_without_hello_is_refused_naming_its_version(keys: QueueKeys) -> None:
@@ -180,13 +199,17 @@ def test_a_server_without_hello_is_refused_naming_its_version(keys: QueueKeys) -
         check_server(connect(url), keys)
 
 
-@pytest.mark.parametrize(("args", "exit_code"), [
-    (["status", "--queue", "q"], 1),
-    (["sweep", "--queue", "q"], 1),
-    (["enqueue", "--queue", "q", "{}"], 1),
-    # verify's exit 1 means "a property was violated"; a server it cannot use is exit 2.
-    (["verify", "--no-model-check", "--examples", "1", "--quiet"], 2),
-], ids=["status", "sweep", "enqueue", "verify"])
+@pytest.mark.parametrize(
+    ("args", "exit_code"),
+    [
+        (["status", "--queue", "q"], 1),
+        (["sweep", "--queue", "q"], 1),
+        (["enqueue", "--queue", "q", "{}"], 1),
+        # verify's exit 1 means "a property was violated"; a server it cannot use is exit 2.
+        (["verify", "--no-model-check", "--examples", "1", "--quiet"], 2),
+    ],
+    ids=["status", "sweep", "enqueue", "verify"],
+)
 def test_commands_refuse_a_server_without_hello_naming_its_version(
     args: list[str], exit_code: int
 ) -> None:

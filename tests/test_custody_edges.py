@@ -114,15 +114,19 @@ def test_wrong_type_of_the_own_list_is_named(backend: Backend, keys: QueueKeys) 
         worker.take(timeout=0.05)
 
 
-def test_malformed_task_is_logged(backend: Backend, keys: QueueKeys,
-                                  caplog: pytest.LogCaptureFixture) -> None:
+def test_malformed_task_is_logged(
+    backend: Backend, keys: QueueKeys, caplog: pytest.LogCaptureFixture
+) -> None:
     client = backend.client()
     client.lpush(keys.queue, b"not json")
     (worker,) = make_server(client, keys, "s1", ManualClock()).start()
     with caplog.at_level(logging.WARNING, logger="taskcustody.worker"):
         assert worker.run_once(timeout=0.05) is False
-    assert any(r.getMessage().startswith("dead-lettering a malformed task: ")
-               and "not json" in r.getMessage() for r in caplog.records), caplog.text
+    assert any(
+        r.getMessage().startswith("dead-lettering a malformed task: ")
+        and "not json" in r.getMessage()
+        for r in caplog.records
+    ), caplog.text
 
 
 # -- reconcile and the drain ------------------------------------------------------------------
@@ -218,9 +222,7 @@ def test_default_drain_chunk_is_100(backend: Backend, keys: QueueKeys) -> None:
     prune_inactive_servers(client, keys, clock.now())
     counter = EvalCounter(client, scripts.DRAIN_CHUNK)
     me = live.identity
-    assert recover_inflight(client, keys, me, include_self=False) == {
-        worker.list_key: 101
-    }
+    assert recover_inflight(client, keys, me, include_self=False) == {worker.list_key: 101}
     assert counter.calls == 2
 
 
@@ -440,7 +442,8 @@ def test_sweep_skips_own_and_live_lists_without_a_round_trip_and_drains_the_rest
     assert ids_in(client, held["b"][0].list_key) == [held["b"][1].id]
     # The live records stay; the drained task's record went with it.
     assert sorted(client.hkeys(keys.processing)) == sorted(
-        [held["a"][1].id.encode(), held["b"][1].id.encode()])
+        [held["a"][1].id.encode(), held["b"][1].id.encode()]
+    )
 
 
 def test_a_server_that_re_registers_mid_pass_is_not_drained(

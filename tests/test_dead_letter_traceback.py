@@ -67,13 +67,13 @@ def frame_line(fn: Any, offset: int) -> str:
 NESTED_FRAMES = [frame_line(nested_handler, 1), frame_line(_middle, 1), frame_line(_inner, 1)]
 
 
-def dead_lettered(client: redis.Redis, keys: QueueKeys, handler: Any, payload: Any,
-                  prefetch: int = 1) -> str:
+def dead_lettered(
+    client: redis.Redis, keys: QueueKeys, handler: Any, payload: Any, prefetch: int = 1
+) -> str:
     """Enqueue `payload` and run a server's worker until its handler failed max_attempts times."""
     settings = dataclasses.replace(TEST_SETTINGS, prefetch=prefetch)
     task_id = Producer(client, keys, ManualClock()).enqueue(payload)
-    (worker,) = make_server(client, keys, "tb", ManualClock(), handler,
-                            settings=settings).start()
+    (worker,) = make_server(client, keys, "tb", ManualClock(), handler, settings=settings).start()
     try:
         for _ in range(TEST_SETTINGS.max_attempts):
             assert worker.run_once(timeout=0.05)
@@ -83,15 +83,17 @@ def dead_lettered(client: redis.Redis, keys: QueueKeys, handler: Any, payload: A
     return task_id
 
 
-def cli(backend: Backend, client: redis.Redis, monkeypatch: pytest.MonkeyPatch,
-        *args: str) -> Result:
+def cli(
+    backend: Backend, client: redis.Redis, monkeypatch: pytest.MonkeyPatch, *args: str
+) -> Result:
     """`taskcustody ARGS --queue tq --prefix test` on `backend`: a real server by its URL; for
     fakeredis, the command's client is the test's."""
     url = backend.url or "redis://127.0.0.1:1/0"
     if not backend.real:
         monkeypatch.setattr(cli_dead, "_client", lambda *a, **k: client)
-    return CliRunner().invoke(main, [*args, "--queue", "tq", "--prefix", "test",
-                                     "--redis-url", url])
+    return CliRunner().invoke(
+        main, [*args, "--queue", "tq", "--prefix", "test", "--redis-url", url]
+    )
 
 
 def test_dead_show_prints_the_handlers_traceback_with_its_file_and_line_numbers(
@@ -118,8 +120,9 @@ def test_dead_list_and_result_keep_one_line_per_letter_while_json_carries_the_tr
 ) -> None:
     client = backend.client()
     task_id = dead_lettered(client, keys, nested_handler, {"n": 47})
-    client.lpush(keys.dead_letters, json.dumps({"raw": "", "error": "older", "task_id": "x",
-                                                "at": 0}))  # one written before tracebacks
+    client.lpush(
+        keys.dead_letters, json.dumps({"raw": "", "error": "older", "task_id": "x", "at": 0})
+    )  # one written before tracebacks
     client.lmove(keys.dead_letters, keys.dead_letters, "LEFT", "RIGHT")  # as the older one
     listed = cli(backend, client, monkeypatch, "dead", "list")
     assert listed.exit_code == 0, listed.output
@@ -174,8 +177,9 @@ def test_the_asyncio_worker_stores_the_traceback_as_the_threaded_one_does(
     handler = async_handler if kind == "async def" else nested_handler
 
     async def test(aclient: redis.asyncio.Redis) -> None:
-        worker = AsyncWorker(aclient, keys, ListOwner("a1", 1, "w0"), handler, ManualClock(),
-                             TEST_SETTINGS)
+        worker = AsyncWorker(
+            aclient, keys, ListOwner("a1", 1, "w0"), handler, ManualClock(), TEST_SETTINGS
+        )
         await worker.register()
         await worker.reconcile()
         try:

@@ -224,8 +224,10 @@ def test_requeueing_an_id_a_second_time_says_only_that_its_letter_is_gone(
     second = CliRunner().invoke(main, command)
     assert second.exit_code == 1
     assert second.stdout == ""  # no "requeued 0 task(s)" beside the error
-    assert second.stderr == (f"Error: no dead letter with id {task_id} in queue again (already "
-                             "requeued or purged, or never dead-lettered)\n")
+    assert second.stderr == (
+        f"Error: no dead letter with id {task_id} in queue again (already "
+        "requeued or purged, or never dead-lettered)\n"
+    )
     assert ids_in(client, keys.queue) == [task_id]  # moved once, by the first
 
 
@@ -237,36 +239,61 @@ def test_requeueing_ids_some_missing_requeues_the_others_and_names_the_missing(
     client.flushall()
     keys = QueueKeys("some")
     present, other = dead_letter_tasks(client, keys, [{"n": 1}, {"n": 2}])
-    result = CliRunner().invoke(main, ["dead", "requeue", "nope1", present, "nope2", "nope1",
-                                       "--queue", "some", "--redis-url", real_redis.url])
+    result = CliRunner().invoke(
+        main,
+        [
+            "dead",
+            "requeue",
+            "nope1",
+            present,
+            "nope2",
+            "nope1",
+            "--queue",
+            "some",
+            "--redis-url",
+            real_redis.url,
+        ],
+    )
     assert result.exit_code == 1
-    assert result.stdout == (f"requeued 1 task(s) to queue some, attempts reset to 0: "
-                             f"{present}\n")
-    assert result.stderr == ("Error: no dead letters with ids nope1 nope2 in queue some (already "
-                             "requeued or purged, or never dead-lettered); the other id(s) were "
-                             "requeued\n")
+    assert result.stdout == (f"requeued 1 task(s) to queue some, attempts reset to 0: {present}\n")
+    assert result.stderr == (
+        "Error: no dead letters with ids nope1 nope2 in queue some (already "
+        "requeued or purged, or never dead-lettered); the other id(s) were "
+        "requeued\n"
+    )
     assert ids_in(client, keys.queue) == [present]
     assert [d.task_id for d in list_dead_letters(client, keys)] == [other]
     # The rule is in the command's help.
     helped = CliRunner().invoke(main, ["dead", "requeue", "--help"])
     assert "is named in one line on stderr and the exit status is 1" in " ".join(
-        helped.output.split())
+        helped.output.split()
+    )
 
 
 def test_a_poison_pill_counts_its_recoveries_as_attempts() -> None:
     # The format recovery writes for a task that killed the processes running it.
     raw = b'{"id":"p1","payload":{"n":1},"attempts":1,"enqueued_at":0}'
-    entry = json.dumps({"raw": base64.b64encode(raw).decode(), "task_id": "p1", "at": 5,
-                        "poison": True, "recoveries": 4, "holders": ["a#1:w0"],
-                        "error": "poison pill: recovered 4 times from holders that died"})
+    entry = json.dumps(
+        {
+            "raw": base64.b64encode(raw).decode(),
+            "task_id": "p1",
+            "at": 5,
+            "poison": True,
+            "recoveries": 4,
+            "holders": ["a#1:w0"],
+            "error": "poison pill: recovered 4 times from holders that died",
+        }
+    )
     letter = parse(entry.encode())
     assert letter.attempts == 5  # 1 failed release + 4 runs that died
     assert letter.to_dict()["poison"] is True and letter.to_dict()["recoveries"] == 4
     assert letter.requeueable
 
 
-@pytest.mark.parametrize("command", [["dead", "list"], ["dead", "show"], ["dead", "requeue"],
-                                     ["dead", "purge"], ["result"]])
+@pytest.mark.parametrize(
+    "command",
+    [["dead", "list"], ["dead", "show"], ["dead", "requeue"], ["dead", "purge"], ["result"]],
+)
 def test_every_dead_letter_and_result_command_has_help(command: list[str]) -> None:
     result = CliRunner().invoke(main, [*command, "--help"])
     assert result.exit_code == 0 and "Usage" in result.output

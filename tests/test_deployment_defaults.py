@@ -43,7 +43,7 @@ CLI = str(Path(sys.executable).with_name("taskcustody"))  # the console script, 
 
 # A handler module that lives only in the test's directory (not on any import path): it marks
 # that it started a task, and holds it until the test creates the file `open`.
-HANDLER = '''
+HANDLER = """
 import os, time
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -52,22 +52,49 @@ def handle(payload):
     while not os.path.exists(os.path.join(HERE, "open")):
         time.sleep(0.02)
     return payload["name"]
-'''
+"""
 
-FAST = ["--heartbeat-interval", "0.2", "--server-ttl", "1", "--sweep-interval", "0.3",
-        "--block-timeout", "0.1", "--registry-grace", "5"]
+FAST = [
+    "--heartbeat-interval",
+    "0.2",
+    "--server-ttl",
+    "1",
+    "--sweep-interval",
+    "0.3",
+    "--block-timeout",
+    "0.1",
+    "--registry-grace",
+    "5",
+]
 
 
 class WorkerProcess:
     """`taskcustody worker gated:handle` run from `cwd` with JSON logs, its stderr collected."""
 
     def __init__(self, url: str, cwd: Path, *extra: str) -> None:
-        env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH",
-                                                                  "TASKCUSTODY_SERVER_ID")}
+        env = {
+            k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "TASKCUSTODY_SERVER_ID")
+        }
         self.proc = subprocess.Popen(
-            [CLI, "worker", "gated:handle", "-q", QUEUE, "--redis-url", url, *FAST,
-             "--log-format", "json", *extra],
-            cwd=cwd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+            [
+                CLI,
+                "worker",
+                "gated:handle",
+                "-q",
+                QUEUE,
+                "--redis-url",
+                url,
+                *FAST,
+                "--log-format",
+                "json",
+                *extra,
+            ],
+            cwd=cwd,
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         self.lines: list[dict[str, Any]] = []
         self.raw: list[str] = []
         self._reader = threading.Thread(target=self._read, daemon=True)
@@ -87,8 +114,12 @@ class WorkerProcess:
         return any(fragment in m for m in self.messages())
 
     def banner(self) -> dict[str, Any]:
-        wait_for(lambda: self.said("started:") or self.proc.poll() is not None,
-                 "the start banner", limit=60, state=lambda: self.raw)
+        wait_for(
+            lambda: self.said("started:") or self.proc.poll() is not None,
+            "the start banner",
+            limit=60,
+            state=lambda: self.raw,
+        )
         assert self.proc.poll() is None, "".join(self.raw)
         return next(x for x in self.lines if str(x["message"]).startswith("started:"))
 
@@ -127,8 +158,11 @@ def procs() -> Iterator[list[WorkerProcess]]:
 
 
 def in_flight(client: redis.Redis) -> dict[str, list[bytes]]:
-    return {k.decode(): client.lrange(k, 0, -1)
-            for k in client.zrange(KEYS.inflight_registry, 0, -1) if client.llen(k)}
+    return {
+        k.decode(): client.lrange(k, 0, -1)
+        for k in client.zrange(KEYS.inflight_registry, 0, -1)
+        if client.llen(k)
+    }
 
 
 def test_the_default_server_id_is_host_pid_and_a_random_suffix() -> None:
@@ -137,7 +171,8 @@ def test_the_default_server_id_is_host_pid_and_a_random_suffix() -> None:
     assert check_name("server id", sid) == sid
     assert len({default_server_id(host="h", pid=1) for _ in range(50)}) > 40  # random suffix
     assert default_server_id().startswith(
-        re.sub(r"[^A-Za-z0-9_.-]", "-", socket.gethostname()).strip(".-")[:48])
+        re.sub(r"[^A-Za-z0-9_.-]", "-", socket.gethostname()).strip(".-")[:48]
+    )
     assert default_server_id(host="::", pid=1).startswith("host-1-")
 
 
@@ -186,8 +221,12 @@ def test_a_second_signal_exits_at_once_and_the_task_is_recovered_as_after_a_cras
     procs.append(second)
     second.banner()
     assert get_result(client, KEYS, task_id, timeout=60) == "held"
-    wait_for(lambda: second.said(f"recovery (sweep): task {task_id} moved from"),
-             "the sweep's line", limit=30, state=second.messages)
+    wait_for(
+        lambda: second.said(f"recovery (sweep): task {task_id} moved from"),
+        "the sweep's line",
+        limit=30,
+        state=second.messages,
+    )
     second.signal(signal.SIGINT)
     assert second.wait() == 0
 

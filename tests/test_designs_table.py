@@ -24,13 +24,35 @@ MODEL_PAGE = ROOT / "docs" / "model.md"
 #: The page with the table of named mutants.
 MUTATION_PAGE = ROOT / "docs" / "development" / "mutation-gate.md"
 MUTANT_NAMES = {m.name for m in MUTANTS}
-NUMBER_WORDS = ("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine",
-                "ten", "eleven", "twelve", "thirteen", "fourteen", "fifteen", "sixteen",
-                "seventeen", "eighteen", "nineteen", "twenty")
+NUMBER_WORDS = (
+    "zero",
+    "one",
+    "two",
+    "three",
+    "four",
+    "five",
+    "six",
+    "seven",
+    "eight",
+    "nine",
+    "ten",
+    "eleven",
+    "twelve",
+    "thirteen",
+    "fourteen",
+    "fifteen",
+    "sixteen",
+    "seventeen",
+    "eighteen",
+    "nineteen",
+    "twenty",
+)
 
 # The mutation gate runs the suite in a copy without docs/ and the README (mutation/gate.py).
-needs_docs = pytest.mark.skipif(not (PROTOCOL.exists() and MODEL_PAGE.exists()),
-                                reason="no docs (e.g. the mutation gate's copy)")
+needs_docs = pytest.mark.skipif(
+    not (PROTOCOL.exists() and MODEL_PAGE.exists()),
+    reason="no docs (e.g. the mutation gate's copy)",
+)
 
 
 def test_the_designs_are_numbered_one_to_n_in_order() -> None:
@@ -39,6 +61,7 @@ def test_the_designs_are_numbered_one_to_n_in_order() -> None:
 
 
 # -- the model ------------------------------------------------------------------------------------
+
 
 def test_the_model_has_a_variant_for_each_design_and_no_other() -> None:
     assert set(VARIANTS) - {"correct"} == set(BY_NAME)
@@ -53,11 +76,17 @@ def test_the_variant_s_description_carries_the_design_s_number(d: Design) -> Non
 
 # -- the demonstrations ---------------------------------------------------------------------------
 
+
 def _demonstration_classes() -> dict[str, type[Server]]:
     """The public Server subclasses defined in verify/broken.py."""
-    return {name: cls for name, cls in vars(broken).items()
-            if inspect.isclass(cls) and issubclass(cls, Server)
-            and cls.__module__ == broken.__name__ and not name.startswith("_")}
+    return {
+        name: cls
+        for name, cls in vars(broken).items()
+        if inspect.isclass(cls)
+        and issubclass(cls, Server)
+        and cls.__module__ == broken.__name__
+        and not name.startswith("_")
+    }
 
 
 def test_broken_holds_the_table_s_demonstrations_and_no_other() -> None:
@@ -79,7 +108,8 @@ def test_each_design_has_a_demonstration_or_says_why_not(d: Design) -> None:
         if doc:
             assert doc.startswith(f"{d.number}. "), f"{d.demo}: {doc[:40]!r}"
     assert bool(d.stateful is None) == bool(d.no_stateful), (
-        f"{d.name}: a design without a stateful pin says why, and only then")
+        f"{d.name}: a design without a stateful pin says why, and only then"
+    )
 
 
 def test_the_stateful_pins_name_real_failure_kinds() -> None:
@@ -91,6 +121,7 @@ def test_the_stateful_pins_name_real_failure_kinds() -> None:
 
 
 # -- the named mutants ----------------------------------------------------------------------------
+
 
 def test_a_named_mutant_of_a_design_s_bug_carries_the_design_s_name() -> None:
     assert {d.name for d in DESIGNS if d.mutant} == MUTANT_NAMES & set(BY_NAME)
@@ -117,10 +148,11 @@ def test_a_mutant_that_cites_a_design_is_the_table_s() -> None:
 
 # -- docs/protocol.md and the other pages ---------------------------------------------------------
 
+
 def _protocol_section_7() -> str:
     text = PROTOCOL.read_text()
     start = text.index("\n## 7. ")
-    return text[start: text.index("\n## ", start + 1)]
+    return text[start : text.index("\n## ", start + 1)]
 
 
 def _count_word() -> str:
@@ -160,7 +192,8 @@ def test_the_docs_count_and_exceptions_match_the_table(path: Path) -> None:
     assert counts and set(counts) == {_count_word()}, counts
     exceptions = re.findall(r"all but designs ((?:\d+, )*\d+ and \d+)", text)
     assert exceptions and {frozenset(map(int, re.findall(r"\d+", e))) for e in exceptions} == {
-        frozenset(_stateless())}
+        frozenset(_stateless())
+    }
 
 
 @needs_docs
@@ -197,8 +230,9 @@ def test_the_model_page_s_table_is_written_from_the_designs_table() -> None:
     assert designs_page.main(["--check", str(MODEL_PAGE)]) == 0
 
 
-@pytest.mark.parametrize(("args", "code"), [(["--help"], 0), (["--bogus"], 2),
-                                            (["/nonexistent/page.md"], 2)])
+@pytest.mark.parametrize(
+    ("args", "code"), [(["--help"], 0), (["--bogus"], 2), (["/nonexistent/page.md"], 2)]
+)
 def test_the_designs_page_command_answers_bad_arguments_in_one_line(
     args: list[str], code: int, capsys: pytest.CaptureFixture[str]
 ) -> None:

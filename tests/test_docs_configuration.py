@@ -18,12 +18,22 @@ from tests.support.commands import every_command
 ROOT = Path(__file__).resolve().parent.parent
 PAGE = ROOT / "docs" / "configuration.md"
 #: The commands that work on one queue (not verify, model-check: their options are their own).
-QUEUE_COMMANDS = {"worker", "enqueue", "status", "sweep", "dead list", "dead show",
-                  "dead requeue", "dead purge", "result"}
+QUEUE_COMMANDS = {
+    "worker",
+    "enqueue",
+    "status",
+    "sweep",
+    "dead list",
+    "dead show",
+    "dead requeue",
+    "dead purge",
+    "result",
+}
 
 # The mutation gate runs the suite in a copy of src/, model/, tests/ only (no docs/).
-pytestmark = pytest.mark.skipif(not (ROOT / "docs").is_dir(),
-                                reason="no docs/ (e.g. the mutation gate's copy)")
+pytestmark = pytest.mark.skipif(
+    not (ROOT / "docs").is_dir(), reason="no docs/ (e.g. the mutation gate's copy)"
+)
 
 
 def page() -> str:
@@ -31,15 +41,19 @@ def page() -> str:
 
 
 def commands() -> dict[str, tuple[click.Command, click.Context]]:
-    return {path.removeprefix("taskcustody "): (command, ctx)
-            for path, command, ctx in every_command()}
+    return {
+        path.removeprefix("taskcustody "): (command, ctx) for path, command, ctx in every_command()
+    }
 
 
 def options(name: str) -> list[click.Option]:
     command, ctx = commands()[name]
     # Not --help (its parameter name differs between click versions: its spellings do not).
-    return [p for p in command.get_params(ctx)
-            if isinstance(p, click.Option) and not set(p.opts) & set(ctx.help_option_names)]
+    return [
+        p
+        for p in command.get_params(ctx)
+        if isinstance(p, click.Option) and not set(p.opts) & set(ctx.help_option_names)
+    ]
 
 
 def worker_rows() -> dict[str, list[str]]:
@@ -94,12 +108,18 @@ def test_every_option_shared_by_queue_commands_is_on_the_page() -> None:
 
 
 def test_every_environment_variable_is_on_the_page() -> None:
-    declared = {param.envvar for _, command, ctx in every_command()
-                for param in command.get_params(ctx)
-                if isinstance(param, click.Option) and isinstance(param.envvar, str)}
+    declared = {
+        param.envvar
+        for _, command, ctx in every_command()
+        for param in command.get_params(ctx)
+        if isinstance(param, click.Option) and isinstance(param.envvar, str)
+    }
     # And what the code reads itself (os.environ), named in full somewhere in src/.
-    read = {name for path in (ROOT / "src").rglob("*.py")
-            for name in re.findall(r"\bTASKCUSTODY_[A-Z_]+\b", path.read_text())}
+    read = {
+        name
+        for path in (ROOT / "src").rglob("*.py")
+        for name in re.findall(r"\bTASKCUSTODY_[A-Z_]+\b", path.read_text())
+    }
     assert {"TASKCUSTODY_REDIS_URL", "TASKCUSTODY_SERVER_ID"} <= declared
     section = page().split("## Environment variables", 1)[1].split("\n## ", 1)[0]
     assert sorted(v for v in declared | read if f"`${v}`" not in section) == []

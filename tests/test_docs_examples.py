@@ -33,8 +33,9 @@ RUNNABLE = [b for b in PYTHON if b.not_run is None]
 WHOLE = [b for b in PYTHON if not (b.not_run or "").startswith("a quote of ")]
 
 # The mutation gate runs the suite in a copy without README.md and docs/ (mutation/gate.py).
-pytestmark = pytest.mark.skipif(not PAGES,
-                                reason="no README.md or docs/ (the mutation gate's copy)")
+pytestmark = pytest.mark.skipif(
+    not PAGES, reason="no README.md or docs/ (the mutation gate's copy)"
+)
 
 
 def stated_output(block: Block) -> list[str] | None:
@@ -80,14 +81,21 @@ def server() -> Iterator[RedisServerProcess]:
 @pytest.mark.real_redis
 @pytest.mark.parametrize("block", RUNNABLE, ids=[b.where for b in RUNNABLE])
 def test_every_runnable_block_runs_and_prints_what_it_says(
-    block: Block, server: RedisServerProcess, tmp_path: Path,
+    block: Block,
+    server: RedisServerProcess,
+    tmp_path: Path,
 ) -> None:
     client = redis.Redis.from_url(server.url)
     client.flushall()  # each example starts from an empty Redis, as a reader's would
     client.close()
     assert block.body.count(EXAMPLE_URL) <= 1, block.where
-    result = subprocess.run([sys.executable, "-c", block.body.replace(EXAMPLE_URL, server.url)],
-                            capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    result = subprocess.run(
+        [sys.executable, "-c", block.body.replace(EXAMPLE_URL, server.url)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+    )
     assert result.returncode == 0, f"{block.where}\n{result.stderr}"
     expected = stated_output(block)
     if expected is not None:
@@ -96,7 +104,8 @@ def test_every_runnable_block_runs_and_prints_what_it_says(
 
 def test_stated_output_reads_the_comments_of_print_lines_only() -> None:
     """The parser can fail: a comment on another line is not a statement of output."""
-    block = Block(Path("x.md"), 1, "python", 'x = 1  # one\nprint(x)  # 1\nprint("a b")  # a b\n',
-                  None)
+    block = Block(
+        Path("x.md"), 1, "python", 'x = 1  # one\nprint(x)  # 1\nprint("a b")  # a b\n', None
+    )
     assert stated_output(block) == ["1", "a b"]
     assert stated_output(Block(Path("x.md"), 1, "python", "print(1)\n", None)) is None

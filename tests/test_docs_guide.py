@@ -104,8 +104,11 @@ def mismatch(quoted: tuple[str, ...], actual: list[str]) -> str | None:
         if n == 0 and anchored_start:
             hits = [0] if actual_lines[: len(segment)] == segment else []
         else:
-            hits = [k for k in range(at, len(actual_lines) - len(segment) + 1)
-                    if actual_lines[k : k + len(segment)] == segment]
+            hits = [
+                k
+                for k in range(at, len(actual_lines) - len(segment) + 1)
+                if actual_lines[k : k + len(segment)] == segment
+            ]
         if n == len(segments) - 1 and anchored_end:
             hits = [k for k in hits if k + len(segment) == len(actual_lines)]
         if not hits:
@@ -156,8 +159,9 @@ def test_each_command_prints_what_the_guide_quotes(command: Command) -> None:
     assert code == (1 if prop else 0), (command.line, code)
 
 
-@pytest.mark.parametrize("command", [c for c in COMMANDS if counterexample(c.quoted)[0]],
-                         ids=lambda c: c.line)
+@pytest.mark.parametrize(
+    "command", [c for c in COMMANDS if counterexample(c.quoted)[0]], ids=lambda c: c.line
+)
 def test_each_quoted_counterexample_has_its_property_and_length(command: Command) -> None:
     """Said twice on purpose: the gap-matching above could accept a quote that trims the last
     steps away; here the quoted property and last step number must be the run's."""

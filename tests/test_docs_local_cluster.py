@@ -31,13 +31,15 @@ ROOT = Path(__file__).resolve().parent.parent
 PAGE = ROOT / "docs" / "local-cluster.md"
 DOC_PORTS = ("30001", "30002", "30003")
 
-pytestmark = pytest.mark.skipif(not (ROOT / "docs").is_dir(),
-                                reason="no docs/ (e.g. the mutation gate's copy)")
+pytestmark = pytest.mark.skipif(
+    not (ROOT / "docs").is_dir(), reason="no docs/ (e.g. the mutation gate's copy)"
+)
 
 
 def bash_blocks() -> list[str]:
-    return ["\n".join(body) for language, body in fenced_blocks(PAGE.read_text())
-            if language == "bash"]
+    return [
+        "\n".join(body) for language, body in fenced_blocks(PAGE.read_text()) if language == "bash"
+    ]
 
 
 def test_the_quick_way_shows_options_the_command_has() -> None:
@@ -82,15 +84,18 @@ def test_the_by_hand_blocks_start_a_cluster_that_serves_a_queue_and_stop_it(
     assert 'PORTS="30001 30002 30003"' in start and "DIR=$(mktemp -d)" in start
     try:
         # One shell, as the page says: the stop block needs the start block's $PORTS and $DIR.
-        started = subprocess.run(["bash", "-euc", here(start)], capture_output=True, text=True,
-                                 timeout=120)
+        started = subprocess.run(
+            ["bash", "-euc", here(start)], capture_output=True, text=True, timeout=120
+        )
         assert started.returncode == 0, started.stderr
         assert sorted(p.name for p in tmp_path.glob("*.pid")) == sorted(f"{p}.pid" for p in ports)
 
         commands = [shlex.split(line) for line in here(use).splitlines()]
-        assert [c[:2] for c in commands] == [["taskcustody", "enqueue"],
-                                             ["taskcustody", "status"],
-                                             ["taskcustody", "worker"]]
+        assert [c[:2] for c in commands] == [
+            ["taskcustody", "enqueue"],
+            ["taskcustody", "status"],
+            ["taskcustody", "worker"],
+        ]
         for args in commands[:2]:  # the worker would serve until stopped
             result = CliRunner().invoke(main, args[1:])
             assert result.exit_code == 0, result.output
@@ -99,9 +104,13 @@ def test_the_by_hand_blocks_start_a_cluster_that_serves_a_queue_and_stop_it(
         client.close()
 
         # What the start block's shell would still hold: $PORTS and $DIR.
-        stopped = subprocess.run(["bash", "-euc", stop], capture_output=True, text=True,
-                                 timeout=60, env=dict(os.environ, PORTS=" ".join(ports),
-                                                      DIR=str(tmp_path)))
+        stopped = subprocess.run(
+            ["bash", "-euc", stop],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env=dict(os.environ, PORTS=" ".join(ports), DIR=str(tmp_path)),
+        )
         assert stopped.returncode == 0, stopped.stderr
     finally:
         if tmp_path.exists():

@@ -19,8 +19,9 @@ CI = ROOT / ".ci" / "run"
 MATRIX = ROOT / ".ci" / "matrix"
 
 # The mutation gate runs the suite in a copy of src/, model/, tests/ (no docs/, no mkdocs.yml).
-pytestmark = pytest.mark.skipif(not (DOCS.is_dir() and MKDOCS.exists()),
-                                reason="no docs/ (e.g. the mutation gate's copy)")
+pytestmark = pytest.mark.skipif(
+    not (DOCS.is_dir() and MKDOCS.exists()), reason="no docs/ (e.g. the mutation gate's copy)"
+)
 
 
 def nav_pages() -> list[str]:
@@ -35,8 +36,14 @@ def test_every_page_is_in_the_nav_and_every_entry_is_a_page() -> None:
     listed = nav_pages()
     assert len(listed) == len(set(listed))
     assert sorted(listed) == pages
-    assert {"index.md", "protocol.md", "architecture.md", "model/phases.md",
-            "tested-with.md", "local-cluster.md"} <= set(listed)
+    assert {
+        "index.md",
+        "protocol.md",
+        "architecture.md",
+        "model/phases.md",
+        "tested-with.md",
+        "local-cluster.md",
+    } <= set(listed)
 
 
 def test_mermaid_is_enabled() -> None:
@@ -45,20 +52,26 @@ def test_mermaid_is_enabled() -> None:
 
 
 def test_every_include_names_a_file_of_the_repository() -> None:
-    includes = [(page, name) for page in DOCS.rglob("*.md")
-                for name in re.findall(r'^--8<-- "([^"]+)"$', page.read_text(), re.M)]
+    includes = [
+        (page, name)
+        for page in DOCS.rglob("*.md")
+        for name in re.findall(r'^--8<-- "([^"]+)"$', page.read_text(), re.M)
+    ]
     assert len(includes) >= 9  # the benchmark pages and the changelog
     assert [(str(page), name) for page, name in includes if not (ROOT / name).is_file()] == []
     # Figures come from the files the bench commands write, not from copies in the pages.
     assert {name for _, name in includes if name.startswith("bench/results/")} >= {
-        "bench/results/latest.md", "bench/results/audit.md"}
+        "bench/results/latest.md",
+        "bench/results/audit.md",
+    }
 
 
 def test_ci_builds_the_site_strictly_after_the_static_checks() -> None:
     text = CI.read_text()
     assert "mkdocs build --strict" in text
-    assert text.index("== static checks") < text.index("== docs") < text.index(
-        "mkdocs build --strict")
+    assert (
+        text.index("== static checks") < text.index("== docs") < text.index("mkdocs build --strict")
+    )
 
 
 def test_the_tested_with_page_has_the_markers_the_matrix_writes_between() -> None:
@@ -103,8 +116,9 @@ def test_the_ci_example_uses_options_that_exist(page: str) -> None:
     text = block.body
     assert "image: redis:7" in text
     verify_help = CliRunner().invoke(main, ["verify", "--help"]).output
-    verify_options = re.findall(r"--[a-z-]+", text[text.index("taskcustody verify"):
-                                                    text.index("python -m pytest")])
+    verify_options = re.findall(
+        r"--[a-z-]+", text[text.index("taskcustody verify") : text.index("python -m pytest")]
+    )
     assert {"--redis-url", "--junit-xml", "--max-seconds"} <= set(verify_options)
     for option in verify_options:
         assert option in verify_help, option
@@ -112,4 +126,4 @@ def test_the_ci_example_uses_options_that_exist(page: str) -> None:
     plugin_options = re.findall(r"--taskcustody-[a-z-]+", text)
     assert "--taskcustody-redis-url" in plugin_options
     for option in plugin_options:
-        assert f"\"{option}\"" in plugin, option
+        assert f'"{option}"' in plugin, option

@@ -26,11 +26,34 @@ N = 2_000
 def _start_server(url: str) -> subprocess.Popen[bytes]:
     env = dict(os.environ, PYTHONPATH=str(ROOT), TASKCUSTODY_E2E_URL=url)
     return subprocess.Popen(
-        [sys.executable, "-m", "taskcustody.cli", "worker", "tests.e2e_handler:handle",
-         "--queue", "e2e", "--redis-url", url, "--workers", "4", "--server-id", "e2e-1",
-         "--heartbeat-interval", "0.2", "--server-ttl", "1", "--sweep-interval", "0.5",
-         "--block-timeout", "0.2", "--wait-for-id", "10", "--track-commits"],
-        env=env, cwd=ROOT,
+        [
+            sys.executable,
+            "-m",
+            "taskcustody.cli",
+            "worker",
+            "tests.e2e_handler:handle",
+            "--queue",
+            "e2e",
+            "--redis-url",
+            url,
+            "--workers",
+            "4",
+            "--server-id",
+            "e2e-1",
+            "--heartbeat-interval",
+            "0.2",
+            "--server-ttl",
+            "1",
+            "--sweep-interval",
+            "0.5",
+            "--block-timeout",
+            "0.2",
+            "--wait-for-id",
+            "10",
+            "--track-commits",
+        ],
+        env=env,
+        cwd=ROOT,
     )
 
 

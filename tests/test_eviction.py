@@ -52,18 +52,26 @@ def with_policy(server: RedisServerProcess, policy: str) -> redis.Redis:
 
 
 def warnings_of(caplog: pytest.LogCaptureFixture) -> list[str]:
-    return [r.getMessage() for r in caplog.records
-            if r.name == EVICTION_LOG and r.levelno == logging.WARNING]
+    return [
+        r.getMessage()
+        for r in caplog.records
+        if r.name == EVICTION_LOG and r.levelno == logging.WARNING
+    ]
 
 
 @pytest.mark.parametrize("policy", ["allkeys-lru", "allkeys-lfu", "allkeys-random"])
 def test_an_allkeys_policy_is_refused_naming_the_policy_and_the_fix(
-    policy_server: RedisServerProcess, keys: QueueKeys, fresh_guard: set[tuple[str, str]],
-    caplog: pytest.LogCaptureFixture, policy: str
+    policy_server: RedisServerProcess,
+    keys: QueueKeys,
+    fresh_guard: set[tuple[str, str]],
+    caplog: pytest.LogCaptureFixture,
+    policy: str,
 ) -> None:
     client = with_policy(policy_server, policy)
-    with caplog.at_level(logging.INFO, logger=EVICTION_LOG), \
-            pytest.raises(EvictingPolicy) as refused:
+    with (
+        caplog.at_level(logging.INFO, logger=EVICTION_LOG),
+        pytest.raises(EvictingPolicy) as refused,
+    ):
         check_server(client, keys)
     message = str(refused.value)
     assert refused.value.policy == policy
@@ -84,11 +92,15 @@ def test_a_server_refuses_to_start_on_an_allkeys_policy_before_claiming_anything
     assert server.incarnation is None and client.keys("*") == []
 
 
-@pytest.mark.parametrize("policy", ["noeviction", "volatile-lru", "volatile-lfu",
-                                    "volatile-random", "volatile-ttl"])
+@pytest.mark.parametrize(
+    "policy", ["noeviction", "volatile-lru", "volatile-lfu", "volatile-random", "volatile-ttl"]
+)
 def test_noeviction_and_volatile_policies_are_accepted_silently(
-    policy_server: RedisServerProcess, keys: QueueKeys, fresh_guard: set[tuple[str, str]],
-    caplog: pytest.LogCaptureFixture, policy: str
+    policy_server: RedisServerProcess,
+    keys: QueueKeys,
+    fresh_guard: set[tuple[str, str]],
+    caplog: pytest.LogCaptureFixture,
+    policy: str,
 ) -> None:
     client = with_policy(policy_server, policy)
     with caplog.at_level(logging.INFO, logger=EVICTION_LOG):
@@ -98,8 +110,10 @@ def test_noeviction_and_volatile_policies_are_accepted_silently(
 
 
 def test_the_override_warns_once_per_process_across_checks_connections_and_servers(
-    policy_server: RedisServerProcess, keys: QueueKeys, fresh_guard: set[tuple[str, str]],
-    caplog: pytest.LogCaptureFixture
+    policy_server: RedisServerProcess,
+    keys: QueueKeys,
+    fresh_guard: set[tuple[str, str]],
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     client = with_policy(policy_server, "allkeys-lru")
     allow = Settings(block_timeout=0.05, allow_evicting_policy=True)
@@ -118,7 +132,8 @@ def test_the_override_warns_once_per_process_across_checks_connections_and_serve
     assert warnings_of(caplog) == [
         f"Redis at 127.0.0.1:{policy_server.port} has maxmemory-policy allkeys-lru: under "
         "memory pressure it may evict a queue or an in-flight list and lose tasks; going on "
-        "because the evicting policy was allowed explicitly"]
+        "because the evicting policy was allowed explicitly"
+    ]
 
     # Another evicting policy on the same server is news: warned once more, then no more.
     caplog.clear()
@@ -136,8 +151,9 @@ def test_with_config_renamed_the_policy_is_read_from_info(
     """Managed Redis services often rename or forbid CONFIG; INFO memory still tells the policy."""
     if redis_server_binary() is None:
         pytest.skip("no redis-server binary")
-    with throwaway_redis_server("--maxmemory-policy", "allkeys-lru",
-                                "--rename-command", "CONFIG", "") as server:
+    with throwaway_redis_server(
+        "--maxmemory-policy", "allkeys-lru", "--rename-command", "CONFIG", ""
+    ) as server:
         client = connect(server.url, TEST_SETTINGS)
         with pytest.raises(redis.ResponseError, match="unknown command"):
             client.config_get("maxmemory-policy")
@@ -148,8 +164,11 @@ def test_with_config_renamed_the_policy_is_read_from_info(
 
 
 def test_an_unreadable_policy_is_warned_about_once_and_not_refused(
-    policy_server: RedisServerProcess, keys: QueueKeys, fresh_guard: set[tuple[str, str]],
-    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+    policy_server: RedisServerProcess,
+    keys: QueueKeys,
+    fresh_guard: set[tuple[str, str]],
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     client = with_policy(policy_server, "allkeys-lru")  # which we cannot see
 
@@ -158,8 +177,11 @@ def test_an_unreadable_policy_is_warned_about_once_and_not_refused(
 
     monkeypatch.setattr(client, "config_get", refuse)
     real_info = client.info
-    monkeypatch.setattr(client, "info", lambda section=None, *a, **k: (
-        refuse() if section == "memory" else real_info(section)))
+    monkeypatch.setattr(
+        client,
+        "info",
+        lambda section=None, *a, **k: refuse() if section == "memory" else real_info(section),
+    )
     with caplog.at_level(logging.INFO, logger=EVICTION_LOG):
         for _ in range(3):
             check_server(client, keys)
@@ -167,19 +189,23 @@ def test_an_unreadable_policy_is_warned_about_once_and_not_refused(
     assert warnings_of(caplog) == [
         f"cannot read maxmemory-policy of Redis at 127.0.0.1:{policy_server.port} (CONFIG GET "
         "and INFO refused); taskcustody needs noeviction or a volatile-* policy: an allkeys-* "
-        "policy may evict a queue or an in-flight list and lose tasks"]
+        "policy may evict a queue or an in-flight list and lose tasks"
+    ]
     client.config_set("maxmemory-policy", "noeviction")  # the real client still can
 
 
 # -- the command line --------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("command", [
-    ["worker", "tests.e2e_handler:handle", "--block-timeout", "0.05"],
-    ["status"],
-    ["enqueue", '{"n": 1}'],
-    ["sweep"],
-])
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["worker", "tests.e2e_handler:handle", "--block-timeout", "0.05"],
+        ["status"],
+        ["enqueue", '{"n": 1}'],
+        ["sweep"],
+    ],
+)
 def test_every_cli_command_refuses_an_allkeys_policy_with_one_line_and_exit_1(
     policy_server: RedisServerProcess, fresh_guard: set[tuple[str, str]], command: list[str]
 ) -> None:
@@ -198,8 +224,9 @@ def test_the_cli_override_goes_on(
     policy_server: RedisServerProcess, fresh_guard: set[tuple[str, str]], command: list[str]
 ) -> None:
     client = with_policy(policy_server, "allkeys-lru")
-    result = CliRunner().invoke(main, [*command, "-q", "tq", "--redis-url", policy_server.url,
-                                       "--allow-evicting-policy"])
+    result = CliRunner().invoke(
+        main, [*command, "-q", "tq", "--redis-url", policy_server.url, "--allow-evicting-policy"]
+    )
     assert result.exit_code == 0, result.output
     assert fresh_guard == {(f"127.0.0.1:{policy_server.port}", "allkeys-lru")}
     if command[0] == "enqueue":

@@ -66,8 +66,9 @@ def test_fakeredis_brpoplpush_blocks_and_wakes() -> None:
 
 def test_worker_uses_the_workaround_only_on_fakeredis() -> None:
     client = connect_fake()
-    server = Server(client, QueueKeys("gap"), "s1", lambda p: p, settings=TEST_SETTINGS,
-                    clock=ManualClock())
+    server = Server(
+        client, QueueKeys("gap"), "s1", lambda p: p, settings=TEST_SETTINGS, clock=ManualClock()
+    )
     server.claim()
     assert server.make_worker(0).take_command == "BRPOPLPUSH"
 
@@ -89,8 +90,9 @@ def test_min_replicas_is_refused_on_fakeredis_with_one_clear_error() -> None:
     settings = Settings(**{**TEST_SETTINGS.__dict__, "min_replicas": 1})
     with pytest.raises(TaskCustodyError, match="fakeredis implements no WAIT"):
         Producer(client, QueueKeys("gap"), settings=settings)
-    server = Server(client, QueueKeys("gap"), "s1", lambda p: p, settings=settings,
-                    clock=ManualClock())
+    server = Server(
+        client, QueueKeys("gap"), "s1", lambda p: p, settings=settings, clock=ManualClock()
+    )
     server.claim()
     with pytest.raises(TaskCustodyError, match="fakeredis implements no WAIT"):
         server.make_worker(0)

@@ -32,14 +32,19 @@ from taskcustody.verify.run import COVERAGE_BOUNDS, Options, run_fault_coverage
 #: What each Redis command or script the worker and the server send does, in the model's terms:
 #: the command whose reply the model (or the harness) can lose ...
 LOSABLE_SENDS = {
-    "BLMOVE": {"take"}, "TAKE_AND_RECORD": {"take_suspect"}, "RELEASE": {"release"},
-    "RELEASE_AND_TAKE": {"release_and_take"}, "DRAIN_CHUNK": {"reconcile", "drain_step"},
-    "CLAIM": {"claim"}, "HEARTBEAT": {"heartbeat"}, "PRUNE_INACTIVE_SERVERS": {"sweep"},
+    "BLMOVE": {"take"},
+    "TAKE_AND_RECORD": {"take_suspect"},
+    "RELEASE": {"release"},
+    "RELEASE_AND_TAKE": {"release_and_take"},
+    "DRAIN_CHUNK": {"reconcile", "drain_step"},
+    "CLAIM": {"claim"},
+    "HEARTBEAT": {"heartbeat"},
+    "PRUNE_INACTIVE_SERVERS": {"sweep"},
 }
 #: ... writes whose lost reply the model has no action for, and why ...
 NOT_LOST_IN_THE_MODEL = {
     "RECORD": "the record is written and its error ignored: custody is in the list (the harness "
-              "loses it with the release's reply, which reads it)",
+    "loses it with the release's reply, which reads it)",
     "ZADD": "a take's list registration, sent in one pipeline with its BLMOVE: lost with it",
     "FORGET_DEAD_EMPTY_LISTS": "a sweep's registry collection: the sweep's reply is the prune's",
     "REQUEUE_STUCK": "the processing sweep (not a fault of the model)",
@@ -66,17 +71,26 @@ def _what_each_step_sends() -> dict[str, set[str]]:
     sent: dict[str, set[str]] = defaultdict(set)
     for kind in required_kinds(DEFAULT_BOUNDS):
         server = fakeredis.FakeServer()
+
         def make_client(server: fakeredis.FakeServer = server) -> Any:
             return connect_fake(server)
 
         h = Harness(make_client, DEFAULT_BOUNDS)
         step = ["setup"]
 
-        def on_send(heads: list[tuple[str, bytes]], label: Any, conn: Any, data: bytes,
-                    step: list[str] = step) -> None:
+        def on_send(
+            heads: list[tuple[str, bytes]],
+            label: Any,
+            conn: Any,
+            data: bytes,
+            step: list[str] = step,
+        ) -> None:
             for name, first in heads:
-                sent[step[0]].add(names.get(first, first.decode(errors="replace"))
-                                  if name.startswith("EVAL") else name)
+                sent[step[0]].add(
+                    names.get(first, first.decode(errors="replace"))
+                    if name.startswith("EVAL")
+                    else name
+                )
 
         h.injector.on_send = on_send
         try:
@@ -99,16 +113,21 @@ def _what_each_step_sends() -> dict[str, set[str]]:
 
 
 def test_the_losable_commands_are_the_models_and_the_harness_heartbeat() -> None:
-    assert set(model_losable_commands()) == {a for names in LOSABLE_SENDS.values()
-                                             for a in names} - {"heartbeat"}
+    assert set(model_losable_commands()) == {
+        a for names in LOSABLE_SENDS.values() for a in names
+    } - {"heartbeat"}
     assert set(losable_commands()) == set(model_losable_commands()) | {"heartbeat"}
-    assert required_kinds(DEFAULT_BOUNDS)[:4] == ("crash_server", "crash_worker", "redis_wipe",
-                                                  "stall_server")
-    assert set(required_kinds(DEFAULT_BOUNDS)) - {f"{DROPPED}{c}" for c in losable_commands()} \
-        == set(FAULTS) - {"dropped_reply", "retry", "cancel_before_send"}
+    assert required_kinds(DEFAULT_BOUNDS)[:4] == (
+        "crash_server",
+        "crash_worker",
+        "redis_wipe",
+        "stall_server",
+    )
+    assert set(required_kinds(DEFAULT_BOUNDS)) - {
+        f"{DROPPED}{c}" for c in losable_commands()
+    } == set(FAULTS) - {"dropped_reply", "retry", "cancel_before_send"}
     # asyncio's cancellation before the send only where the bounds have it (`verify --async`)
-    assert "cancel_before_send" in required_kinds(
-        DEFAULT_BOUNDS._replace(cancels_before_send=True))
+    assert "cancel_before_send" in required_kinds(DEFAULT_BOUNDS._replace(cancels_before_send=True))
 
 
 def test_the_list_agrees_with_what_the_worker_and_the_server_send() -> None:
@@ -127,18 +146,25 @@ def test_the_list_agrees_with_what_the_worker_and_the_server_send() -> None:
 
 
 def test_a_kind_that_never_fires_fails_the_gate_naming_it_with_the_counts() -> None:
-    cov = judge({"crash_worker": 12, "dropped-reply:take": 9, "dropped-reply:release": 2},
-                ["crash_worker", "redis_wipe", "dropped-reply:take", "dropped-reply:release"])
+    cov = judge(
+        {"crash_worker": 12, "dropped-reply:take": 9, "dropped-reply:release": 2},
+        ["crash_worker", "redis_wipe", "dropped-reply:take", "dropped-reply:release"],
+    )
     assert not cov.ok
     assert "redis_wipe fired 0 times, fewer than the minimum 5" in cov.summary()
     assert "dropped-reply:release fired 2 times, fewer than the minimum 5" in cov.summary()
     assert "crash_worker" not in cov.summary()
-    rare = judge({"dropped-reply:take": 30, "dropped-reply:sweep": 9},
-                 ["dropped-reply:take", "dropped-reply:sweep"])
-    assert rare.short == ["dropped-reply:sweep fired 9 times, less than 1/3 of "
-                          "dropped-reply:take's 30"]
-    assert judge({"dropped-reply:take": 30, "dropped-reply:sweep": 10},
-                 ["dropped-reply:take", "dropped-reply:sweep"]).ok
+    rare = judge(
+        {"dropped-reply:take": 30, "dropped-reply:sweep": 9},
+        ["dropped-reply:take", "dropped-reply:sweep"],
+    )
+    assert rare.short == [
+        "dropped-reply:sweep fired 9 times, less than 1/3 of dropped-reply:take's 30"
+    ]
+    assert judge(
+        {"dropped-reply:take": 30, "dropped-reply:sweep": 10},
+        ["dropped-reply:take", "dropped-reply:sweep"],
+    ).ok
 
 
 class _Injected(RunStats):
@@ -152,20 +178,27 @@ class _Injected(RunStats):
     def add(self, h: Any) -> None:
         super().add(h)
         self.fired.update(h.injector.counts)
-        self.fault_steps.update(s.action.name for s in h.steps
-                                if s.fault and s.action.name != "dropped_reply")
+        self.fault_steps.update(
+            s.action.name for s in h.steps if s.fault and s.action.name != "dropped_reply"
+        )
 
 
-def _small_run(kinds: tuple[str, ...] | None = None, again: int = 0,
-               **bounds: Any) -> tuple[Any, _Injected]:
+def _small_run(
+    kinds: tuple[str, ...] | None = None, again: int = 0, **bounds: Any
+) -> tuple[Any, _Injected]:
     """12 examples; kinds left short are aimed at again in `again` more (none by default)."""
     server = fakeredis.FakeServer()
     stats = _Injected()
     options = Options(coverage_examples=12, bounds=COVERAGE_BOUNDS._replace(**bounds))
-    failure, stopped, cov = run_fault_coverage(options, lambda: connect_fake(server),
-                                               QueueKeys("verify", prefix="tcv"), stats,
-                                               real=False, kinds=kinds,
-                                               aimed_again_examples=again)
+    failure, stopped, cov = run_fault_coverage(
+        options,
+        lambda: connect_fake(server),
+        QueueKeys("verify", prefix="tcv"),
+        stats,
+        real=False,
+        kinds=kinds,
+        aimed_again_examples=again,
+    )
     assert failure is None and not stopped
     return cov, stats
 
@@ -178,8 +211,7 @@ def test_a_run_where_a_kind_cannot_fire_fails_naming_it_and_its_count() -> None:
     assert f"redis_wipe fired 0 times, fewer than the minimum {MINIMUM}" in cov.summary()
 
 
-def test_kinds_the_first_examples_leave_short_are_aimed_at_again_until_they_fire_enough(
-        ) -> None:
+def test_kinds_the_first_examples_leave_short_are_aimed_at_again_until_they_fire_enough() -> None:
     # 12 examples of 4 faults over 13 kinds leave some short (the same 12 examples, seeded,
     # with no examples after them); 30 more aimed at those alone bring each to its minimum
     first, first_stats = _small_run()
@@ -202,7 +234,8 @@ def test_a_kind_that_cannot_fire_is_aimed_at_again_and_still_fails() -> None:
 
 
 def test_no_kind_is_aimed_at_again_once_the_time_budget_is_spent(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     # the budget's clock runs out as the first examples end: the kinds they left short fail
     # the gate as they are, and no examples run after them
     now = [0.0]
@@ -218,24 +251,27 @@ def test_no_kind_is_aimed_at_again_once_the_time_budget_is_spent(
     monkeypatch.setattr(parts, "run_stateful", first_examples_then_spent)
     server = fakeredis.FakeServer()
     failure, stopped, cov = run_fault_coverage(
-        Options(coverage_examples=12, bounds=COVERAGE_BOUNDS), lambda: connect_fake(server),
-        QueueKeys("verify", prefix="tcv"), RunStats(), real=False,
-        budget=Budget(60, clock=lambda: now[0]))
+        Options(coverage_examples=12, bounds=COVERAGE_BOUNDS),
+        lambda: connect_fake(server),
+        QueueKeys("verify", prefix="tcv"),
+        RunStats(),
+        real=False,
+        budget=Budget(60, clock=lambda: now[0]),
+    )
     assert len(calls) == 1
     assert failure is None and not stopped
     assert not cov.ok and cov.aimed_again == ()
 
 
-def test_aimed_again_the_lost_replies_are_judged_against_the_takes_of_the_first_examples(
-        ) -> None:
+def test_aimed_again_the_lost_replies_are_judged_against_the_takes_of_the_first_examples() -> None:
     kinds = ["dropped-reply:take", "dropped-reply:sweep"]
     # the take's lost replies aimed at again went from 30 to 90: the sweep's 10 are still a third
     # of the 30 they were judged against
     assert not judge({"dropped-reply:take": 90, "dropped-reply:sweep": 10}, kinds).ok
     assert judge({"dropped-reply:take": 90, "dropped-reply:sweep": 10}, kinds, reference=30).ok
-    assert judge({"dropped-reply:take": 90, "dropped-reply:sweep": 9}, kinds,
-                 reference=30).short == ["dropped-reply:sweep fired 9 times, less than 1/3 of "
-                                         "dropped-reply:take's 30"]
+    assert judge(
+        {"dropped-reply:take": 90, "dropped-reply:sweep": 9}, kinds, reference=30
+    ).short == ["dropped-reply:sweep fired 9 times, less than 1/3 of dropped-reply:take's 30"]
 
 
 def test_the_counts_are_the_faults_actually_injected() -> None:
@@ -248,8 +284,15 @@ def test_the_counts_are_the_faults_actually_injected() -> None:
     assert cov.counts == {k: stats.faults[k] for k in cov.counts}
 
 
-@pytest.mark.parametrize("kind", ["dropped-reply:take_suspect", "dropped-reply:sweep",
-                                  "dropped-reply:drain_step", "dropped-reply:reconcile"])
+@pytest.mark.parametrize(
+    "kind",
+    [
+        "dropped-reply:take_suspect",
+        "dropped-reply:sweep",
+        "dropped-reply:drain_step",
+        "dropped-reply:reconcile",
+    ],
+)
 def test_the_planner_reaches_a_rare_kind_from_a_fresh_deployment(kind: str) -> None:
     server = fakeredis.FakeServer()
     h = Harness(lambda: connect_fake(server), DEFAULT_BOUNDS)
@@ -276,14 +319,22 @@ def test_the_reports_print_the_counts_per_kind_and_a_shortfall_is_the_verdict() 
     result.coverage = judge({"crash_worker": 12, "dropped-reply:take": 9}, kinds)
     text, page = text_report(result), html_report(result)
     assert verdict(result).startswith("FAULT COVERAGE NOT MET")
-    assert "fault coverage (each kind >= 5, each lost reply >= 1/3 of dropped-reply:take): " \
-           "NOT MET" in text
-    lines = {line.split()[0]: line.split()[1:] for line in text.splitlines()
-             if line.startswith("    ") and line.split()[0] in kinds}
-    assert lines == {"crash_worker": ["12"], "redis_wipe": ["0", "<-", "short"],
-                     "dropped-reply:take": ["9"]}
+    assert (
+        "fault coverage (each kind >= 5, each lost reply >= 1/3 of dropped-reply:take): "
+        "NOT MET" in text
+    )
+    lines = {
+        line.split()[0]: line.split()[1:]
+        for line in text.splitlines()
+        if line.startswith("    ") and line.split()[0] in kinds
+    }
+    assert lines == {
+        "crash_worker": ["12"],
+        "redis_wipe": ["0", "<-", "short"],
+        "dropped-reply:take": ["9"],
+    }
     assert '<section id="fault-coverage">' in page
-    assert "<td>redis_wipe</td><td class=\"num\">0</td><td>short</td>" in page
+    assert '<td>redis_wipe</td><td class="num">0</td><td>short</td>' in page
     assert "redis_wipe fired 0 times, fewer than the minimum 5" in page
     result.coverage = judge({k: 10 for k in kinds}, kinds)
     assert result.ok and "): met" in text_report(result)
@@ -295,8 +346,9 @@ def test_a_lost_reply_counted_but_not_injected_fails_the_machine() -> None:
     from taskcustody.verify.machine import build_machine
 
     server = fakeredis.FakeServer()
-    machine: Any = with_aimed_faults(build_machine(lambda: connect_fake(server)),
-                                     required_kinds(DEFAULT_BOUNDS))()
+    machine: Any = with_aimed_faults(
+        build_machine(lambda: connect_fake(server)), required_kinds(DEFAULT_BOUNDS)
+    )()
     try:
         machine.setup()
         machine.injected_faults_are_the_counted_ones()  # nothing counted, nothing fired

@@ -65,9 +65,16 @@ def test_all_fixed_keys_match_the_types_a_live_queue_creates(
     # max_attempts=2 with a retry delay: the failing task waits in the scheduled set; a malformed
     # entry, taken first, is dead-lettered.
     client.rpush(keys.queue, "not json")
-    settings = Settings(block_timeout=0.05, socket_timeout_margin=2.0, heartbeat_interval=5,
-                        server_ttl=15, max_attempts=2, drain_chunk=3, track_commits=True,
-                        retry_backoff=1.0)
+    settings = Settings(
+        block_timeout=0.05,
+        socket_timeout_margin=2.0,
+        heartbeat_interval=5,
+        server_ttl=15,
+        max_attempts=2,
+        drain_chunk=3,
+        track_commits=True,
+        retry_backoff=1.0,
+    )
     server = make_server(client, keys, "s1", clock, handler=handler, settings=settings)
     server.claim()
     assert server.sweep_lease.acquire_or_renew()

@@ -75,11 +75,15 @@ def test_the_printed_urls_serve_a_queue_and_a_signal_stops_every_node(
             pytest.fail("CI: redis-server and redis-cli are needed for the cluster tests")
         pytest.skip("no redis-server/redis-cli binary")
     # This tree's code in the child, whatever the environment's install points at.
-    path = os.pathsep.join([str(ROOT / "src"), str(ROOT / "model"),
-                            os.environ.get("PYTHONPATH", "")])
+    path = os.pathsep.join(
+        [str(ROOT / "src"), str(ROOT / "model"), os.environ.get("PYTHONPATH", "")]
+    )
     proc = subprocess.Popen(
         [sys.executable, "-m", "taskcustody.verify.local_cluster", "--replicas", "0"],
-        stdout=subprocess.PIPE, text=True, env=dict(os.environ, PYTHONPATH=path))
+        stdout=subprocess.PIPE,
+        text=True,
+        env=dict(os.environ, PYTHONPATH=path),
+    )
     try:
         lines = lines_of(proc)
         printed = []
@@ -91,8 +95,9 @@ def test_the_printed_urls_serve_a_queue_and_a_signal_stops_every_node(
         # Any node seeds a cluster client; the CLI's example commands work as printed.
         client = connect(urls[2])
         assert is_cluster(client)
-        enqueued = CliRunner().invoke(taskcustody, ["enqueue", "--queue", "demo", "--redis-url",
-                                                    urls[0], '{"n": 1}'])
+        enqueued = CliRunner().invoke(
+            taskcustody, ["enqueue", "--queue", "demo", "--redis-url", urls[0], '{"n": 1}']
+        )
         assert enqueued.exit_code == 0, enqueued.output
         assert client.llen(QueueKeys("demo").queue) == 1
         client.close()

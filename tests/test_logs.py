@@ -23,8 +23,11 @@ from tests.support.redis_server import RedisServerProcess, free_port
 
 
 def lines(caplog: pytest.LogCaptureFixture, logger: str, level: int | None = None) -> list[str]:
-    return [r.getMessage() for r in caplog.records
-            if r.name == logger and (level is None or r.levelno == level)]
+    return [
+        r.getMessage()
+        for r in caplog.records
+        if r.name == logger and (level is None or r.levelno == level)
+    ]
 
 
 def with_task_id(caplog: pytest.LogCaptureFixture, task_id: str) -> list[logging.LogRecord]:
@@ -50,7 +53,8 @@ def test_the_banner_names_queue_id_incarnation_workers_prefetch_redis_and_url(
     assert lines(caplog, "taskcustody.server", logging.INFO) == [
         f"started: queue banner, server id s1, incarnation {server.incarnation}, 3 worker(s), "
         f"prefetch 2, Redis {version} at redis://127.0.0.1:{real_redis.port}/0, shutdown grace "
-        "30s"]
+        "30s"
+    ]
     (banner,) = [r for r in caplog.records if r.name == "taskcustody.server"]
     assert banner.redis_version == version and banner.server_id == "s1"  # type: ignore[attr-defined]
 
@@ -89,7 +93,10 @@ def test_a_retry_and_a_dead_letter_each_log_one_line_with_the_task_id(
         f"task {task_id} dead-lettered: RuntimeError: boom x",
     ]
     assert [r.levelno for r in with_task_id(caplog, task_id)] == [
-        logging.WARNING, logging.WARNING, logging.ERROR]
+        logging.WARNING,
+        logging.WARNING,
+        logging.ERROR,
+    ]
 
 
 def test_a_delayed_retry_says_it_was_scheduled(
@@ -104,7 +111,8 @@ def test_a_delayed_retry_says_it_was_scheduled(
     worker.close()
     assert lines(caplog, "taskcustody.worker") == [
         f"task {task_id} failed (attempt 1 of 3), scheduled for a retry after its backoff: "
-        "RuntimeError: boom x"]
+        "RuntimeError: boom x"
+    ]
     assert client.zcard(keys.scheduled) == 1
 
 
@@ -121,8 +129,11 @@ def test_a_commit_is_logged_at_debug_only(
     with caplog.at_level(logging.DEBUG, logger="taskcustody"):
         assert worker.run_once(timeout=0.05)
     worker.close()
-    assert [r.getMessage().split(" committed")[1] for r in caplog.records
-            if getattr(r, "action", None) == "committed"] == [f" by {worker.list_key}"]
+    assert [
+        r.getMessage().split(" committed")[1]
+        for r in caplog.records
+        if getattr(r, "action", None) == "committed"
+    ] == [f" by {worker.list_key}"]
 
 
 def test_lost_custody_and_the_startup_drain_each_log_one_line_with_the_task_id(
@@ -143,11 +154,17 @@ def test_lost_custody_and_the_startup_drain_each_log_one_line_with_the_task_id(
         assert worker.run_once(timeout=0.05)
     worker.close()
     assert [(r.name, r.levelno, r.getMessage()) for r in with_task_id(caplog, task_id)] == [
-        ("taskcustody.recovery", logging.INFO,
-         f"recovery (startup drain): task {task_id} moved from {worker.list_key} to the queue"),
-        ("taskcustody.worker", logging.WARNING,
-         f"task {task_id}: lost custody in {worker.list_key} (judged dead meanwhile: recovery "
-         "took it back): this run's result is not committed"),
+        (
+            "taskcustody.recovery",
+            logging.INFO,
+            f"recovery (startup drain): task {task_id} moved from {worker.list_key} to the queue",
+        ),
+        (
+            "taskcustody.worker",
+            logging.WARNING,
+            f"task {task_id}: lost custody in {worker.list_key} (judged dead meanwhile: recovery "
+            "took it back): this run's result is not committed",
+        ),
     ]
 
 
@@ -172,7 +189,8 @@ def test_the_sweep_logs_each_task_it_requeues_from_a_dead_server(
     # Recovery counts (poison-pill detection), so what it takes back goes to the suspects list.
     where = keys.suspects if live.settings.max_recoveries is not None else "the queue"
     assert lines(caplog, "taskcustody.recovery") == [
-        f"recovery (sweep): task {i} moved from {w.list_key} to {where}" for i in ids]
+        f"recovery (sweep): task {i} moved from {w.list_key} to {where}" for i in ids
+    ]
 
 
 def test_a_poison_pill_line_carries_the_task_id_field(
@@ -185,11 +203,13 @@ def test_a_poison_pill_line_carries_the_task_id_field(
     task = new_task("kills its holder", 0.0)
     client.lpush(keys.inflight(owner), encode(task))
     with caplog.at_level(logging.INFO, logger="taskcustody"):
-        drain_inflight(client, keys, keys.inflight(owner), force=True,
-                       recovering=Recovering(max_recoveries=0))
+        drain_inflight(
+            client, keys, keys.inflight(owner), force=True, recovering=Recovering(max_recoveries=0)
+        )
     (record,) = with_task_id(caplog, task.id)
     assert record.levelno == logging.ERROR and record.getMessage().startswith(
-        f"poison pill: task {task.id} dead-lettered from {keys.inflight(owner)}")
+        f"poison pill: task {task.id} dead-lettered from {keys.inflight(owner)}"
+    )
 
 
 def test_without_info_logging_a_drain_reads_nothing_extra(
@@ -226,15 +246,17 @@ def test_prefetching_workers_log_retries_too(
     got = lines(caplog, "taskcustody.worker")
     assert sorted(got) == sorted(
         f"task {i} failed (attempt 1 of 3), requeued for a retry: RuntimeError: boom {p}"
-        for i, p in zip(ids, ["p", "q"], strict=True))
+        for i, p in zip(ids, ["p", "q"], strict=True)
+    )
 
 
 # -- formats ---------------------------------------------------------------------------------
 
 
 def test_the_json_format_is_one_object_per_line_with_the_extra_fields() -> None:
-    record = logging.LogRecord("taskcustody.worker", logging.WARNING, __file__, 1,
-                               "task %s failed", ("abc",), None)
+    record = logging.LogRecord(
+        "taskcustody.worker", logging.WARNING, __file__, 1, "task %s failed", ("abc",), None
+    )
     record.task_id = "abc"
     out = json.loads(JsonFormatter().format(record))
     assert out["message"] == "task abc failed" and out["task_id"] == "abc"
@@ -277,8 +299,9 @@ def test_an_interrupted_batch_logs_the_task_it_ran_and_the_one_it_never_reached(
         raise Interrupt
 
     settings = Settings(**{**vars(TEST_SETTINGS), "prefetch": 2})
-    server = Server(client, keys, "s1", interrupted, workers=1, settings=settings,
-                    clock=ManualClock())
+    server = Server(
+        client, keys, "s1", interrupted, workers=1, settings=settings, clock=ManualClock()
+    )
     (runner,) = server.start()
     with caplog.at_level(logging.INFO, logger="taskcustody"), pytest.raises(Interrupt):
         runner.run_once(timeout=0.05)
@@ -298,8 +321,18 @@ def test_the_worker_command_leaves_no_logging_behind_when_invoked_in_process() -
     root = logging.getLogger()
     before = root.handlers[:], root.level
     # Fails at once (nothing listens on that port), after the command configured its logging.
-    result = CliRunner().invoke(main, ["worker", "json:dumps", "-q", "q", "--redis-url",
-                                       f"redis://127.0.0.1:{free_port()}/0", "--log-level",
-                                       "debug"])
+    result = CliRunner().invoke(
+        main,
+        [
+            "worker",
+            "json:dumps",
+            "-q",
+            "q",
+            "--redis-url",
+            f"redis://127.0.0.1:{free_port()}/0",
+            "--log-level",
+            "debug",
+        ],
+    )
     assert result.exit_code == 1
     assert (root.handlers[:], root.level) == before

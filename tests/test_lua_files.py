@@ -27,7 +27,7 @@ def header(text: str) -> tuple[list[str], list[str], list[str]]:
     lines = text.splitlines()
     start = next(i for i, line in enumerate(lines) if not line.startswith("--"))
     end = lines.index("", start)
-    return lines[:start], lines[start:end], lines[end + 1:]
+    return lines[:start], lines[start:end], lines[end + 1 :]
 
 
 def test_the_scripts_are_read_next_to_the_module() -> None:
@@ -41,8 +41,11 @@ def test_every_file_is_loaded_by_some_script() -> None:
     assert {path.stem.upper() for path in SCRIPT_FILES} == set(scripts.LUA)
     for path in SCRIPT_FILES:
         assert scripts.LUA[path.stem.upper()] == without_comments(compose(path.read_text(), read))
-    included = {name for path in SCRIPT_FILES
-                for name in re.findall(r"^--#include (lib/\S+)$", path.read_text(), re.M)}
+    included = {
+        name
+        for path in SCRIPT_FILES
+        for name in re.findall(r"^--#include (lib/\S+)$", path.read_text(), re.M)
+    }
     assert included == {f"lib/{path.name}" for path in FRAGMENTS}
 
 
@@ -98,7 +101,8 @@ def test_compose_puts_each_fragment_in_place_of_its_include_line() -> None:
     files = {"lib/a.lua": "local function a() return 1 end\n", "lib/b.lua": "local b = 2\n"}
     text = "local k = KEYS[1]\n\n--#include lib/a.lua\n--#include lib/b.lua\nreturn a() + b\n"
     assert compose(text, files.__getitem__) == (
-        "local k = KEYS[1]\n\nlocal function a() return 1 end\nlocal b = 2\nreturn a() + b\n")
+        "local k = KEYS[1]\n\nlocal function a() return 1 end\nlocal b = 2\nreturn a() + b\n"
+    )
     # Only a line of its own: an include named inside a comment's prose is left alone.
     prose = "-- see --#include lib/a.lua\n"
     assert compose(prose, files.__getitem__) == prose
@@ -118,13 +122,16 @@ def test_compose_fails_on_a_missing_fragment() -> None:
 def test_what_redis_is_sent_has_no_comments_and_keeps_its_lines() -> None:
     """Comment lines go empty (line numbers in Redis's errors stay the composed file's), a
     declaration loses its trailing comment, and code, strings included, is untouched."""
-    text = ("-- RECORD: a comment\n"
-            "local own = KEYS[1]   -- the list\n"
-            "  -- an indented comment\n"
-            "return redis.error_reply('ERR -- not a comment') -- kept: not a declaration\n")
+    text = (
+        "-- RECORD: a comment\n"
+        "local own = KEYS[1]   -- the list\n"
+        "  -- an indented comment\n"
+        "return redis.error_reply('ERR -- not a comment') -- kept: not a declaration\n"
+    )
     assert without_comments(text) == (
         "\nlocal own = KEYS[1]\n\n"
-        "return redis.error_reply('ERR -- not a comment') -- kept: not a declaration\n")
+        "return redis.error_reply('ERR -- not a comment') -- kept: not a declaration\n"
+    )
     for name, source in scripts.LUA.items():
         lines = source.splitlines()
         assert not any(line.lstrip().startswith("--") for line in lines), name

@@ -33,12 +33,16 @@ REFUSED = "maintenance notifications"  # redis-py: "Failed to enable maintenance
 
 
 def _refusals(caplog: pytest.LogCaptureFixture) -> list[str]:
-    return [r.getMessage() for r in caplog.records
-            if REFUSED in r.getMessage() or "MAINT_NOTIFICATIONS" in r.getMessage()]
+    return [
+        r.getMessage()
+        for r in caplog.records
+        if REFUSED in r.getMessage() or "MAINT_NOTIFICATIONS" in r.getMessage()
+    ]
 
 
 def test_connect_asks_redis_7_for_no_maintenance_notifications(
-        real_redis: RedisServerProcess, caplog: pytest.LogCaptureFixture) -> None:
+    real_redis: RedisServerProcess, caplog: pytest.LogCaptureFixture
+) -> None:
     caplog.set_level(logging.DEBUG, logger="redis")
     client = connect(real_redis.url)
     try:
@@ -57,7 +61,8 @@ def test_connect_asks_redis_7_for_no_maintenance_notifications(
 
 
 def test_connect_async_asks_redis_7_for_no_maintenance_notifications(
-        real_redis: RedisServerProcess, caplog: pytest.LogCaptureFixture) -> None:
+    real_redis: RedisServerProcess, caplog: pytest.LogCaptureFixture
+) -> None:
     caplog.set_level(logging.DEBUG, logger="redis")
 
     async def talk() -> None:
@@ -85,7 +90,8 @@ def test_connect_async_asks_redis_7_for_no_maintenance_notifications(
 
 @pytest.mark.cluster
 def test_a_cluster_client_asks_for_no_maintenance_notifications(
-        local_cluster: LocalCluster, caplog: pytest.LogCaptureFixture) -> None:
+    local_cluster: LocalCluster, caplog: pytest.LogCaptureFixture
+) -> None:
     caplog.set_level(logging.DEBUG, logger="redis")
     client = connect(local_cluster.url())
     try:
@@ -98,22 +104,46 @@ def test_a_cluster_client_asks_for_no_maintenance_notifications(
 
 
 def test_a_worker_with_v_prints_no_maintenance_notification_lines(
-        real_redis: RedisServerProcess) -> None:
+    real_redis: RedisServerProcess,
+) -> None:
     admin = redis.Redis.from_url(real_redis.url, protocol=2)
     before = len(admin.client_list())
     workers = 4
     proc = subprocess.Popen(
-        [sys.executable, "-m", "taskcustody.cli", "worker", "tests.e2e_handler:handle",
-         "--queue", "maint-notifications", "--redis-url", real_redis.url, "--workers",
-         str(workers), "--block-timeout", "0.2", "-v"],
-        env=dict(os.environ, PYTHONPATH=os.pathsep.join(
-            p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)), cwd=ROOT,
-        stderr=subprocess.PIPE, text=True)
+        [
+            sys.executable,
+            "-m",
+            "taskcustody.cli",
+            "worker",
+            "tests.e2e_handler:handle",
+            "--queue",
+            "maint-notifications",
+            "--redis-url",
+            real_redis.url,
+            "--workers",
+            str(workers),
+            "--block-timeout",
+            "0.2",
+            "-v",
+        ],
+        env=dict(
+            os.environ,
+            PYTHONPATH=os.pathsep.join(
+                p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p
+            ),
+        ),
+        cwd=ROOT,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         # Each worker has its connection of its own once it waits for a task; the server's
         # pool has one more.
-        wait_for(lambda: len(admin.client_list()) >= before + workers + 1,
-                 "every worker to connect", limit=60)
+        wait_for(
+            lambda: len(admin.client_list()) >= before + workers + 1,
+            "every worker to connect",
+            limit=60,
+        )
         proc.send_signal(signal.SIGTERM)
         _, err = proc.communicate(timeout=60)
     finally:
@@ -127,8 +157,7 @@ def test_a_worker_with_v_prints_no_maintenance_notification_lines(
     assert REFUSED not in err and "MAINT_NOTIFICATIONS" not in err, err
 
 
-def test_without_the_option_in_redis_py_nothing_is_passed(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+def test_without_the_option_in_redis_py_nothing_is_passed(monkeypatch: pytest.MonkeyPatch) -> None:
     # redis-py 5.0 (the floor) has no maintenance notifications: no keyword for it, or its
     # clients would refuse an unknown one.
     monkeypatch.setattr(redis_options, "CONFIG_CLASS", None)

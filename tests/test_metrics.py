@@ -38,12 +38,16 @@ CLI = str(Path(sys.executable).with_name("taskcustody"))
 def scrape(port: int) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as reply:
         text = reply.read().decode()
-    return {(s.name, tuple(sorted(s.labels.items()))): s.value
-            for family in text_string_to_metric_families(text) for s in family.samples}
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
 
 
-def value(samples: dict[tuple[str, tuple[tuple[str, str], ...]], float], name: str,
-          **labels: str) -> float | None:
+def value(
+    samples: dict[tuple[str, tuple[tuple[str, str], ...]], float], name: str, **labels: str
+) -> float | None:
     return samples.get((name, tuple(sorted(labels.items()))))
 
 
@@ -107,8 +111,9 @@ def test_recovery_lost_custody_and_poison_pills_are_counted(
     assert drain_inflight(client, keys, keys.inflight(owner), force=True) == 2
     # A task recovered once too often: a poison pill.
     client.lpush(keys.inflight(owner), encode(new_task("pill", 0.0)))
-    drain_inflight(client, keys, keys.inflight(owner), force=True,
-                   recovering=Recovering(max_recoveries=0))
+    drain_inflight(
+        client, keys, keys.inflight(owner), force=True, recovering=Recovering(max_recoveries=0)
+    )
     # Custody lost: the handler's own list is drained while it runs.
     holder: list[str] = []
 
@@ -134,8 +139,10 @@ def test_another_queues_events_are_not_counted_and_close_stops_counting(
     Producer(client, other).enqueue("x")
     (worker,) = make_server(client, other, "s1", ManualClock()).start()
     assert worker.run_once(timeout=0.05)
-    assert value(scrape(port), "taskcustody_tasks_total", queue=keys.queue_name,
-                 outcome="committed") == 0
+    assert (
+        value(scrape(port), "taskcustody_tasks_total", queue=keys.queue_name, outcome="committed")
+        == 0
+    )
     metrics.close()
     assert metrics.on_event not in events.listeners
     Producer(client, keys).enqueue("y")
@@ -143,8 +150,10 @@ def test_another_queues_events_are_not_counted_and_close_stops_counting(
     assert mine.run_once(timeout=0.05)
     worker.close()
     mine.close()
-    assert value(scrape(port), "taskcustody_tasks_total", queue=keys.queue_name,
-                 outcome="committed") == 0
+    assert (
+        value(scrape(port), "taskcustody_tasks_total", queue=keys.queue_name, outcome="committed")
+        == 0
+    )
 
 
 def test_heartbeat_age_is_the_time_since_the_last_accepted_heartbeat(
@@ -157,16 +166,32 @@ def test_heartbeat_age_is_the_time_since_the_last_accepted_heartbeat(
     port = free_port()
     httpd = metrics.serve(port, "127.0.0.1")
     try:
-        assert ("taskcustody_heartbeat_age_seconds", (("queue", keys.queue_name),
-                                                      ("server_id", "s1"))) not in scrape(port)
+        assert (
+            "taskcustody_heartbeat_age_seconds",
+            (("queue", keys.queue_name), ("server_id", "s1")),
+        ) not in scrape(port)
         server.claim()
         clock.advance(4)
-        assert value(scrape(port), "taskcustody_heartbeat_age_seconds", queue=keys.queue_name,
-                     server_id="s1") == 4
+        assert (
+            value(
+                scrape(port),
+                "taskcustody_heartbeat_age_seconds",
+                queue=keys.queue_name,
+                server_id="s1",
+            )
+            == 4
+        )
         server.heartbeat()
         clock.advance(1.5)
-        assert value(scrape(port), "taskcustody_heartbeat_age_seconds", queue=keys.queue_name,
-                     server_id="s1") == 1.5
+        assert (
+            value(
+                scrape(port),
+                "taskcustody_heartbeat_age_seconds",
+                queue=keys.queue_name,
+                server_id="s1",
+            )
+            == 1.5
+        )
     finally:
         httpd.shutdown()
         metrics.close()
@@ -182,8 +207,9 @@ def test_an_unreachable_redis_leaves_the_gauges_out_not_the_counters(keys: Queue
     finally:
         httpd.shutdown()
         metrics.close()
-    assert value(samples, "taskcustody_tasks_total", queue=keys.queue_name,
-                 outcome="committed") == 0
+    assert (
+        value(samples, "taskcustody_tasks_total", queue=keys.queue_name, outcome="committed") == 0
+    )
     assert value(samples, "taskcustody_queue_depth", queue=keys.queue_name) is None
 
 
@@ -193,23 +219,45 @@ def test_worker_metrics_port_serves_the_metrics_of_a_running_worker() -> None:
     with throwaway_redis_server() as server:
         env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
         proc = subprocess.Popen(
-            [CLI, "worker", "json:dumps", "-q", "m", "--redis-url", server.url,
-             "--metrics-port", str(port), "--metrics-addr", "127.0.0.1",
-             "--block-timeout", "0.1"],
-            env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+            [
+                CLI,
+                "worker",
+                "json:dumps",
+                "-q",
+                "m",
+                "--redis-url",
+                server.url,
+                "--metrics-port",
+                str(port),
+                "--metrics-addr",
+                "127.0.0.1",
+                "--block-timeout",
+                "0.1",
+            ],
+            env=env,
+            cwd=ROOT,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         try:
             client = connect(server.url)
             Producer(client, QueueKeys("m")).enqueue_many(list(range(5)))
 
             def committed() -> float | None:
                 try:
-                    return value(scrape(port), "taskcustody_tasks_total", queue="m",
-                                 outcome="committed")
+                    return value(
+                        scrape(port), "taskcustody_tasks_total", queue="m", outcome="committed"
+                    )
                 except OSError:
                     return None
 
-            wait_for(lambda: committed() == 5, "5 commits on the metrics endpoint", limit=60,
-                     state=committed)
+            wait_for(
+                lambda: committed() == 5,
+                "5 commits on the metrics endpoint",
+                limit=60,
+                state=committed,
+            )
             samples = scrape(port)
             assert value(samples, "taskcustody_queue_depth", queue="m") == 0
             assert value(samples, "taskcustody_handler_duration_seconds_count", queue="m") == 5
@@ -224,14 +272,18 @@ def test_worker_metrics_port_serves_the_metrics_of_a_running_worker() -> None:
 
 
 def test_metrics_port_without_the_extra_names_the_extra() -> None:
-    code = ("import sys; sys.modules['prometheus_client'] = None\n"
-            "from taskcustody.cli import main\n"
-            f"main(['worker', 'json:dumps', '-q', 'm', '--redis-url', "
-            f"'redis://127.0.0.1:{free_port()}/0', '--metrics-port', '9999'], "
-            "prog_name='taskcustody')\n")
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                            timeout=120, cwd=ROOT)
+    code = (
+        "import sys; sys.modules['prometheus_client'] = None\n"
+        "from taskcustody.cli import main\n"
+        f"main(['worker', 'json:dumps', '-q', 'm', '--redis-url', "
+        f"'redis://127.0.0.1:{free_port()}/0', '--metrics-port', '9999'], "
+        "prog_name='taskcustody')\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT
+    )
     assert result.returncode == 1
     assert result.stderr.endswith(
         "Error: --metrics-port needs the metrics extra (prometheus-client is not installed): "
-        "pip install 'taskcustody[metrics]'\n")
+        "pip install 'taskcustody[metrics]'\n"
+    )

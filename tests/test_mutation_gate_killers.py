@@ -49,8 +49,10 @@ def test_recording_keeps_the_entries_of_mutants_not_run(tmp_path: Path) -> None:
     first, second = MUTANTS[0].name, MUTANTS[1].name
     (tmp_path / KILLERS).write_text(f'{{"{second}": ["tests/test_old.py::test_z"]}}')
     record_killers(tmp_path, [_killed(first, "tests/test_a.py::test_x")])
-    assert load_killers(tmp_path) == {first: ["tests/test_a.py::test_x"],
-                                      second: ["tests/test_old.py::test_z"]}
+    assert load_killers(tmp_path) == {
+        first: ["tests/test_a.py::test_x"],
+        second: ["tests/test_old.py::test_z"],
+    }
 
 
 def _tiny_copy(tmp_path: Path, test_source: str) -> Path:
@@ -59,14 +61,16 @@ def _tiny_copy(tmp_path: Path, test_source: str) -> Path:
     (copy / "tests").mkdir(parents=True)
     (copy / "mutation").symlink_to(ROOT / "mutation", target_is_directory=True)
     (copy / "tests" / "conftest.py").write_text(
-        "from hypothesis import settings\nsettings.register_profile('mutation')\n")
+        "from hypothesis import settings\nsettings.register_profile('mutation')\n"
+    )
     (copy / "tests" / "test_k.py").write_text(test_source)
     return copy
 
 
 def test_a_kill_is_confirmed_only_when_its_test_passes_without_the_mutant(tmp_path: Path) -> None:
-    copy = _tiny_copy(tmp_path, "def test_passes():\n    pass\n\n"
-                                "def test_fails():\n    assert False\n")
+    copy = _tiny_copy(
+        tmp_path, "def test_passes():\n    pass\n\ndef test_fails():\n    assert False\n"
+    )
     killed = [_killed(MUTANTS[0].name, "tests/test_k.py::test_passes")]
     assert confirm_kills(copy, killed, 30.0, 120.0, [], jobs=1)
     # a test that fails on the unmutated copy too proves nothing about its mutant

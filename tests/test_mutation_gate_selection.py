@@ -23,20 +23,29 @@ def test_the_model_tests_are_independent_of_the_core_in_this_tree() -> None:
 
 
 def test_reading_the_designs_table_keeps_a_folder_independent(tmp_path: Path) -> None:
-    tree = _tree(tmp_path, "from taskcustody.verify.designs import DESIGNS\n",
-                 "from taskcustody_model import Bounds\n")
+    tree = _tree(
+        tmp_path,
+        "from taskcustody.verify.designs import DESIGNS\n",
+        "from taskcustody_model import Bounds\n",
+    )
     assert independent_of_core(tree, ["tests/model"])
 
 
 def test_importing_the_core_makes_a_folder_dependent(tmp_path: Path) -> None:
-    tree = _tree(tmp_path, "from taskcustody.core.worker import Worker\n",
-                 "from taskcustody_model import Bounds\n")
+    tree = _tree(
+        tmp_path,
+        "from taskcustody.core.worker import Worker\n",
+        "from taskcustody_model import Bounds\n",
+    )
     assert not independent_of_core(tree, ["tests/model"])
 
 
 def test_a_designs_table_that_imports_the_core_makes_its_readers_dependent(tmp_path: Path) -> None:
-    tree = _tree(tmp_path, "from taskcustody.verify.designs import DESIGNS\n",
-                 "from taskcustody.core import scripts\n")
+    tree = _tree(
+        tmp_path,
+        "from taskcustody.verify.designs import DESIGNS\n",
+        "from taskcustody.core import scripts\n",
+    )
     assert not independent_of_core(tree, ["tests/model"])
 
 

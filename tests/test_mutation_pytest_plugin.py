@@ -39,17 +39,37 @@ class Run:
     output: str
 
 
-def run_plugin(tmp_path: Path, test_source: str, conftest: str = "",
-               extra: Sequence[str] = ()) -> Run:
+def run_plugin(
+    tmp_path: Path, test_source: str, conftest: str = "", extra: Sequence[str] = ()
+) -> Run:
     (tmp_path / "test_hang.py").write_text(test_source, encoding="utf-8")
     (tmp_path / "conftest.py").write_text(conftest, encoding="utf-8")
     report = tmp_path / "report.json"
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), *sys.path]))
     proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "-p", "mutation.pytest_plugin", "-p", "no:cacheprovider",
-         f"--mutation-report={report}", f"--mutation-test-timeout={LIMIT:g}", "-q",
-         "--rootdir", str(tmp_path), *extra, str(tmp_path / "test_hang.py")],
-        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=RUN_TIMEOUT, check=False)
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-p",
+            "mutation.pytest_plugin",
+            "-p",
+            "no:cacheprovider",
+            f"--mutation-report={report}",
+            f"--mutation-test-timeout={LIMIT:g}",
+            "-q",
+            "--rootdir",
+            str(tmp_path),
+            *extra,
+            str(tmp_path / "test_hang.py"),
+        ],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=RUN_TIMEOUT,
+        check=False,
+    )
     failures = json.loads(report.read_text(encoding="utf-8"))["failures"] if report.exists() else []
     return Run(proc.returncode, failures, proc.stdout + proc.stderr)
 
@@ -62,44 +82,53 @@ def assert_timed_out(run: Run, when: str) -> None:
 
 
 def test_a_hang_in_the_call_fails_the_call(tmp_path: Path) -> None:
-    run = run_plugin(tmp_path, "import threading\n\n"
-                               "def test_hangs():\n"
-                               "    threading.Event().wait()\n")
+    run = run_plugin(
+        tmp_path, "import threading\n\ndef test_hangs():\n    threading.Event().wait()\n"
+    )
     assert_timed_out(run, "call")
 
 
 def test_a_fixture_teardown_that_hangs_fails_the_teardown(tmp_path: Path) -> None:
     # A fixture that joins a thread the mutant never ends: the call passed, the teardown hangs.
-    run = run_plugin(tmp_path, "import threading\nimport pytest\n\n"
-                               "@pytest.fixture\n"
-                               "def joined():\n"
-                               "    yield\n"
-                               "    threading.Event().wait()\n\n"
-                               "def test_hangs(joined):\n"
-                               "    pass\n")
+    run = run_plugin(
+        tmp_path,
+        "import threading\nimport pytest\n\n"
+        "@pytest.fixture\n"
+        "def joined():\n"
+        "    yield\n"
+        "    threading.Event().wait()\n\n"
+        "def test_hangs(joined):\n"
+        "    pass\n",
+    )
     assert_timed_out(run, "teardown")
 
 
 def test_a_fixture_setup_that_hangs_fails_the_setup(tmp_path: Path) -> None:
-    run = run_plugin(tmp_path, "import threading\nimport pytest\n\n"
-                               "@pytest.fixture\n"
-                               "def stuck():\n"
-                               "    threading.Event().wait()\n\n"
-                               "def test_hangs(stuck):\n"
-                               "    pass\n")
+    run = run_plugin(
+        tmp_path,
+        "import threading\nimport pytest\n\n"
+        "@pytest.fixture\n"
+        "def stuck():\n"
+        "    threading.Event().wait()\n\n"
+        "def test_hangs(stuck):\n"
+        "    pass\n",
+    )
     assert_timed_out(run, "setup")
 
 
 def test_a_timeout_the_code_under_test_swallows_is_raised_again(tmp_path: Path) -> None:
     # What fakeredis's Lua does to unbounded-drain's hang: the drain script's
     # `pcall(cjson.decode, raw)` catches whatever its Python callback raises, the alarm included.
-    run = run_plugin(tmp_path, "import threading\n\n"
-                               "def test_hangs():\n"
-                               "    try:\n"
-                               "        threading.Event().wait()\n"
-                               "    except BaseException:\n"
-                               "        pass\n"
-                               "    threading.Event().wait()\n")
+    run = run_plugin(
+        tmp_path,
+        "import threading\n\n"
+        "def test_hangs():\n"
+        "    try:\n"
+        "        threading.Event().wait()\n"
+        "    except BaseException:\n"
+        "        pass\n"
+        "    threading.Event().wait()\n",
+    )
     assert_timed_out(run, "call")
 
 
@@ -154,8 +183,11 @@ def test_the_first_tests_run_before_the_others(tmp_path: Path) -> None:
 
 
 def test_a_first_test_that_passes_lets_the_run_go_on(tmp_path: Path) -> None:
-    run = run_plugin(tmp_path, ORDERED, extra=["-x", f"--mutation-first={ORDERED_ID}[1]",
-                                               "--mutation-first=no_such.py::test"])
+    run = run_plugin(
+        tmp_path,
+        ORDERED,
+        extra=["-x", f"--mutation-first={ORDERED_ID}[1]", "--mutation-first=no_such.py::test"],
+    )
     # a recorded killer that no longer fails: the suite's own order follows, up to [2]
     assert run.returncode == 1, run.output
     assert [f["test"] for f in run.failures] == ["test_hang.py::test_fails_from_two[2]"]

@@ -119,20 +119,40 @@ def test_a_port_that_answers_http_is_named(keys: QueueKeys) -> None:
         (rx.MovedError("3999 127.0.0.1:7001"), ClusterRedirect, "Redis Cluster node (MOVED"),
         (rx.AskError("3999 127.0.0.1:7001"), ClusterRedirect, "(ASK"),
         (rx.ClusterDownError("Hash slot not served"), ClusterRedirect, "(CLUSTERDOWN"),
-        (rx.ClusterCrossSlotError("Keys in request don't hash to the same slot"),
-         ClusterRedirect, "(CROSSSLOT"),
-        (rx.ReadOnlyError("You can't write against a read only replica."), ReadOnlyReplica,
-         "refuses writes"),
-        (rx.ResponseError(  # Redis 6.2, refusing a write inside a script
-            "Error running script (call to f_6797): @user_script:3: @user_script: 3: -READONLY "
-            "You can't write against a read only replica."), ReadOnlyReplica, "refuses writes"),
-        (rx.NoPermissionError("this user has no permissions to run the 'lmove' command"),
-         NoPermission, "may not run"),
+        (
+            rx.ClusterCrossSlotError("Keys in request don't hash to the same slot"),
+            ClusterRedirect,
+            "(CROSSSLOT",
+        ),
+        (
+            rx.ReadOnlyError("You can't write against a read only replica."),
+            ReadOnlyReplica,
+            "refuses writes",
+        ),
+        (
+            rx.ResponseError(  # Redis 6.2, refusing a write inside a script
+                "Error running script (call to f_6797): @user_script:3: @user_script: 3: -READONLY "
+                "You can't write against a read only replica."
+            ),
+            ReadOnlyReplica,
+            "refuses writes",
+        ),
+        (
+            rx.NoPermissionError("this user has no permissions to run the 'lmove' command"),
+            NoPermission,
+            "may not run",
+        ),
         (rx.ResponseError("DB index is out of range"), NoSuchDatabase, "no database"),
-        (rx.OutOfMemoryError("command not allowed when used memory > 'maxmemory'."),
-         RedisOutOfMemory, "out of memory"),
-        (rx.ResponseError("WRONGTYPE Operation against a key holding the wrong kind of value"),
-         WrongKeyType, "wrong Redis type"),
+        (
+            rx.OutOfMemoryError("command not allowed when used memory > 'maxmemory'."),
+            RedisOutOfMemory,
+            "out of memory",
+        ),
+        (
+            rx.ResponseError("WRONGTYPE Operation against a key holding the wrong kind of value"),
+            WrongKeyType,
+            "wrong Redis type",
+        ),
         (rx.InvalidResponse("Protocol Error: b'HTTP/1.1 400'"), NotRedis, "Redis protocol"),
     ],
 )

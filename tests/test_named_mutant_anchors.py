@@ -69,8 +69,14 @@ def test_every_lua_mutant_compiles_as_redis_is_sent_it(tmp_path: Path) -> None:
             check_scripts(Path(copy) / "src/taskcustody/core/scripts.py")
         print("checked", len(sys.argv) - 1)
     """)
-    done = subprocess.run([sys.executable, "-c", code, *copies], capture_output=True, text=True,
-                          cwd=ROOT, timeout=120, check=False)
+    done = subprocess.run(
+        [sys.executable, "-c", code, *copies],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=120,
+        check=False,
+    )
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["checked", str(len(copies))]
 
@@ -79,8 +85,9 @@ def test_a_stale_anchor_is_reported() -> None:
     """The check above can fail: an anchor that is not in the tree raises Stale."""
     from mutation.named import Edit
 
-    ghost = NamedMutant("ghost", "nothing", (Edit("src/taskcustody/core/worker.py",
-                                                   "no such line\n", "x\n"),))
+    ghost = NamedMutant(
+        "ghost", "nothing", (Edit("src/taskcustody/core/worker.py", "no such line\n", "x\n"),)
+    )
     with pytest.raises(Stale):
         apply_edits(ghost, read)
 

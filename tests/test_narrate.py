@@ -15,10 +15,9 @@ BOUNDS = Bounds(tasks=3, servers=2, workers=2, faults=3)
 def _holding(state: State, s: int, w: int, t: int, phase: int = TAKEN) -> State:
     """`state` with worker `w` of server `s`'s only process holding task `t`."""
     proc = state.processes[s][0]
-    workers = tuple(ModelWorker(phase, t) if i == w else wk
-                    for i, wk in enumerate(proc.workers))
+    workers = tuple(ModelWorker(phase, t) if i == w else wk for i, wk in enumerate(proc.workers))
     procs = (proc._replace(workers=workers), *state.processes[s][1:])
-    return state._replace(processes=(*state.processes[:s], procs, *state.processes[s + 1:]))
+    return state._replace(processes=(*state.processes[:s], procs, *state.processes[s + 1 :]))
 
 
 def _taken(t: int = 0) -> State:
@@ -31,7 +30,8 @@ def test_a_task_in_the_queue_and_a_list_is_said_in_words() -> None:
     state = _taken()._replace(queue=(2, 1, 0))
     assert narrate.task_line(state, 0) == (
         "task 0: in the queue (1st to be taken) and in inflight:s0:0:w0; "
-        "worker s0:0:w0 holds it (taken, not recorded yet)")
+        "worker s0:0:w0 holds it (taken, not recorded yet)"
+    )
     assert narrate.task_line(state, 2) == "task 2: in the queue (3rd to be taken)"
 
 
@@ -44,7 +44,8 @@ def test_a_task_only_in_a_workers_memory_is_said_to_be_there_only() -> None:
 
 def test_a_recorded_task_names_its_record_and_an_unregistered_list() -> None:
     state = _holding(_taken(), 0, 0, 0, RECORDED)._replace(
-        records=((0, 0, 0), None, None), registered=())
+        records=((0, 0, 0), None, None), registered=()
+    )
     line = narrate.task_line(state, 0)
     assert "in inflight:s0:0:w0 (a list missing from the registry of in-flight lists)" in line
     assert "its processing record names inflight:s0:0:w0" in line
@@ -54,8 +55,10 @@ def test_a_recorded_task_names_its_record_and_an_unregistered_list() -> None:
 def test_servers_are_described_with_their_workers() -> None:
     state = _taken()
     lines = narrate.server_lines(state)
-    assert lines[0] == ("server s0: registered as incarnation 0, deadline in 1 tick; "
-                        "incarnation 0 running (w0 holds task 0, w1 idle)")
+    assert lines[0] == (
+        "server s0: registered as incarnation 0, deadline in 1 tick; "
+        "incarnation 0 running (w0 holds task 0, w1 idle)"
+    )
     crashed = state._replace(processes=(state.processes[0], ()))
     assert narrate.server_lines(crashed)[1].endswith("no process running")
 
@@ -65,8 +68,10 @@ def test_a_duplicate_in_the_queue_is_said_task_by_task() -> None:
     model = _taken()
     real = model._replace(queue=(2, 1, 0))
     lines = narrate.difference(model, real)
-    assert lines[0] == ("task 0: the model has it in inflight:s0:0:w0; Redis has it in the "
-                        "queue and in inflight:s0:0:w0")
+    assert lines[0] == (
+        "task 0: the model has it in inflight:s0:0:w0; Redis has it in the "
+        "queue and in inflight:s0:0:w0"
+    )
     assert lines[1].strip().startswith("that is a duplicate: Redis holds task 0 in 2 places")
     assert len(lines) == 2  # tasks 1 and 2 only moved back a turn: not a difference
 
@@ -91,8 +96,7 @@ def test_equal_states_have_no_difference_and_any_other_field_is_named() -> None:
     state = _taken()
     assert narrate.difference(state, state) == []
     other = state._replace(stalled_ever=True)
-    assert narrate.difference(state, other) == [
-        "stalled_ever: the model has False; Redis has True"]
+    assert narrate.difference(state, other) == ["stalled_ever: the model has False; Redis has True"]
 
 
 def test_faults_are_said_and_counted_by_kind() -> None:
@@ -103,13 +107,19 @@ def test_faults_are_said_and_counted_by_kind() -> None:
     assert narrate.fault_of(take) == ""
     assert "crashed" in narrate.fault_of(crash)
     assert narrate.faults_by_kind([take, lost, crash, lost]) == {
-        "crash_server": 1, "dropped-reply:take": 2}
+        "crash_server": 1,
+        "dropped-reply:take": 2,
+    }
 
 
 def test_a_broken_property_gets_its_side_and_its_sentence() -> None:
     b = narrate.broken("real:no-loss", "task 0 is lost")
     assert (b.property, b.side, b.message, b.why) == (
-        "no-loss", "in the state read from Redis", ["task 0 is lost"], WHY["no-loss"])
+        "no-loss",
+        "in the state read from Redis",
+        ["task 0 is lost"],
+        WHY["no-loss"],
+    )
     step = narrate.Step(1, "take", "", [], [], ["task 0: the model has it ..."])
     c = narrate.broken("conformance", "queue: model (2, 1) != real (2, 1, 0)", step)
     assert c.message == ["task 0: the model has it ..."]  # words, not the tuples

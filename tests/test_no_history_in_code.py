@@ -43,9 +43,12 @@ def test_prose_finds_comments_and_docstrings() -> None:
 
 @pytest.mark.parametrize("kind", sorted(HISTORY))
 def test_no_history_in_comments_or_docstrings(kind: str) -> None:
-    found = [f"{path.relative_to(ROOT)}:{n}: {text.strip()}"
-             for folder in FOLDERS for path in sorted((ROOT / folder).rglob("*.py"))
-             if path.relative_to(ROOT) not in EXEMPT
-             for n, text in prose(path.read_text(encoding="utf-8"))
-             if HISTORY[kind].search(text)]
+    found = [
+        f"{path.relative_to(ROOT)}:{n}: {text.strip()}"
+        for folder in FOLDERS
+        for path in sorted((ROOT / folder).rglob("*.py"))
+        if path.relative_to(ROOT) not in EXEMPT
+        for n, text in prose(path.read_text(encoding="utf-8"))
+        if HISTORY[kind].search(text)
+    ]
     assert found == [], kind

@@ -91,8 +91,7 @@ def is_full(admin: redis.Redis) -> bool:
 
 def fill(admin: redis.Redis) -> None:
     memory = admin.info("memory")
-    admin.setrange(FILLER, int(memory["maxmemory"]) - int(memory["used_memory"]) + 512 * 1024,
-                   b"x")
+    admin.setrange(FILLER, int(memory["maxmemory"]) - int(memory["used_memory"]) + 512 * 1024, b"x")
     assert is_full(admin)
 
 
@@ -101,8 +100,9 @@ def free(admin: redis.Redis) -> None:
     assert not is_full(admin)
 
 
-def free_at(admin: redis.Redis, n: int, also: Callable[[int], None] = lambda n: None
-            ) -> Callable[[int], None]:
+def free_at(
+    admin: redis.Redis, n: int, also: Callable[[int], None] = lambda n: None
+) -> Callable[[int], None]:
     def hook(k: int) -> None:
         also(k)
         if k == n:
@@ -124,9 +124,13 @@ def refused_for_memory() -> Iterator[None]:
     assert is_oom(caught.value), caught.value
 
 
-def started_worker(client: redis.Redis, keys: QueueKeys, clock: ManualClock,
-                   handler: Callable[[Any], Any] = lambda p: None,
-                   settings: Settings = TEST_SETTINGS) -> Worker:
+def started_worker(
+    client: redis.Redis,
+    keys: QueueKeys,
+    clock: ManualClock,
+    handler: Callable[[Any], Any] = lambda p: None,
+    settings: Settings = TEST_SETTINGS,
+) -> Worker:
     (worker,) = make_server(client, keys, "s1", clock, handler, settings=settings).start()
     assert isinstance(worker, Worker)
     return worker
@@ -155,8 +159,16 @@ def test_over_maxmemory_redis_refuses_our_growing_steps_whole_and_runs_the_relea
     with refused_for_memory():
         worker.take(timeout=0.05)  # BLMOVE: refused before it blocks or moves
     with refused_for_memory():  # ZADD first
-        admin.eval(scripts.TAKE_AND_RECORD, 4, keys.queue, worker.list_key, keys.processing,
-                   keys.inflight_registry, "v", "1")
+        admin.eval(
+            scripts.TAKE_AND_RECORD,
+            4,
+            keys.queue,
+            worker.list_key,
+            keys.processing,
+            keys.inflight_registry,
+            "v",
+            "1",
+        )
     with refused_for_memory():  # LMOVE first
         drain_inflight(client, keys, worker.list_key, force=True)
     with refused_for_memory():  # HSET first
@@ -242,7 +254,8 @@ def test_enqueue_under_oom_raises_a_clear_error_and_enqueues_nothing(
     with pytest.raises(RedisOutOfMemory) as refused:
         producer.enqueue_many(["a", "b", "c"])
     assert str(refused.value) == (
-        f"Redis is out of memory ({OOM_TEXT}): 3 task(s) not enqueued; retry once memory frees")
+        f"Redis is out of memory ({OOM_TEXT}): 3 task(s) not enqueued; retry once memory frees"
+    )
     assert refused.value.enqueued == [] and admin.llen(keys.queue) == 0
     with pytest.raises(RedisOutOfMemory, match=r"1 task\(s\) not enqueued"):
         producer.enqueue("a")
@@ -277,13 +290,15 @@ def test_cli_enqueue_under_oom_exits_1_with_one_line(
     admin: redis.Redis, small_server: RedisServerProcess
 ) -> None:
     fill(admin)
-    result = CliRunner().invoke(main, ["enqueue", "-q", "tq", "--redis-url", small_server.url,
-                                       '{"n": 1}'])
+    result = CliRunner().invoke(
+        main, ["enqueue", "-q", "tq", "--redis-url", small_server.url, '{"n": 1}']
+    )
     assert result.exit_code == 1, result.output
     # The streaming enqueue says how many tasks were enqueued before the refusal: none here.
     assert result.output.strip().splitlines() == [
         f"Error: Redis is out of memory ({OOM_TEXT}): 1 task(s) not enqueued; retry once "
-        "memory frees; no task was enqueued"]
+        "memory frees; no task was enqueued"
+    ]
     assert admin.llen(QueueKeys("tq").queue) == 0
 
 
@@ -311,9 +326,11 @@ def test_a_worker_waits_out_oom_on_take_and_handles_the_task_once_memory_frees(
     (warning,) = messages(caplog, WORKER_LOG, logging.WARNING)  # once: the clock stood still
     assert warning == (
         f"worker {worker.list_key}: Redis is out of memory ({OOM_TEXT}); nothing was written, "
-        "waiting for memory to free (1 refusal(s) in this spell; logged at most every 30 s)")
+        "waiting for memory to free (1 refusal(s) in this spell; logged at most every 30 s)"
+    )
     assert messages(caplog, WORKER_LOG, logging.INFO) == [
-        f"worker {worker.list_key}: Redis accepts writes again after 3 refusal(s)"]
+        f"worker {worker.list_key}: Redis accepts writes again after 3 refusal(s)"
+    ]
     worker.close()
 
 
@@ -330,8 +347,9 @@ def test_a_worker_logs_an_oom_spell_at_most_once_per_interval_of_its_clock(
     # Refusals at 1000, 1010, ..., 1090: logged at 1000, 1030, 1060, 1090.
     warnings = messages(caplog, WORKER_LOG, logging.WARNING)
     assert [w.split("(")[-2].split(" ")[0] for w in warnings] == ["1", "4", "7", "10"]
-    assert stop.waits == pytest.approx([0.05, 0.1, 0.2, 0.4, 0.8, 1.6, 3.2, MAX_PAUSE,
-                                        MAX_PAUSE, MAX_PAUSE])
+    assert stop.waits == pytest.approx(
+        [0.05, 0.1, 0.2, 0.4, 0.8, 1.6, 3.2, MAX_PAUSE, MAX_PAUSE, MAX_PAUSE]
+    )
     assert commits(admin, keys) == {task_id: 1}
     worker.close()
 
@@ -486,8 +504,11 @@ def test_a_server_stopped_while_waiting_to_claim_says_so(
     stop = Stop()
     stop.hook = lambda n: stop.set()
     server.stop_event = stop  # type: ignore[assignment]
-    with pytest.raises(RedisOutOfMemory, match=r"^stopped while claiming the server id: Redis "
-                                                r"is out of memory"):
+    with pytest.raises(
+        RedisOutOfMemory,
+        match=r"^stopped while claiming the server id: Redis "
+        r"is out of memory",
+    ):
         server.start()
     assert server.incarnation is None
 
@@ -521,8 +542,9 @@ def test_a_startup_drain_refused_by_oom_leaves_the_debris_to_the_sweep(
     warning = messages(caplog, SERVER_LOG, logging.WARNING)[0]
     assert warning.startswith("startup drain refused: Redis is out of memory (")
     assert OOM_TEXT in warning  # (Redis 7 names the refusal; 6.2 quotes it in a script error)
-    assert warning.endswith("the periodic sweep requeues this id's earlier in-flight lists once "
-                            "memory frees")
+    assert warning.endswith(
+        "the periodic sweep requeues this id's earlier in-flight lists once memory frees"
+    )
     assert ids_in(admin, old.list_key) == [task_id]  # not lost: still in the old list
 
     report = server.sweep()  # what the background loop does first
@@ -556,14 +578,19 @@ def test_the_heartbeat_loop_rides_out_oom_logs_once_per_interval_and_beats_again
     warnings = messages(caplog, SERVER_LOG, logging.WARNING)
     assert [w.split("(")[-2].split(" ")[0] for w in warnings] == ["1", "7"]
     assert messages(caplog, SERVER_LOG, logging.INFO) == [
-        "server s1: Redis accepts writes again after 7 refusal(s)"]
+        "server s1: Redis accepts writes again after 7 refusal(s)"
+    ]
     assert admin.zscore(keys.servers, "s1") == 1040 + 15
 
 
 @pytest.mark.parametrize("prefetch", [1, 3])
 def test_a_running_server_rides_out_oom_and_finishes_the_work_once_memory_frees(
-    admin: redis.Redis, client: redis.Redis, keys: QueueKeys, caplog: pytest.LogCaptureFixture,
-    monkeypatch: pytest.MonkeyPatch, prefetch: int
+    admin: redis.Redis,
+    client: redis.Redis,
+    keys: QueueKeys,
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+    prefetch: int,
 ) -> None:
     clock = ManualClock()
     ids = Producer(client, keys, clock).enqueue_many(range(6))
@@ -612,16 +639,19 @@ def test_a_running_server_rides_out_oom_and_finishes_the_work_once_memory_frees(
 def test_is_oom_knows_the_error_by_class_and_by_its_code() -> None:
     assert is_oom(redis.exceptions.OutOfMemoryError(OOM_TEXT))
     assert is_oom(redis.ResponseError(f"OOM {OOM_TEXT}"))  # an older redis-py's plain error
-    assert is_oom(redis.ResponseError(  # Redis 6.2, refusing a write inside a script
-        "Error running script (call to f_7edf): @user_script:2: @user_script: 2: -OOM command "
-        "not allowed when used memory > 'maxmemory'."))
+    assert is_oom(
+        redis.ResponseError(  # Redis 6.2, refusing a write inside a script
+            "Error running script (call to f_7edf): @user_script:2: @user_script: 2: -OOM command "
+            "not allowed when used memory > 'maxmemory'."
+        )
+    )
     assert not is_oom(redis.ResponseError("WRONGTYPE Operation against a key"))
     assert not is_oom(redis.ResponseError("ERR OOM in the middle"))
     assert not is_oom(redis.ConnectionError("OOM"))
 
 
 def test_an_oom_spell_flapping_around_the_limit_still_logs_once_per_interval(
-    caplog: pytest.LogCaptureFixture
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     clock = ManualClock()
     spell = OomSpell(logging.getLogger("test.oom"), "w", clock, interval=30)
@@ -636,7 +666,7 @@ def test_an_oom_spell_flapping_around_the_limit_still_logs_once_per_interval(
 
 
 def test_an_oom_spell_whose_clock_fails_does_not_log_and_does_not_raise(
-    caplog: pytest.LogCaptureFixture
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     class Broken:
         def now(self) -> float:

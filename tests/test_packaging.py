@@ -16,11 +16,14 @@ ROOT = Path(__file__).resolve().parent.parent
 def run_cli_without(blocked: str, *args: str) -> subprocess.CompletedProcess[str]:
     """`taskcustody ARGS` in a fresh interpreter where importing `blocked` fails, as if the
     extra that brings it were not installed."""
-    code = (f"import sys; sys.modules[{blocked!r}] = None\n"
-            "from taskcustody.cli import main\n"
-            f"main({list(args)!r}, prog_name='taskcustody')\n")
-    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          timeout=120, cwd=ROOT)
+    code = (
+        f"import sys; sys.modules[{blocked!r}] = None\n"
+        "from taskcustody.cli import main\n"
+        f"main({list(args)!r}, prog_name='taskcustody')\n"
+    )
+    return subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT
+    )
 
 
 @pytest.mark.parametrize("blocked", ["hypothesis", "fakeredis", "lupa"])
@@ -29,7 +32,8 @@ def test_verify_without_its_extra_names_the_extra_in_one_line(blocked: str) -> N
     assert result.returncode == 1, result.stderr
     assert result.stderr == (
         f"Error: taskcustody verify needs the verify extra ({blocked} is not installed): "
-        "pip install 'taskcustody[verify]'\n")
+        "pip install 'taskcustody[verify]'\n"
+    )
 
 
 def test_the_other_commands_work_without_the_verify_extra() -> None:
@@ -42,12 +46,15 @@ def test_the_other_commands_work_without_the_verify_extra() -> None:
 
 
 def test_the_library_imports_without_the_verify_extra() -> None:
-    code = ("import sys\n"
-            "for name in ('hypothesis', 'fakeredis', 'lupa'): sys.modules[name] = None\n"
-            "import taskcustody, taskcustody.cli\n"
-            "from taskcustody import Producer, Server, connect, get_result\n")
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                            timeout=120, cwd=ROOT)
+    code = (
+        "import sys\n"
+        "for name in ('hypothesis', 'fakeredis', 'lupa'): sys.modules[name] = None\n"
+        "import taskcustody, taskcustody.cli\n"
+        "from taskcustody import Producer, Server, connect, get_result\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT
+    )
     assert result.returncode == 0, result.stderr
 
 
@@ -56,8 +63,16 @@ def test_the_extras_split_runtime_tests_and_development_tools() -> None:
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     core = " ".join(project["dependencies"])
     extras = project["optional-dependencies"]
-    for tool in ("hypothesis", "fakeredis", "lupa", "prometheus", "pytest", "mypy", "ruff",
-                 "mutmut"):
+    for tool in (
+        "hypothesis",
+        "fakeredis",
+        "lupa",
+        "prometheus",
+        "pytest",
+        "mypy",
+        "ruff",
+        "mutmut",
+    ):
         assert tool not in core
     assert {d.split(">")[0] for d in extras["verify"]} == {"fakeredis", "lupa", "hypothesis"}
     # pytest-xdist: the documented test command runs on every core (`-n auto`)
@@ -66,15 +81,20 @@ def test_the_extras_split_runtime_tests_and_development_tools() -> None:
     # hiredis: redis-py's C reply parser, optional (the pure-Python one is the fallback)
     assert extras["fast"] == ["hiredis>=2"]
     assert not any(d.startswith("hiredis") for d in project["dependencies"])
-    assert {d.split(">")[0] for d in extras["dev"]} == {"taskcustody[test,docs]", "mypy", "ruff",
-                                                        "mutmut"}
+    assert {d.split(">")[0] for d in extras["dev"]} == {
+        "taskcustody[test,docs]",
+        "mypy",
+        "ruff",
+        "mutmut",
+    }
     # The documentation site (mkdocs.yml), built by .ci/run: its own extra, and in dev.
     assert [d.split(">")[0] for d in extras["docs"]] == ["mkdocs-material"]
     # CI installs what it runs: the static checks and the mutation gate need the dev extra,
     # from the lock. (The mutation gate's copy of the tree has no .ci/.)
     ci = ROOT / ".ci" / "run"
     assert not ci.exists() or (
-        "pip install -q -c .ci/constraints.txt -e '.[dev]'" in ci.read_text())
+        "pip install -q -c .ci/constraints.txt -e '.[dev]'" in ci.read_text()
+    )
 
 
 def test_the_version_has_one_source_the_package_reads_and_the_cli_prints() -> None:
@@ -98,9 +118,11 @@ def test_the_version_has_one_source_the_package_reads_and_the_cli_prints() -> No
 def test_the_pre_commit_hooks_run_the_locked_ruff() -> None:
     # The hooks and the gate must agree on what "formatted" means: the same ruff release.
     config = (ROOT / ".pre-commit-config.yaml").read_text()
-    locked = [line.split("==")[1].strip() for line in
-              (ROOT / ".ci" / "constraints.txt").read_text().splitlines()
-              if line.startswith("ruff==")]
+    locked = [
+        line.split("==")[1].strip()
+        for line in (ROOT / ".ci" / "constraints.txt").read_text().splitlines()
+        if line.startswith("ruff==")
+    ]
     assert locked and f"rev: v{locked[0]}" in config
     assert "id: ruff-check" in config and "id: ruff-format" in config
 
@@ -127,11 +149,26 @@ def test_a_build_holds_the_lua_scripts(tmp_path: Path) -> None:
     for name in ("pyproject.toml", "README.md"):
         shutil.copy(ROOT / name, tmp_path / name)
     out = tmp_path / "build-lib"
-    built = subprocess.run([sys.executable, "-c", "from setuptools import setup; setup()", "-q",
-                            "build_py", "--build-lib", str(out)],
-                           capture_output=True, text=True, cwd=tmp_path, timeout=120)
+    built = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "from setuptools import setup; setup()",
+            "-q",
+            "build_py",
+            "--build-lib",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=120,
+    )
     assert built.returncode == 0, built.stderr
     source = ROOT / "src" / "taskcustody"
     expected = {p.relative_to(source) for p in source.rglob("*.lua")}
-    assert expected and {p.relative_to(out / "taskcustody")
-                         for p in (out / "taskcustody").rglob("*.lua")} == expected
+    assert (
+        expected
+        and {p.relative_to(out / "taskcustody") for p in (out / "taskcustody").rglob("*.lua")}
+        == expected
+    )

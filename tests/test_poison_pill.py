@@ -36,8 +36,9 @@ def counts(client: redis.Redis, keys: QueueKeys) -> dict[str, str]:
 
 def recover(client: redis.Redis, keys: QueueKeys, dead: Server, clock: ManualClock) -> int:
     """What a sweep does to a dead holder's list: drain it, counting."""
-    return drain_inflight(client, keys, dead.list_keys()[0], force=True,
-                          recovering=Recovering(LIMIT, clock.now()))
+    return drain_inflight(
+        client, keys, dead.list_keys()[0], force=True, recovering=Recovering(LIMIT, clock.now())
+    )
 
 
 def test_each_recovery_counts_the_task_and_names_the_holder_that_died(
@@ -55,7 +56,8 @@ def test_each_recovery_counts_the_task_and_names_the_holder_that_died(
     recover(client, keys, second, clock)
     assert counts(client, keys)[task_id] == "2"
     assert counts(client, keys)[f"{task_id}:from"] == (
-        f"dead1#{first.incarnation},dead2#{second.incarnation}")
+        f"dead1#{first.incarnation},dead2#{second.incarnation}"
+    )
 
 
 def test_the_recovery_past_the_limit_dead_letters_the_task_in_the_same_step(
@@ -72,8 +74,7 @@ def test_the_recovery_past_the_limit_dead_letters_the_task_in_the_same_step(
     (letter,) = dead_letters(client, keys)
     assert letter["poison"] is True and letter["task_id"] == task_id
     assert letter["recoveries"] == LIMIT + 1 and letter["at"] == 50.0
-    assert letter["holders"] == ",".join(f"dead{n}#{h.incarnation}"
-                                         for n, h in enumerate(holders))
+    assert letter["holders"] == ",".join(f"dead{n}#{h.incarnation}" for n, h in enumerate(holders))
     assert json.loads(base64.b64decode(letter["raw"]))["id"] == task_id
     assert "poison pill" in letter["error"]
     assert counts(client, keys) == {}  # the count went with it
@@ -130,8 +131,9 @@ def test_the_processing_sweep_counts_and_dead_letters_too(
     server.deregister()  # its owner is not live any more
     me = make_server(client, keys, "sweeper", clock, settings=SETTINGS)
     me.claim()
-    assert requeue_stuck_processing_tasks(client, keys, me.identity,
-                                          Recovering(LIMIT, clock.now())) == (0, 0)
+    assert requeue_stuck_processing_tasks(
+        client, keys, me.identity, Recovering(LIMIT, clock.now())
+    ) == (0, 0)
     assert [d["task_id"] for d in dead_letters(client, keys) if d.get("poison")] == [task_id]
     assert client.llen(keys.queue) == 0 and client.llen(worker.list_key) == 0
 

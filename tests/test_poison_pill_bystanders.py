@@ -31,9 +31,14 @@ from tests.helpers import commits, dead_letters, make_server
 SETTINGS = Settings(**{**TEST_SETTINGS.__dict__, "max_recoveries": 3})
 
 
-def run_until_the_pill_is_gone(client: redis.Redis, keys: QueueKeys, clock: ManualClock,
-                               pill: str, settings: Settings, workers: int
-                               ) -> tuple[list[str], list[list[str]]]:
+def run_until_the_pill_is_gone(
+    client: redis.Redis,
+    keys: QueueKeys,
+    clock: ManualClock,
+    pill: str,
+    settings: Settings,
+    workers: int,
+) -> tuple[list[str], list[list[str]]]:
     """Processes of server id s1, one after the other. Each takes with all its workers, over and
     over: a round that took the pill dies in it (no release: the handlers that ran before it in
     a batch returned, but a batch's releases follow the whole batch); a round without it commits
@@ -42,8 +47,7 @@ def run_until_the_pill_is_gone(client: redis.Redis, keys: QueueKeys, clock: Manu
     ran: list[str] = []
     rounds: list[list[str]] = []
     for _ in range(20):  # far more processes than the pill can kill
-        runners = make_server(client, keys, "s1", clock, settings=settings,
-                              workers=workers).start()
+        runners = make_server(client, keys, "s1", clock, settings=settings, workers=workers).start()
         while True:
             taken: list[str] = []
             releases = []
@@ -64,6 +68,7 @@ def run_until_the_pill_is_gone(client: redis.Redis, keys: QueueKeys, clock: Manu
                         task = decode(raw)
                         runner.record(task)
                         runner.release(task, runner.execute(task))
+
                     releases.append(release)
                 taken += ids
                 ran += ids[: ids.index(pill) + 1] if pill in ids else ids
@@ -78,8 +83,11 @@ def run_until_the_pill_is_gone(client: redis.Redis, keys: QueueKeys, clock: Manu
     raise AssertionError(f"the pill was never dead-lettered: {rounds}")
 
 
-@pytest.mark.parametrize(("prefetch", "workers"), [(2, 1), (1, 2)],
-                         ids=["prefetched-in-the-pills-batch", "run-by-the-pills-other-worker"])
+@pytest.mark.parametrize(
+    ("prefetch", "workers"),
+    [(2, 1), (1, 2)],
+    ids=["prefetched-in-the-pills-batch", "run-by-the-pills-other-worker"],
+)
 def test_a_task_that_shares_the_pills_process_is_not_dead_lettered_with_it(
     backend: Backend, keys: QueueKeys, prefetch: int, workers: int
 ) -> None:
@@ -87,7 +95,8 @@ def test_a_task_that_shares_the_pills_process_is_not_dead_lettered_with_it(
     clock = ManualClock()
     settings = Settings(**{**SETTINGS.__dict__, "prefetch": prefetch})
     pill, innocent = Producer(client, keys, clock).enqueue_many(
-        [{"poison": True}, {"poison": False}])
+        [{"poison": True}, {"poison": False}]
+    )
     ran, rounds = run_until_the_pill_is_gone(client, keys, clock, pill, settings, workers)
     assert SETTINGS.max_recoveries is not None
     # The first process took both (they were enqueued together) and died in the pill ...

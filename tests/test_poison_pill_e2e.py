@@ -77,14 +77,40 @@ class Fleet:
         self.starts += 1
         with open(self.log_dir / f"server-{slot}-{self.starts}.err", "wb") as stderr:
             self.procs[slot] = subprocess.Popen(
-                [sys.executable, "-m", "taskcustody.cli", "worker", "tests.poison_handler:handle",
-                 "--queue", "poison", "--redis-url", self.url, "--workers", str(self.workers),
-                 "--prefetch", str(self.prefetch),
-                 "--server-id", slot, "--heartbeat-interval", "0.2",
-                 "--server-ttl", str(SERVER_TTL), "--sweep-interval", "0.3",
-                 "--block-timeout", "0.2", "--wait-for-id", str(WAIT_FOR_ID), "--track-commits",
-                 "--max-recoveries", str(self.max_recoveries), "--verbose"],
-                env=env, cwd=ROOT, stderr=stderr,
+                [
+                    sys.executable,
+                    "-m",
+                    "taskcustody.cli",
+                    "worker",
+                    "tests.poison_handler:handle",
+                    "--queue",
+                    "poison",
+                    "--redis-url",
+                    self.url,
+                    "--workers",
+                    str(self.workers),
+                    "--prefetch",
+                    str(self.prefetch),
+                    "--server-id",
+                    slot,
+                    "--heartbeat-interval",
+                    "0.2",
+                    "--server-ttl",
+                    str(SERVER_TTL),
+                    "--sweep-interval",
+                    "0.3",
+                    "--block-timeout",
+                    "0.2",
+                    "--wait-for-id",
+                    str(WAIT_FOR_ID),
+                    "--track-commits",
+                    "--max-recoveries",
+                    str(self.max_recoveries),
+                    "--verbose",
+                ],
+                env=env,
+                cwd=ROOT,
+                stderr=stderr,
             )
 
     def supervise(self) -> None:
@@ -99,7 +125,8 @@ class Fleet:
         if len(self.deaths) > self.max_recoveries + 1:
             raise AssertionError(
                 f"crash loop: {len(self.deaths)} process deaths {self.deaths}, more than the "
-                f"{self.max_recoveries + 1} runs the poison pill may have")
+                f"{self.max_recoveries + 1} runs the poison pill may have"
+            )
 
     def heartbeats(self, keys: QueueKeys) -> dict[str, float]:
         """Each slot's heartbeat deadline (0 while its id is not registered)."""
@@ -155,15 +182,18 @@ def server_logs(log_dir: Path) -> str:
 def recoveries_logged(text: str) -> int:
     """Tasks the servers' recovery steps took back, as they logged them (--verbose)."""
     startup = sum(int(n) for n in re.findall(r"startup drain requeued (\d+) task", text))
-    swept = sum(int(a) + int(b)
-                for a, b in re.findall(r"sweep: pruned .*?, moved (\d+), requeued stuck (\d+)",
-                                       text))
+    swept = sum(
+        int(a) + int(b)
+        for a, b in re.findall(r"sweep: pruned .*?, moved (\d+), requeued stuck (\d+)", text)
+    )
     return startup + swept
 
 
 @pytest.mark.parametrize("shape", list(SHAPES))
 def test_poison_pill_is_dead_lettered_after_max_recoveries_and_the_fleet_stops_dying(
-    real_redis: RedisServerProcess, tmp_path: Path, shape: str,
+    real_redis: RedisServerProcess,
+    tmp_path: Path,
+    shape: str,
 ) -> None:
     workers, prefetch = SHAPES[shape]
     began = time.monotonic()
@@ -187,13 +217,17 @@ def test_poison_pill_is_dead_lettered_after_max_recoveries_and_the_fleet_stops_d
     try:
         for slot in slots:
             fleet.start(slot)
-        fleet.wait_for(lambda: committed() >= ORDINARY and len(dead_letters()) >= 1,
-                       "every ordinary task to commit and the poison pill to be dead-lettered")
+        fleet.wait_for(
+            lambda: committed() >= ORDINARY and len(dead_letters()) >= 1,
+            "every ordinary task to commit and the poison pill to be dead-lettered",
+        )
         deaths_at_dead_letter = list(fleet.deaths)
         running = dict(fleet.procs)
         ids += producer.enqueue_many([{"n": ORDINARY + i} for i in range(AFTER)])
-        fleet.wait_for(lambda: committed() >= ORDINARY + AFTER,
-                       f"the {AFTER} tasks enqueued after the dead letter to commit")
+        fleet.wait_for(
+            lambda: committed() >= ORDINARY + AFTER,
+            f"the {AFTER} tasks enqueued after the dead letter to commit",
+        )
         fleet.supervise()
         # No process died after the pill was dead-lettered: the same processes still run.
         assert fleet.deaths == deaths_at_dead_letter
@@ -203,8 +237,10 @@ def test_poison_pill_is_dead_lettered_after_max_recoveries_and_the_fleet_stops_d
         # would kill it by default: stop only once each has heart-beaten, which comes after.
         fleet.wait_for(lambda: all(fleet.heartbeats(keys).values()), "every server to claim")
         deadlines = fleet.heartbeats(keys)
-        fleet.wait_for(lambda: all(fleet.heartbeats(keys)[s] > deadlines[s] for s in slots),
-                       "every server to heart-beat")
+        fleet.wait_for(
+            lambda: all(fleet.heartbeats(keys)[s] > deadlines[s] for s in slots),
+            "every server to heart-beat",
+        )
         exit_codes = fleet.stop()
     finally:
         fleet.kill_all()
@@ -214,14 +250,16 @@ def test_poison_pill_is_dead_lettered_after_max_recoveries_and_the_fleet_stops_d
     runs = executions(tmp_path)
     logs = server_logs(tmp_path)
     ordinary_runs = sum(n for k, n in runs.items() if k != POISON)
-    print(f"\npoison-pill end-to-end: tasks={len(ids) + 1} ({len(ids)} ordinary + 1 pill), "
-          f"processes={SLOTS}x{workers} workers (prefetch {prefetch}), "
-          f"executions={sum(runs.values())} "
-          f"(ordinary {ordinary_runs}, pill {runs[POISON]}), process deaths={len(fleet.deaths)} "
-          f"{fleet.deaths}, recoveries={recoveries_logged(logs)} (of the pill "
-          f"{dead_letters()[0]['recoveries'] if dead_letters() else None}), "
-          f"server starts={fleet.starts}, exit codes at stop={exit_codes}, "
-          f"duration={duration:.1f} s")
+    print(
+        f"\npoison-pill end-to-end: tasks={len(ids) + 1} ({len(ids)} ordinary + 1 pill), "
+        f"processes={SLOTS}x{workers} workers (prefetch {prefetch}), "
+        f"executions={sum(runs.values())} "
+        f"(ordinary {ordinary_runs}, pill {runs[POISON]}), process deaths={len(fleet.deaths)} "
+        f"{fleet.deaths}, recoveries={recoveries_logged(logs)} (of the pill "
+        f"{dead_letters()[0]['recoveries'] if dead_letters() else None}), "
+        f"server starts={fleet.starts}, exit codes at stop={exit_codes}, "
+        f"duration={duration:.1f} s"
+    )
 
     # Every ordinary task committed exactly once; the pill never.
     assert sorted(commits) == sorted(ids)

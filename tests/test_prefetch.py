@@ -24,10 +24,12 @@ PREFETCH = 4
 SETTINGS = Settings(**{**TEST_SETTINGS.__dict__, "prefetch": PREFETCH})
 
 
-def start(client: redis.Redis, keys: QueueKeys, handler: Any = lambda p: None,
-          workers: int = 1) -> list[PrefetchingWorker]:
-    runners = make_server(client, keys, "s1", ManualClock(), handler, workers=workers,
-                          settings=SETTINGS).start()
+def start(
+    client: redis.Redis, keys: QueueKeys, handler: Any = lambda p: None, workers: int = 1
+) -> list[PrefetchingWorker]:
+    runners = make_server(
+        client, keys, "s1", ManualClock(), handler, workers=workers, settings=SETTINGS
+    ).start()
     assert all(isinstance(r, PrefetchingWorker) for r in runners)
     return runners  # type: ignore[return-value]
 
@@ -106,8 +108,10 @@ def test_an_interrupted_batch_gives_up_custody_of_every_task(
     # Task 0 ran and committed; task 1 was interrupted (a failed attempt, retried); tasks 2 and 3
     # never ran and are back in the queue as they were. Nothing is left in custody.
     assert commits(client, keys) == {ids[0]: 1}
-    queued = {json.loads(raw)["id"]: json.loads(raw)["attempts"]
-              for raw in client.lrange(keys.queue, 0, -1)}
+    queued = {
+        json.loads(raw)["id"]: json.loads(raw)["attempts"]
+        for raw in client.lrange(keys.queue, 0, -1)
+    }
     assert queued == {ids[1]: 1, ids[2]: 0, ids[3]: 0}
     assert sum(all_custody(client, keys).values()) == 3
     assert all(client.llen(k) == 0 for k in worker.list_keys)
@@ -168,17 +172,16 @@ def test_malformed_tasks_in_a_batch_are_dead_lettered_with_their_records(
     assert commits(client, keys) == {good: 1}
     letters = dead_letters(client, keys)
     assert [d["task_id"] for d in letters] == [None, None]
-    assert sorted(d["error"] for d in letters) == ["bad attempts or enqueued_at",
-                                                  "not JSON: 'utf-8' codec can't decode byte "
-                                                  "0xff in position 0: invalid start byte"]
+    assert sorted(d["error"] for d in letters) == [
+        "bad attempts or enqueued_at",
+        "not JSON: 'utf-8' codec can't decode byte 0xff in position 0: invalid start byte",
+    ]
     # The record the take wrote for "bad" went with it: nothing names a list it is not in.
     assert client.hlen(keys.processing) == 0
     assert sum(all_custody(client, keys).values()) == 0
 
 
-def test_an_empty_queue_falls_back_to_the_blocking_take(
-    backend: Backend, keys: QueueKeys
-) -> None:
+def test_an_empty_queue_falls_back_to_the_blocking_take(backend: Backend, keys: QueueKeys) -> None:
     client = backend.client()
     (worker,) = start(client, keys)
     assert worker.run_once(timeout=0.05) is False
@@ -204,9 +207,7 @@ def test_a_flushed_script_cache_is_survived(backend: Backend, keys: QueueKeys) -
     assert_all_committed_once(client, keys, ids)
 
 
-def test_a_wrong_key_type_is_refused_and_loses_nothing(
-    backend: Backend, keys: QueueKeys
-) -> None:
+def test_a_wrong_key_type_is_refused_and_loses_nothing(backend: Backend, keys: QueueKeys) -> None:
     client = backend.client()
     (worker,) = start(client, keys)
     client.set(keys.queue, "not a list")

@@ -26,16 +26,22 @@ pytestmark = pytest.mark.skipif(not README, reason="no README.md (e.g. the mutat
 
 def section(heading: str) -> str:
     start = README.index(f"\n{heading}\n")
-    following = re.search(r"\n## ", README[start + 1:])
-    return README[start: start + 1 + following.start()] if following else README[start:]
+    following = re.search(r"\n## ", README[start + 1 :])
+    return README[start : start + 1 + following.start()] if following else README[start:]
 
 
 def test_the_readme_is_a_front_door_in_the_order_a_new_user_needs() -> None:
     assert len(README.splitlines()) <= MAX_LINES
     headings = re.findall(r"^## .*$", README, re.M)
-    assert headings == ["## Install", "## A first queue", "## The command line at a glance",
-                        "## `taskcustody verify` in your CI", "## The protocol",
-                        "## What is guaranteed, and what is not", "## Documentation"]
+    assert headings == [
+        "## Install",
+        "## A first queue",
+        "## The command line at a glance",
+        "## `taskcustody verify` in your CI",
+        "## The protocol",
+        "## What is guaranteed, and what is not",
+        "## Documentation",
+    ]
 
 
 def test_the_first_example_is_five_lines() -> None:
@@ -57,21 +63,26 @@ def test_every_relative_link_leads_to_a_file() -> None:
 
 def test_the_cli_at_a_glance_shows_commands_and_options_that_exist() -> None:
     """Each line of the block is a real command, with options that command has."""
-    [block] = [b for b in blocks(README_PATH) if b.language == "bash"
-               and "taskcustody worker" in b.body]
+    [block] = [
+        b for b in blocks(README_PATH) if b.language == "bash" and "taskcustody worker" in b.body
+    ]
     commands = {path.removeprefix("taskcustody "): command for path, command, _ in every_command()}
     seen = set()
     for line in block.body.splitlines():
         words = shlex.split(line.split(" # ")[0].replace("[", "").replace("]", ""))
-        command_line = words[words.index("taskcustody") + 1:]
+        command_line = words[words.index("taskcustody") + 1 :]
         name = command_line[0]
         if len(command_line) > 1 and f"{name} {command_line[1]}" in commands:
             name = f"{name} {command_line[1]}"
         assert name in commands, line
         seen.add(name)
         command = commands[name]
-        spellings = {s for p in command.params if isinstance(p, click.Option)
-                     for s in (*p.opts, *p.secondary_opts)}
+        spellings = {
+            s
+            for p in command.params
+            if isinstance(p, click.Option)
+            for s in (*p.opts, *p.secondary_opts)
+        }
         for option in (w.split("=")[0] for w in command_line if w.startswith("--")):
             assert option in spellings, (name, option)
     assert {"enqueue", "worker", "status", "verify", "model-check"} <= seen
@@ -92,9 +103,12 @@ HISTORY = {
 def test_no_history_in_the_readme_or_the_docs(kind: str) -> None:
     """History lives in CHANGELOG.md and git; figures in bench/results/, written by the commands
     that measure them. A page that quotes a run's date or commit goes stale the day after."""
-    found = [f"{page.relative_to(ROOT)}:{n}: {line.strip()}" for page in _pages()
-             for n, line in enumerate(page.read_text().splitlines(), 1)
-             if HISTORY[kind].search(line)]
+    found = [
+        f"{page.relative_to(ROOT)}:{n}: {line.strip()}"
+        for page in _pages()
+        for n, line in enumerate(page.read_text().splitlines(), 1)
+        if HISTORY[kind].search(line)
+    ]
     assert found == [], kind
 
 

@@ -13,9 +13,24 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def collected(marker: str) -> list[str]:
     result = subprocess.run(
-        [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
-         "-m", marker, "tests"],
-        capture_output=True, text=True, cwd=ROOT, timeout=120, check=True)
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "--collect-only",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "-m",
+            marker,
+            "tests",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=120,
+        check=True,
+    )
     return [line for line in result.stdout.splitlines() if "::" in line]
 
 
@@ -30,6 +45,7 @@ def test_the_real_redis_half_is_every_real_backend_and_every_real_redis_user() -
     assert "tests/test_verify_cli.py::test_real_redis_run_touches_only_its_own_keys" in real
     assert "tests/test_custody_edges.py::test_take_on_real_redis_is_one_blmove" in real
     # Marked by its module.
-    assert ("tests/test_end_to_end.py::"
-            "test_sigkill_mid_run_and_restart_commits_every_task_exactly_once") in real
+    assert (
+        "tests/test_end_to_end.py::test_sigkill_mid_run_and_restart_commits_every_task_exactly_once"
+    ) in real
     assert not set(real) & set(rest)

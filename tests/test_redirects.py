@@ -18,8 +18,8 @@ from tests.test_worker_run_loop import Stop, new_worker, script
 
 MOVED = redis.exceptions.MovedError("9450 127.0.0.1:7102")
 UNBLOCKED = redis.ResponseError(
-    "UNBLOCKED force unblock from blocking operation, instance state changed (master -> "
-    "replica?)")
+    "UNBLOCKED force unblock from blocking operation, instance state changed (master -> replica?)"
+)
 ASK = redis.exceptions.AskError("9450 127.0.0.1:7103")
 TRYAGAIN = redis.exceptions.TryAgainError("Multiple keys request during rehashing of slot")
 
@@ -29,19 +29,29 @@ def worker() -> Worker:
     return new_worker(connect_fake(fakeredis.FakeServer()), QueueKeys("tq", prefix="test"))
 
 
-@pytest.mark.parametrize(("error", "kind"), [
-    (MOVED, cluster.MOVED), (UNBLOCKED, cluster.MOVED), (ASK, cluster.BUSY),
-    (TRYAGAIN, cluster.BUSY), (redis.exceptions.ClusterDownError("down"), cluster.BUSY),
-    (redis.ResponseError("WRONGTYPE x"), None), (redis.ResponseError("ERR script"), None),
-], ids=lambda v: type(v).__name__ if isinstance(v, Exception) else str(v))
+@pytest.mark.parametrize(
+    ("error", "kind"),
+    [
+        (MOVED, cluster.MOVED),
+        (UNBLOCKED, cluster.MOVED),
+        (ASK, cluster.BUSY),
+        (TRYAGAIN, cluster.BUSY),
+        (redis.exceptions.ClusterDownError("down"), cluster.BUSY),
+        (redis.ResponseError("WRONGTYPE x"), None),
+        (redis.ResponseError("ERR script"), None),
+    ],
+    ids=lambda v: type(v).__name__ if isinstance(v, Exception) else str(v),
+)
 def test_redirects_are_told_from_other_errors(error: Exception, kind: str | None) -> None:
     assert cluster.redirect_kind(error) == kind
 
 
-@pytest.mark.parametrize("error", [MOVED, UNBLOCKED, ASK, TRYAGAIN],
-                         ids=lambda e: str(e).split()[0])
+@pytest.mark.parametrize(
+    "error", [MOVED, UNBLOCKED, ASK, TRYAGAIN], ids=lambda e: str(e).split()[0]
+)
 def test_a_redirect_never_crashes_the_loop_and_the_next_cycle_reconciles(
-        worker: Worker, error: Exception) -> None:
+    worker: Worker, error: Exception
+) -> None:
     stop = Stop()
     followed: list[bool] = []
     worker.follow_slot = lambda refresh=True: followed.append(refresh)  # type: ignore[method-assign]
@@ -54,8 +64,7 @@ def test_a_redirect_never_crashes_the_loop_and_the_next_cycle_reconciles(
     assert len(followed) == (2 if cluster.redirect_kind(error) == cluster.MOVED else 0)
 
 
-def test_redirect_pauses_grow_bounded_with_jitter_and_reset_after_a_cycle(
-        worker: Worker) -> None:
+def test_redirect_pauses_grow_bounded_with_jitter_and_reset_after_a_cycle(worker: Worker) -> None:
     stop = Stop()
     worker.follow_slot = lambda refresh=True: None  # type: ignore[method-assign]
     script(worker, stop, [TRYAGAIN] * 12 + [True, TRYAGAIN])
@@ -78,7 +87,8 @@ def test_a_non_redirect_error_still_propagates(worker: Worker) -> None:
 
 
 def test_a_redirected_release_is_sent_again_and_commits_once_without_rerunning_the_handler(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     client = connect_fake(fakeredis.FakeServer())
     keys = QueueKeys("tq", prefix="test")
     w = new_worker(client, keys)
@@ -102,8 +112,9 @@ def test_a_redirected_release_is_sent_again_and_commits_once_without_rerunning_t
     monkeypatch.setattr(w, "_call", call)
     followed: list[bool] = []
     real_follow = w.follow_slot
-    monkeypatch.setattr(w, "follow_slot", lambda refresh=True: (followed.append(refresh),
-                                                                 real_follow(refresh)))
+    monkeypatch.setattr(
+        w, "follow_slot", lambda refresh=True: (followed.append(refresh), real_follow(refresh))
+    )
     Producer(client, keys, ManualClock()).enqueue({"n": 1}, task_id="t1")
     assert w.run_once(timeout=0.01)
     assert runs == [{"n": 1}]  # the handler ran once
@@ -113,8 +124,9 @@ def test_a_redirected_release_is_sent_again_and_commits_once_without_rerunning_t
     assert client.llen(w.list_key) == 0
 
 
-def test_a_release_refused_too_often_is_left_to_the_loop(monkeypatch: pytest.MonkeyPatch,
-                                                        worker: Worker) -> None:
+def test_a_release_refused_too_often_is_left_to_the_loop(
+    monkeypatch: pytest.MonkeyPatch, worker: Worker
+) -> None:
     pauses: list[float] = []
     worker.pause = pauses.append
 
@@ -127,13 +139,19 @@ def test_a_release_refused_too_often_is_left_to_the_loop(monkeypatch: pytest.Mon
     assert len(pauses) == REDIRECT_ATTEMPTS
 
 
-@pytest.mark.parametrize("error", [
-    TRYAGAIN, redis.exceptions.ClusterDownError("The cluster is down"),
-    redis.exceptions.ClusterError("TTL exhausted."),
-    redis.exceptions.SlotNotCoveredError("slot 9450 not covered"),
-], ids=lambda e: type(e).__name__)
+@pytest.mark.parametrize(
+    "error",
+    [
+        TRYAGAIN,
+        redis.exceptions.ClusterDownError("The cluster is down"),
+        redis.exceptions.ClusterError("TTL exhausted."),
+        redis.exceptions.SlotNotCoveredError("slot 9450 not covered"),
+    ],
+    ids=lambda e: type(e).__name__,
+)
 def test_the_heartbeat_loop_rides_out_a_resharding_or_failing_over_cluster(
-        error: Exception) -> None:
+    error: Exception,
+) -> None:
     """A heartbeat refused by a redirect did not run: the loop logs it and beats again at the
     next interval, instead of ending (a server whose heartbeat thread died would be judged dead
     while its workers run)."""
@@ -159,11 +177,15 @@ def test_the_heartbeat_loop_rides_out_a_resharding_or_failing_over_cluster(
     assert client.zscore(keys.servers, "s1") == 1015 + 15
 
 
-@pytest.mark.parametrize("error", [redis.exceptions.ClusterError("TTL exhausted."),
-                                   redis.exceptions.SlotNotCoveredError("not covered")],
-                         ids=lambda e: type(e).__name__)
-def test_a_cluster_client_giving_up_is_not_a_worker_crash(worker: Worker,
-                                                          error: Exception) -> None:
+@pytest.mark.parametrize(
+    "error",
+    [
+        redis.exceptions.ClusterError("TTL exhausted."),
+        redis.exceptions.SlotNotCoveredError("not covered"),
+    ],
+    ids=lambda e: type(e).__name__,
+)
+def test_a_cluster_client_giving_up_is_not_a_worker_crash(worker: Worker, error: Exception) -> None:
     stop = Stop()
     worker.follow_slot = lambda refresh=True: None  # type: ignore[method-assign]
     dirty = script(worker, stop, [error, True])

@@ -42,8 +42,16 @@ ROOT = Path(__file__).resolve().parent.parent
 QUEUE = "q"
 # The issue's timings: a server is judged dead 2 s after its last heartbeat, the (lease-holding)
 # sweeper sweeps every 0.5 s, and the lease of a dead holder lapses within 3 sweep periods.
-TIMINGS = ("--heartbeat-interval", "0.5", "--server-ttl", "2", "--sweep-interval", "0.5",
-           "--block-timeout", "0.2")
+TIMINGS = (
+    "--heartbeat-interval",
+    "0.5",
+    "--server-ttl",
+    "2",
+    "--sweep-interval",
+    "0.5",
+    "--block-timeout",
+    "0.2",
+)
 LIMIT = 60.0  # for each wait: generous on a shared 2-core machine; recovery needs a few seconds
 
 
@@ -63,14 +71,32 @@ class Fleet:
 
     def start(self, server_id: str) -> None:
         path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
-        env = dict(os.environ, PYTHONPATH=path,
-                   TASKCUSTODY_E2E_LOG=str(self.logs / server_id),
-                   TASKCUSTODY_E2E_GATES=str(self.gates))
+        env = dict(
+            os.environ,
+            PYTHONPATH=path,
+            TASKCUSTODY_E2E_LOG=str(self.logs / server_id),
+            TASKCUSTODY_E2E_GATES=str(self.gates),
+        )
         self.procs[server_id] = subprocess.Popen(
-            [sys.executable, "-m", "taskcustody.cli", "worker", "tests.e2e_gated_handler:handle",
-             "--queue", QUEUE, "--redis-url", self.redis_server.url, "--workers", "1",
-             "--server-id", server_id, *TIMINGS, "--track-commits"],
-            env=env, cwd=ROOT,
+            [
+                sys.executable,
+                "-m",
+                "taskcustody.cli",
+                "worker",
+                "tests.e2e_gated_handler:handle",
+                "--queue",
+                QUEUE,
+                "--redis-url",
+                self.redis_server.url,
+                "--workers",
+                "1",
+                "--server-id",
+                server_id,
+                *TIMINGS,
+                "--track-commits",
+            ],
+            env=env,
+            cwd=ROOT,
         )
 
     def kill(self, server_id: str) -> None:
@@ -99,8 +125,11 @@ class Fleet:
         path = self.logs / server_id
         if not path.exists():
             return []
-        return [int(n) for e, n in (line.split() for line in path.read_text().splitlines())
-                if e == event]
+        return [
+            int(n)
+            for e, n in (line.split() for line in path.read_text().splitlines())
+            if e == event
+        ]
 
     def count(self, event: str) -> Counter[int]:
         return Counter(n for sid in self.procs for n in self.log(sid, event))
@@ -132,16 +161,20 @@ class Fleet:
     def inflight_lists_holding_tasks(self) -> dict[str, int]:
         """Every in-flight list of the queue that holds something, registered or not (the lost
         task of the issue sat in a list the registry no longer named)."""
-        lengths = {k.decode(): int(self.admin.llen(k))
-                   for k in self.admin.scan_iter(match=f"{self.keys.inflight_prefix}*")}
+        lengths = {
+            k.decode(): int(self.admin.llen(k))
+            for k in self.admin.scan_iter(match=f"{self.keys.inflight_prefix}*")
+        }
         return {k: n for k, n in lengths.items() if n}
 
     def custody(self) -> str:
         """Where the tasks are, for a wait that gives up."""
         registry = [k.decode() for k in self.admin.zrange(self.keys.inflight_registry, 0, -1)]
-        return (f"queue: {self.admin.llen(self.keys.queue)}, in-flight lists holding tasks: "
-                f"{self.inflight_lists_holding_tasks()}, registry: {registry}, "
-                f"servers: {sorted(self.registered_servers())}, commits: {self.commits()}")
+        return (
+            f"queue: {self.admin.llen(self.keys.queue)}, in-flight lists holding tasks: "
+            f"{self.inflight_lists_holding_tasks()}, registry: {registry}, "
+            f"servers: {sorted(self.registered_servers())}, commits: {self.commits()}"
+        )
 
     def registered_list(self, server_id: str) -> str:
         """The in-flight list of `server_id`'s (only) worker, for the incarnation Redis knows."""
@@ -201,20 +234,30 @@ def test_a_task_enqueued_after_a_redis_restart_survives_the_sigkill_of_its_serve
     start_both(fleet)
     fleet.restart_redis()
     # Both servers are back (their heartbeats found their registration gone) before work arrives.
-    wait_for(lambda: fleet.registered_servers() == {"A", "B"},
-             "A and B to register again after the restart", LIMIT)
+    wait_for(
+        lambda: fleet.registered_servers() == {"A", "B"},
+        "A and B to register again after the restart",
+        LIMIT,
+    )
     ids = fleet.enqueue(0, 1)
     # One worker each, and a held task blocks its worker: each server runs exactly one.
-    wait_for(lambda: fleet.log("A", "start") and fleet.log("B", "start"),
-             "A and B to run a task each", LIMIT)
+    wait_for(
+        lambda: fleet.log("A", "start") and fleet.log("B", "start"),
+        "A and B to run a task each",
+        LIMIT,
+    )
     (a_task,) = fleet.log("A", "start")
     (b_task,) = fleet.log("B", "start")
     assert {a_task, b_task} == {0, 1}
 
     fleet.kill("A")  # with A's task in its in-flight list
     fleet.open_gate("all")
-    wait_for(lambda: set(fleet.commits()) == set(ids.values()),
-             f"B to commit its task and recover A's (task {a_task})", LIMIT, fleet.custody)
+    wait_for(
+        lambda: set(fleet.commits()) == set(ids.values()),
+        f"B to commit its task and recover A's (task {a_task})",
+        LIMIT,
+        fleet.custody,
+    )
 
     assert fleet.commits() == {ids[0]: 1, ids[1]: 1}
     starts, dones = fleet.count("start"), fleet.count("done")
@@ -236,8 +279,11 @@ def test_a_task_in_flight_across_the_restart_is_lost_and_every_later_one_commits
     holder = "A" if fleet.log("A", "start") == [0] else "B"
     other = "B" if holder == "A" else "A"
     fleet.restart_redis()  # task 0 is in `holder`'s in-flight list: Redis loses it
-    wait_for(lambda: fleet.registered_servers() == {"A", "B"},
-             "A and B to register again after the restart", LIMIT)
+    wait_for(
+        lambda: fleet.registered_servers() == {"A", "B"},
+        "A and B to register again after the restart",
+        LIMIT,
+    )
     after = fleet.enqueue(1, 2)
     wait_for(lambda: fleet.log(other, "start"), f"{other} to take a task", LIMIT)
     # `holder` finishes task 0 but cannot commit it (its release went to the Redis that died, or
@@ -248,9 +294,12 @@ def test_a_task_in_flight_across_the_restart_is_lost_and_every_later_one_commits
 
     fleet.kill(holder)
     fleet.open_gate("all")
-    wait_for(lambda: set(after.values()) <= set(fleet.commits()),
-             f"{other} to commit its task and recover {holder}'s (task {held})", LIMIT,
-             fleet.custody)
+    wait_for(
+        lambda: set(after.values()) <= set(fleet.commits()),
+        f"{other} to commit its task and recover {holder}'s (task {held})",
+        LIMIT,
+        fleet.custody,
+    )
 
     # Redis lost task 0 with its data; the commit log holds exactly the tasks enqueued after.
     assert before[0] not in fleet.commits()

@@ -112,12 +112,16 @@ class WriteLog:
 
     def script_calls(self, script: str) -> list[Command]:
         """Every EVAL of `script` (recovery calls its scripts with EVAL, by text)."""
-        return [c for w in self.writes for c in w
-                if c[0].upper() == b"EVAL" and c[1] == script.encode()]
+        return [
+            c for w in self.writes for c in w if c[0].upper() == b"EVAL" and c[1] == script.encode()
+        ]
 
     def writes_calling(self, script: str) -> list[list[Command]]:
-        return [w for w in self.writes
-                if any(c[0].upper() == b"EVAL" and c[1] == script.encode() for c in w)]
+        return [
+            w
+            for w in self.writes
+            if any(c[0].upper() == b"EVAL" and c[1] == script.encode() for c in w)
+        ]
 
     def writes_carrying(self, name: bytes) -> list[list[Command]]:
         return [w for w in self.writes if any(c[0].upper() == name for c in w)]
@@ -132,8 +136,7 @@ def owned(keys: QueueKeys, server: Server) -> dict[str, float]:
     return {k: t for k, t in regs.items() if k in server.list_keys()}
 
 
-def put_task_into(client: redis.Redis, keys: QueueKeys, list_key: str,
-                  clock: ManualClock) -> str:
+def put_task_into(client: redis.Redis, keys: QueueKeys, list_key: str, clock: ManualClock) -> str:
     """A task that sits in `list_key`, as a take would have left it."""
     task_id = Producer(client, keys, clock).enqueue({"in": list_key})
     assert client.lmove(keys.queue, list_key, "RIGHT", "LEFT") is not None
@@ -167,8 +170,9 @@ def test_a_claim_registers_every_list_of_the_new_incarnation_at_the_claim_time(
     client = backend.client()
     clock = ManualClock()
     clock.advance(7)
-    server = make_server(client, keys, "s1", clock, workers=2,
-                         settings=replace(TEST_SETTINGS, prefetch=prefetch))
+    server = make_server(
+        client, keys, "s1", clock, workers=2, settings=replace(TEST_SETTINGS, prefetch=prefetch)
+    )
     incarnation = server.claim()
     expected = {keys.inflight(ListOwner("s1", incarnation, w)): clock.now() for w in worker_ids}
     assert registrations(client, keys) == expected
@@ -188,8 +192,9 @@ def test_a_refused_claim_registers_nothing(backend: Backend, keys: QueueKeys) ->
 # -- 2. every take -------------------------------------------------------------------------------
 
 
-def claimed_worker(client: redis.Redis, keys: QueueKeys, clock: ManualClock,
-                   server_id: str = "s1") -> tuple[Server, Worker]:
+def claimed_worker(
+    client: redis.Redis, keys: QueueKeys, clock: ManualClock, server_id: str = "s1"
+) -> tuple[Server, Worker]:
     server = make_server(client, keys, server_id, clock)
     server.claim()
     worker = server.make_worker(0)
@@ -248,11 +253,17 @@ def test_a_takes_registration_and_its_blmove_go_out_in_one_write(
     task = worker.take(timeout=0.05)
     assert task is not None and task.id == task_id
     # ONE write: no stall can separate the registration from the BLMOVE behind it.
-    assert log.writes == [[
-        [b"ZADD", keys.inflight_registry.encode(), repr(clock.now()).encode(),
-         worker.list_key.encode()],
-        [b"BLMOVE", keys.queue.encode(), worker.list_key.encode(), b"RIGHT", b"LEFT", b"0.05"],
-    ]]
+    assert log.writes == [
+        [
+            [
+                b"ZADD",
+                keys.inflight_registry.encode(),
+                repr(clock.now()).encode(),
+                worker.list_key.encode(),
+            ],
+            [b"BLMOVE", keys.queue.encode(), worker.list_key.encode(), b"RIGHT", b"LEFT", b"0.05"],
+        ]
+    ]
 
 
 def test_a_failed_registration_makes_the_take_raise_and_the_next_reconcile_requeues_the_task(
@@ -332,7 +343,8 @@ def pruned_while_stalled(client: redis.Redis, keys: QueueKeys, clock: ManualCloc
 
 @pytest.mark.parametrize("loss", [wipe, pruned_while_stalled], ids=["wipe", "pruned"])
 def test_a_heartbeat_that_finds_its_registration_gone_registers_the_server_and_its_lists_again(
-    backend: Backend, keys: QueueKeys,
+    backend: Backend,
+    keys: QueueKeys,
     loss: Callable[[redis.Redis, QueueKeys, ManualClock], None],
 ) -> None:
     client = backend.client()
@@ -402,7 +414,10 @@ def test_claims_after_a_lapsed_lease_and_after_a_wipe_get_new_incarnations_witho
     assert len({first, second, third, fresh}) == 4
     # Nothing but the claim's own keys was written: no incarnation counter.
     assert {k.decode() for k in client.keys("*")} == {
-        keys.servers, keys.incarnations, keys.inflight_registry}
+        keys.servers,
+        keys.incarnations,
+        keys.inflight_registry,
+    }
     assert not client.exists(f"{keys.base}:incarnation-counter")
     assert client.hget(keys.incarnations, "s1") == str(third).encode()
 
@@ -438,8 +453,11 @@ def test_a_sweep_forgets_a_dead_owners_empty_list_older_than_the_grace(
     assert set(registrations(client, keys)) == set(sweeper.list_keys())
 
 
-@pytest.mark.parametrize(("age", "forgotten"), [(GRACE, True), (GRACE - 0.5, False)],
-                         ids=["exactly-the-grace", "younger"])
+@pytest.mark.parametrize(
+    ("age", "forgotten"),
+    [(GRACE, True), (GRACE - 0.5, False)],
+    ids=["exactly-the-grace", "younger"],
+)
 def test_a_dead_empty_list_is_forgotten_only_once_its_registration_is_as_old_as_the_grace(
     backend: Backend, keys: QueueKeys, age: float, forgotten: bool
 ) -> None:
@@ -513,25 +531,29 @@ def test_a_sweep_spares_the_sweepers_own_lists_even_when_it_was_pruned(
     assert set(registrations(client, keys)) == set(sweeper.list_keys())
 
 
-def registered_again(client: redis.Redis, keys: QueueKeys, dead: Server, clock: ManualClock,
-                     list_key: str) -> None:
+def registered_again(
+    client: redis.Redis, keys: QueueKeys, dead: Server, clock: ManualClock, list_key: str
+) -> None:
     client.zadd(keys.inflight_registry, {list_key: clock.now()})  # a take's ZADD
 
 
-def filled(client: redis.Redis, keys: QueueKeys, dead: Server, clock: ManualClock,
-           list_key: str) -> None:
+def filled(
+    client: redis.Redis, keys: QueueKeys, dead: Server, clock: ManualClock, list_key: str
+) -> None:
     put_task_into(client, keys, list_key, clock)  # a take's BLMOVE
 
 
-def owner_live_again(client: redis.Redis, keys: QueueKeys, dead: Server, clock: ManualClock,
-                     list_key: str) -> None:
+def owner_live_again(
+    client: redis.Redis, keys: QueueKeys, dead: Server, clock: ManualClock, list_key: str
+) -> None:
     # Registered again without touching the list's score (a heartbeat would refresh it too).
     client.zadd(keys.servers, {"dead": clock.now() + TTL})
     client.hset(keys.incarnations, "dead", str(dead.identity.incarnation))
 
 
-def nothing(client: redis.Redis, keys: QueueKeys, dead: Server, clock: ManualClock,
-            list_key: str) -> None:
+def nothing(
+    client: redis.Redis, keys: QueueKeys, dead: Server, clock: ManualClock, list_key: str
+) -> None:
     pass
 
 
@@ -551,8 +573,9 @@ def test_the_collection_rechecks_each_list_inside_its_atomic_step(
     prune_inactive_servers(client, keys, clock.now())
     stale, live = registrations(client, keys), live_owners(client, keys)
     meanwhile(client, keys, dead, clock, gone)  # between the client's read and the script
-    forgotten = forget_dead_empty_lists(client, keys, stale, live, sweeper.identity,
-                                        clock.now() - GRACE)
+    forgotten = forget_dead_empty_lists(
+        client, keys, stale, live, sweeper.identity, clock.now() - GRACE
+    )
     assert forgotten == ([] if spared else [gone])
     assert (gone in registrations(client, keys)) is spared
 
@@ -562,8 +585,9 @@ def test_the_collection_rechecks_each_list_inside_its_atomic_step(
 MANY = 250
 
 
-def register_dead_lists(client: redis.Redis, keys: QueueKeys, clock: ManualClock,
-                        n: int) -> list[str]:
+def register_dead_lists(
+    client: redis.Redis, keys: QueueKeys, clock: ManualClock, n: int
+) -> list[str]:
     lists = [dead_list(keys, i) for i in range(n)]
     client.zadd(keys.inflight_registry, dict.fromkeys(lists, clock.now()))
     return lists
@@ -657,7 +681,9 @@ def test_a_starting_server_moves_the_legacy_registry_into_the_sorted_set(
     server.start()
     assert not client.exists(keys.legacy_inflight_registry)
     assert registrations(client, keys) == {
-        holding: clock.now(), empty: clock.now(), both: earlier,
+        holding: clock.now(),
+        empty: clock.now(),
+        both: earlier,
         **dict.fromkeys(server.list_keys(), clock.now()),
     }
     # ...and a dead owner's migrated list is recovered like any other.
@@ -716,8 +742,11 @@ def test_a_stalled_owner_whose_list_was_forgotten_registers_it_again_with_its_ne
 # block_timeout; 0 would block forever.
 
 
-@pytest.mark.parametrize("timeout", [0, -1, GRACE - TEST_SETTINGS.socket_timeout_margin],
-                         ids=["zero", "negative", "as-long-as-the-grace-allows"])
+@pytest.mark.parametrize(
+    "timeout",
+    [0, -1, GRACE - TEST_SETTINGS.socket_timeout_margin],
+    ids=["zero", "negative", "as-long-as-the-grace-allows"],
+)
 def test_a_take_refuses_a_timeout_that_could_outlast_the_registry_grace(
     backend: Backend, keys: QueueKeys, timeout: float
 ) -> None:
@@ -750,8 +779,9 @@ def test_without_a_grace_a_take_accepts_any_positive_timeout(
 ) -> None:
     client = backend.client()
     clock = ManualClock()
-    server = make_server(client, keys, "s1", clock,
-                         settings=replace(TEST_SETTINGS, registry_grace=0))
+    server = make_server(
+        client, keys, "s1", clock, settings=replace(TEST_SETTINGS, registry_grace=0)
+    )
     server.claim()
     worker = server.make_worker(0)
     task_id = Producer(client, keys, clock).enqueue("t")

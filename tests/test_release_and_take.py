@@ -26,8 +26,13 @@ from tests.helpers import (
 SETTINGS = Settings(**{**TEST_SETTINGS.__dict__, "track_commits": True})
 
 
-def started(backend: Backend, keys: QueueKeys, payloads: list[Any], workers: int = 1,
-            settings: Settings = SETTINGS) -> tuple[redis.Redis, list[Worker], list[str]]:
+def started(
+    backend: Backend,
+    keys: QueueKeys,
+    payloads: list[Any],
+    workers: int = 1,
+    settings: Settings = SETTINGS,
+) -> tuple[redis.Redis, list[Worker], list[str]]:
     client = backend.client()
     clock = ManualClock()
     ids = Producer(client, keys, clock).enqueue_many(payloads)
@@ -99,9 +104,7 @@ def test_a_failed_attempt_is_retried_and_the_next_task_taken(
     assert ids_in(client, keys.queue) == [first] and ids_in(client, worker.list_key) == [second]
 
 
-def test_it_takes_nothing_when_the_release_leaves_debris(
-    backend: Backend, keys: QueueKeys
-) -> None:
+def test_it_takes_nothing_when_the_release_leaves_debris(backend: Backend, keys: QueueKeys) -> None:
     client, (worker,), (_first, second) = started(backend, keys, ["a", "b"])
     task = worker.take(timeout=1)
     assert task is not None
@@ -196,8 +199,7 @@ def test_it_prefers_a_waiting_suspect_while_the_process_holds_none(
 def test_it_takes_from_the_queue_while_another_worker_of_the_process_holds_a_suspect(
     backend: Backend, keys: QueueKeys
 ) -> None:
-    client, (w0, w1), (first, second, third) = started(backend, keys, ["a", "b", "c"],
-                                                       workers=2)
+    client, (w0, w1), (first, second, third) = started(backend, keys, ["a", "b", "c"], workers=2)
     task = w0.take(timeout=1)
     assert task is not None and task.id == first
     client.lpush(keys.suspects, client.rpop(keys.queue))  # `second` is a suspect now
@@ -302,9 +304,12 @@ def test_the_busy_cycle_runs_with_either_reply_parser(
         assert isinstance(worker._conn._parser, _HiredisParser)  # type: ignore[attr-defined]
     pool = client.connection_pool
     worker.close()
-    worker._conn = pool.connection_class(**{
-        **pool.connection_kwargs,
-        "parser_class": _HiredisParser if parser == "hiredis" else _RESP2Parser})
+    worker._conn = pool.connection_class(
+        **{
+            **pool.connection_kwargs,
+            "parser_class": _HiredisParser if parser == "hiredis" else _RESP2Parser,
+        }
+    )
     worker.take_next = lambda: True
     while worker.run_once(timeout=0.1):
         pass

@@ -68,10 +68,13 @@ def keys() -> QueueKeys:
     return QueueKeys("refused", prefix="test")
 
 
-def started_worker(client: redis.Redis, keys: QueueKeys, settings: Settings,
-                   handler: Any = lambda p: {"doubled": 2 * p["n"]}) -> Worker:
-    (worker,) = make_server(client, keys, "s1", ManualClock(), handler,
-                            settings=settings).start()
+def started_worker(
+    client: redis.Redis,
+    keys: QueueKeys,
+    settings: Settings,
+    handler: Any = lambda p: {"doubled": 2 * p["n"]},
+) -> Worker:
+    (worker,) = make_server(client, keys, "s1", ManualClock(), handler, settings=settings).start()
     assert isinstance(worker, Worker)
     return worker
 
@@ -122,8 +125,9 @@ def test_a_release_and_take_whose_result_ttl_redis_refuses_writes_nothing_and_ta
     worker.close()
 
 
-def release_args_with(worker: Worker, raw: bytes, task_id: str, action: str, data: str,
-                      position: int, value: Any) -> tuple[Any, ...]:
+def release_args_with(
+    worker: Worker, raw: bytes, task_id: str, action: str, data: str, position: int, value: Any
+) -> tuple[Any, ...]:
     args = list(worker.release_args(raw, task_id, action, data))
     args[position] = value
     return tuple(args)
@@ -181,8 +185,9 @@ def test_the_release_refuses_a_result_ttl_past_the_bound_before_any_write(
 def test_a_release_at_the_result_ttl_bound_commits_and_keeps_the_result_that_long(
     client: redis.Redis, keys: QueueKeys
 ) -> None:
-    worker = started_worker(client, keys, dataclasses.replace(TEST_SETTINGS,
-                                                              result_ttl=MAX_RESULT_TTL))
+    worker = started_worker(
+        client, keys, dataclasses.replace(TEST_SETTINGS, result_ttl=MAX_RESULT_TTL)
+    )
     task_id = Producer(client, keys).enqueue({"n": 21})
     assert worker.run_once(timeout=0.05)
     assert get_result(client, keys, task_id, timeout=0) == {"doubled": 42}
@@ -208,8 +213,9 @@ REFUSED_LINE = "Redis refused a release"
 
 
 def lines(caplog: pytest.LogCaptureFixture, logger: str, fragment: str) -> list[str]:
-    return [r.getMessage() for r in caplog.records
-            if r.name == logger and fragment in r.getMessage()]
+    return [
+        r.getMessage() for r in caplog.records if r.name == logger and fragment in r.getMessage()
+    ]
 
 
 def assert_in_custody_uncommitted(client: redis.Redis, keys: QueueKeys, task_id: str) -> None:
@@ -229,8 +235,9 @@ def test_a_worker_whose_releases_redis_refuses_backs_off_and_logs_once_not_crash
     "crashed; restarting it" with a traceback, once per task. The supervisor runs the loop here
     with an injected stop event, which stops it at its fourth pause."""
     runs: list[Any] = []
-    settings = unchecked(dataclasses.replace(TEST_SETTINGS, prefetch=prefetch),
-                         result_ttl=REPORTED_TTL)
+    settings = unchecked(
+        dataclasses.replace(TEST_SETTINGS, prefetch=prefetch), result_ttl=REPORTED_TTL
+    )
     server = make_server(client, keys, "s1", ManualClock(), runs.append, settings=settings)
     (runner,) = server.start()
     task_id = Producer(client, keys).enqueue({"n": 1})
@@ -282,7 +289,9 @@ def test_only_a_release_error_that_is_neither_oom_nor_a_redirect_is_a_refusal() 
 
 
 def test_an_async_worker_whose_releases_redis_refuses_backs_off_and_logs_once(
-    real_redis: RedisServerProcess, client: redis.Redis, keys: QueueKeys,
+    real_redis: RedisServerProcess,
+    client: redis.Redis,
+    keys: QueueKeys,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     """The asyncio loop, likewise. Its pauses are real (asyncio), a few 0.05 s: the handler
@@ -301,8 +310,9 @@ def test_an_async_worker_whose_releases_redis_refuses_backs_off_and_logs_once(
             if len(runs) == 3:
                 stop.set()
 
-        worker = AsyncWorker(aclient, keys, ListOwner("s1", 1, "w0"), handler, ManualClock(),
-                             settings)
+        worker = AsyncWorker(
+            aclient, keys, ListOwner("s1", 1, "w0"), handler, ManualClock(), settings
+        )
         try:
             await worker.run(stop)  # raises, before: the refusal left the loop
         finally:

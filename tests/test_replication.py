@@ -52,8 +52,14 @@ from tests.support.redis_server import (
 # tests that need these, not the collection of the whole suite.)
 @functools.cache
 def replicated() -> Settings:
-    return Settings(**{**TEST_SETTINGS.__dict__, "socket_timeout_margin": 10.0,
-                       "min_replicas": 1, "replica_timeout": 5.0})
+    return Settings(
+        **{
+            **TEST_SETTINGS.__dict__,
+            "socket_timeout_margin": 10.0,
+            "min_replicas": 1,
+            "replica_timeout": 5.0,
+        }
+    )
 
 
 # Against a stopped replica: every WAIT returns short after 50 ms.
@@ -136,10 +142,13 @@ def count_writes(conn: Any) -> list[int]:
     return counter
 
 
-def one_worker(client: redis.Redis, keys: QueueKeys, settings: Settings,
-               handler: Callable[[Any], Any] = lambda p: None) -> Worker:
-    (worker,) = make_server(client, keys, "s1", ManualClock(), handler,
-                            settings=settings).start()
+def one_worker(
+    client: redis.Redis,
+    keys: QueueKeys,
+    settings: Settings,
+    handler: Callable[[Any], Any] = lambda p: None,
+) -> Worker:
+    (worker,) = make_server(client, keys, "s1", ManualClock(), handler, settings=settings).start()
     assert isinstance(worker, Worker)
     return worker
 
@@ -205,9 +214,22 @@ def test_cli_enqueue_exits_1_printing_the_ids_the_primary_holds(
     pair: Pair, keys: QueueKeys
 ) -> None:
     pair.stop_replica()
-    result = CliRunner().invoke(main, ["enqueue", "--queue", "cliq", "--redis-url",
-                                       pair.primary.url, "--min-replicas", "1",
-                                       "--replica-timeout", "0.05", "1", "2"])
+    result = CliRunner().invoke(
+        main,
+        [
+            "enqueue",
+            "--queue",
+            "cliq",
+            "--redis-url",
+            pair.primary.url,
+            "--min-replicas",
+            "1",
+            "--replica-timeout",
+            "0.05",
+            "1",
+            "2",
+        ],
+    )
     assert result.exit_code == 1, result.output
     assert "Traceback" not in result.output
     printed = result.stdout.split()
@@ -217,11 +239,12 @@ def test_cli_enqueue_exits_1_printing_the_ids_the_primary_holds(
 
 
 def test_cli_enqueue_from_stdin_exits_1_having_printed_every_id_the_primary_holds(
-    pair: Pair
+    pair: Pair,
 ) -> None:
     # 3 s: ample for a running replica's acknowledgement, and within the socket timeout.
-    with running(start_enqueue("streamq", pair.primary.url, "--min-replicas", "1",
-                               "--replica-timeout", "3")) as proc:
+    with running(
+        start_enqueue("streamq", pair.primary.url, "--min-replicas", "1", "--replica-timeout", "3")
+    ) as proc:
         assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
         printed = Lines(proc.stdout)
         printed.start()
@@ -243,10 +266,11 @@ def test_cli_enqueue_from_stdin_exits_1_having_printed_every_id_the_primary_hold
     assert f"5 task(s) enqueued, the last {in_queue[-1]} (stdin line 5)" in stderr
 
 
-@pytest.mark.parametrize("command", [["enqueue", "--queue", "q", "1"],
-                                     ["worker", "json:dumps", "--queue", "q"]])
+@pytest.mark.parametrize(
+    "command", [["enqueue", "--queue", "q", "1"], ["worker", "json:dumps", "--queue", "q"]]
+)
 def test_a_replica_timeout_longer_than_the_socket_timeout_is_a_usage_error(
-    command: list[str]
+    command: list[str],
 ) -> None:
     result = CliRunner().invoke(main, [*command, "--min-replicas", "1", "--replica-timeout", "9"])
     assert result.exit_code == 2
@@ -415,15 +439,16 @@ def test_a_prefetching_worker_whose_replica_is_stopped_commits_every_task_once(
 
 
 def test_short_waits_are_counted_and_logged_once_per_interval(
-    caplog: pytest.LogCaptureFixture
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     clock = ManualClock()
     shortfalls = Shortfalls(replicated(), clock, "w0")
     with caplog.at_level(logging.WARNING, logger="taskcustody.replication"):
         shortfalls.check(1, "take")  # enough replicas: nothing
         shortfalls.check(0, "take")
-        shortfalls.check(redis.ResponseError("ERR WAIT cannot be used with replica instances"),
-                         "release")
+        shortfalls.check(
+            redis.ResponseError("ERR WAIT cannot be used with replica instances"), "release"
+        )
         clock.advance(WARN_INTERVAL - 0.001)
         shortfalls.check(0, "release")
         clock.advance(0.001)

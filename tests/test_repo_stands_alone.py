@@ -40,8 +40,11 @@ def outside_references(text: str) -> list[str]:
 
 def test_the_outside_reference_finder_sees_each_spelling() -> None:
     # Guards the test below against a pattern list that matches nothing.
-    for spelling in (f"see ../{_SHARED}/design/protocol.md", f"{_SHARED}/reference/pr.md",
-                     f"{_SHARED}/design"):
+    for spelling in (
+        f"see ../{_SHARED}/design/protocol.md",
+        f"{_SHARED}/reference/pr.md",
+        f"{_SHARED}/design",
+    ):
         assert outside_references(f"x\n{spelling}\n") == [spelling]
     assert outside_references("a shared machine; docs/protocol.md") == []
 

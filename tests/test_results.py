@@ -31,8 +31,9 @@ class Sleeper:
     """An injected sleep: advances the injected clock, records each pause, and may run a step
     (a worker cycle) at a given pause, as if it happened while the caller slept."""
 
-    def __init__(self, clock: ManualClock, at: int | None = None,
-                 step: Callable[[], object] | None = None) -> None:
+    def __init__(
+        self, clock: ManualClock, at: int | None = None, step: Callable[[], object] | None = None
+    ) -> None:
         self.clock = clock
         self.pauses: list[float] = []
         self.at = at
@@ -46,8 +47,9 @@ class Sleeper:
             self.step()
 
 
-def worker_for(client: redis.Redis, keys: QueueKeys, handler: Callable[[object], object],
-               name: str = "s1") -> Worker:
+def worker_for(
+    client: redis.Redis, keys: QueueKeys, handler: Callable[[object], object], name: str = "s1"
+) -> Worker:
     (worker,) = make_server(client, keys, name, ManualClock(), handler).start()
     return worker  # type: ignore[return-value]
 
@@ -90,8 +92,9 @@ def test_get_result_waits_with_a_bounded_backoff_until_the_task_commits(
     # and returned at the first poll after the commit.
     assert len(sleep.pauses) == 10
     assert sleep.pauses[0] == FIRST_PAUSE
-    assert all(b == min(2 * a, MAX_PAUSE) for a, b in zip(sleep.pauses, sleep.pauses[1:],
-                                                                  strict=False))
+    assert all(
+        b == min(2 * a, MAX_PAUSE) for a, b in zip(sleep.pauses, sleep.pauses[1:], strict=False)
+    )
     assert max(sleep.pauses) == MAX_PAUSE
 
 
@@ -125,8 +128,11 @@ def test_a_dead_lettered_task_raises_task_failed_with_its_error(
             worker.run_once(timeout=0.05)
 
     sleep = Sleeper(clock, at=3, step=fail_every_attempt)
-    with pytest.raises(TaskFailed, match=r"after 3 attempt\(s\) and was dead-lettered: "
-                                         r"RuntimeError: no luck") as failed:
+    with pytest.raises(
+        TaskFailed,
+        match=r"after 3 attempt\(s\) and was dead-lettered: "
+        r"RuntimeError: no luck",
+    ) as failed:
         handle.result(timeout=60, clock=clock, sleep=sleep)
     worker.close()
     assert failed.value.task_id == handle.id and failed.value.attempts == 3
@@ -147,8 +153,13 @@ def test_a_failure_buried_under_newer_dead_letters_is_still_reported_at_the_time
         worker.run_once(timeout=0.05)
     worker.close()
     # More newer dead letters than a poll reads.
-    client.lpush(keys.dead_letters, *[json.dumps({"raw": "", "error": "other", "task_id": str(i),
-                                                  "at": 0}) for i in range(DEAD_WINDOW + 5)])
+    client.lpush(
+        keys.dead_letters,
+        *[
+            json.dumps({"raw": "", "error": "other", "task_id": str(i), "at": 0})
+            for i in range(DEAD_WINDOW + 5)
+        ],
+    )
     clock = ManualClock()
     with pytest.raises(TaskFailed, match="no luck"):
         handle.result(timeout=2, clock=clock, sleep=Sleeper(clock))
@@ -183,6 +194,8 @@ def test_cli_result_prints_the_json_result_or_fails_in_one_line(
     pending = Producer(client, keys).submit("pending")
     late = CliRunner().invoke(main, ["result", pending.id, "--timeout", "0.05", *common])
     assert late.exit_code == 1
-    assert late.output.strip() == (f"Error: no result for task {pending.id} within 0.05 s: it "
-                                   "is still queued or running, or its result expired "
-                                   "(result_ttl), or no such task committed")
+    assert late.output.strip() == (
+        f"Error: no result for task {pending.id} within 0.05 s: it "
+        "is still queued or running, or its result expired "
+        "(result_ttl), or no such task committed"
+    )

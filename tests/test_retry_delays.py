@@ -30,8 +30,10 @@ def _failing(payload: Any) -> None:
 def _scheduled(client: redis.Redis, keys: QueueKeys) -> list[tuple[str, float]]:
     from taskcustody.core.envelope import decode
 
-    return [(decode(raw).id, float(score))
-            for raw, score in client.zrange(keys.scheduled, 0, -1, withscores=True)]
+    return [
+        (decode(raw).id, float(score))
+        for raw, score in client.zrange(keys.scheduled, 0, -1, withscores=True)
+    ]
 
 
 # -- the schedule ---------------------------------------------------------------------------------
@@ -136,8 +138,9 @@ def test_promotion_puts_due_retries_behind_the_queued_tasks_and_suspects_on_thei
     clock = ManualClock(start=50.0)
     producer = Producer(client, keys, clock)
     queued = producer.enqueue({"n": 0})
-    a, b, c = (f'{{"id": "{i}", "payload": 1, "attempts": 1, "enqueued_at": 0}}'
-               for i in ("a", "b", "c"))
+    a, b, c = (
+        f'{{"id": "{i}", "payload": 1, "attempts": 1, "enqueued_at": 0}}' for i in ("a", "b", "c")
+    )
     client.zadd(keys.scheduled, {a: 10.0, b: 20.0, c: 99.0})
     client.hset(keys.recoveries, "b", 1)  # b has a recovery count: it is a suspect
     assert promote(client, keys, 50.0) == 2
@@ -149,8 +152,13 @@ def test_promotion_puts_due_retries_behind_the_queued_tasks_and_suspects_on_thei
 
 def test_promotion_moves_at_most_a_batch(backend: Backend, keys: QueueKeys) -> None:
     client = backend.client()
-    client.zadd(keys.scheduled, {f'{{"id": "t{i}", "payload": 1, "attempts": 1, '
-                                 f'"enqueued_at": 0}}': float(i) for i in range(5)})
+    client.zadd(
+        keys.scheduled,
+        {
+            f'{{"id": "t{i}", "payload": 1, "attempts": 1, "enqueued_at": 0}}': float(i)
+            for i in range(5)
+        },
+    )
     assert promote(client, keys, 100.0, batch=3) == 3
     assert ids_in(client, keys.queue) == ["t2", "t1", "t0"]  # earliest first, each behind
     assert promote(client, keys, 100.0, batch=3) == 2
@@ -162,8 +170,13 @@ def test_two_promoters_move_each_member_exactly_once(backend: Backend, keys: Que
     member ends in the queue once, never twice, never in both places."""
     client = backend.client()
     n = 60
-    client.zadd(keys.scheduled, {f'{{"id": "t{i}", "payload": 1, "attempts": 1, '
-                                 f'"enqueued_at": 0}}': float(i) for i in range(n)})
+    client.zadd(
+        keys.scheduled,
+        {
+            f'{{"id": "t{i}", "payload": 1, "attempts": 1, "enqueued_at": 0}}': float(i)
+            for i in range(n)
+        },
+    )
     moved: list[int] = []
     barrier = threading.Barrier(2)
 
@@ -186,13 +199,15 @@ def test_two_promoters_move_each_member_exactly_once(backend: Backend, keys: Que
     assert client.zcard(keys.scheduled) == 0
 
 
-def test_the_background_loop_promotes(backend: Backend, keys: QueueKeys,
-                                      monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_background_loop_promotes(
+    backend: Backend, keys: QueueKeys, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The server's periodic loop promotes at every tick (the take path never does)."""
     client = backend.client()
     clock = ManualClock(start=100.0)
-    client.zadd(keys.scheduled, {'{"id": "t", "payload": 1, "attempts": 1, "enqueued_at": 0}':
-                                 50.0})
+    client.zadd(
+        keys.scheduled, {'{"id": "t", "payload": 1, "attempts": 1, "enqueued_at": 0}': 50.0}
+    )
     server = make_server(client, keys, "s", clock, settings=DELAYED)
     server.claim()
     calls: list[int] = []
@@ -211,22 +226,47 @@ def test_the_background_loop_promotes(backend: Backend, keys: QueueKeys,
 # -- the command line -----------------------------------------------------------------------------
 
 
-def test_worker_cli_takes_the_backoff_flags(real_redis: RedisServerProcess,
-                                            monkeypatch: pytest.MonkeyPatch) -> None:
+def test_worker_cli_takes_the_backoff_flags(
+    real_redis: RedisServerProcess, monkeypatch: pytest.MonkeyPatch
+) -> None:
     seen: list[Settings] = []
 
     def capture(self: Server, **kwargs: Any) -> None:
         seen.append(self.settings)
 
     monkeypatch.setattr(Server, "run", capture)
-    out = CliRunner().invoke(main, ["worker", "json:dumps", "-q", "rd", "--redis-url",
-                                    real_redis.url, "--retry-backoff", "0.5",
-                                    "--retry-backoff-max", "7"])
+    out = CliRunner().invoke(
+        main,
+        [
+            "worker",
+            "json:dumps",
+            "-q",
+            "rd",
+            "--redis-url",
+            real_redis.url,
+            "--retry-backoff",
+            "0.5",
+            "--retry-backoff-max",
+            "7",
+        ],
+    )
     assert out.exit_code == 0, out.output
     assert (seen[0].retry_backoff, seen[0].retry_backoff_max) == (0.5, 7.0)
-    bad = CliRunner().invoke(main, ["worker", "json:dumps", "-q", "rd", "--redis-url",
-                                    real_redis.url, "--retry-backoff", "5",
-                                    "--retry-backoff-max", "1"])
+    bad = CliRunner().invoke(
+        main,
+        [
+            "worker",
+            "json:dumps",
+            "-q",
+            "rd",
+            "--redis-url",
+            real_redis.url,
+            "--retry-backoff",
+            "5",
+            "--retry-backoff-max",
+            "1",
+        ],
+    )
     assert bad.exit_code == 2 and "--retry-backoff-max must be >= --retry-backoff" in bad.output
 
 
@@ -234,8 +274,7 @@ def test_sweep_cli_promotes_due_retries(real_redis: RedisServerProcess) -> None:
     client = redis.Redis.from_url(real_redis.url)
     client.flushall()
     keys = QueueKeys("rd")
-    client.zadd(keys.scheduled, {'{"id": "t", "payload": 1, "attempts": 1, "enqueued_at": 0}':
-                                 1.0})
+    client.zadd(keys.scheduled, {'{"id": "t", "payload": 1, "attempts": 1, "enqueued_at": 0}': 1.0})
     out = CliRunner().invoke(main, ["sweep", "-q", "rd", "--redis-url", real_redis.url])
     assert out.exit_code == 0, out.output
     assert "promoted 1 due retry" in out.output

@@ -18,8 +18,12 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def test_a_scripts_sha_is_the_name_redis_gives_it(backend: Backend) -> None:
     client = backend.client()
-    for script in (scripts.RECORD_SCRIPT, scripts.RELEASE_SCRIPT,
-                   scripts.TAKE_AND_RECORD_SCRIPT, scripts.RELEASE_AND_TAKE_SCRIPT):
+    for script in (
+        scripts.RECORD_SCRIPT,
+        scripts.RELEASE_SCRIPT,
+        scripts.TAKE_AND_RECORD_SCRIPT,
+        scripts.RELEASE_AND_TAKE_SCRIPT,
+    ):
         assert client.script_load(script.source) == script.sha
     client.close()
 
@@ -45,10 +49,18 @@ def test_every_script_called_by_hash_is_listed_as_lua() -> None:
 def _gate(code: str, *args: str) -> subprocess.CompletedProcess[str]:
     """`code` run with mutation.gate's checks imported, in a process of its own (a second Lua
     runtime in the process that fakeredis loaded one into segfaults)."""
-    code = "import sys\nfrom pathlib import Path\n" \
-           "from mutation.gate import check_scripts, check_syntax\n" + textwrap.dedent(code)
-    return subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True,
-                          cwd=ROOT, timeout=60, check=False)
+    code = (
+        "import sys\nfrom pathlib import Path\n"
+        "from mutation.gate import check_scripts, check_syntax\n" + textwrap.dedent(code)
+    )
+    return subprocess.run(
+        [sys.executable, "-c", code, *args],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=60,
+        check=False,
+    )
 
 
 def _copy_of_the_scripts(dest: Path) -> Path:

@@ -51,8 +51,7 @@ def old_version(old_server: RedisServerProcess) -> str:
 
 
 def refusal(version: str) -> str:
-    return (f"Redis {version} found; taskcustody needs Redis 6.2 or newer for BLMOVE and "
-            "LMOVE")
+    return f"Redis {version} found; taskcustody needs Redis 6.2 or newer for BLMOVE and LMOVE"
 
 
 def test_the_library_refuses_the_server_naming_its_version(
@@ -67,19 +66,28 @@ def test_the_library_refuses_the_server_naming_its_version(
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "taskcustody.cli", *args],
-                          capture_output=True, text=True, cwd=ROOT, timeout=120,
-                          env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    return subprocess.run(
+        [sys.executable, "-m", "taskcustody.cli", *args],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=120,
+        env=dict(os.environ, PYTHONPATH=str(ROOT)),
+    )
 
 
-@pytest.mark.parametrize(("args", "exit_code"), [
-    (["worker", "tests.e2e_handler:handle", "--queue", "q"], 1),
-    (["enqueue", "--queue", "q", "{}"], 1),
-    (["status", "--queue", "q"], 1),
-    (["sweep", "--queue", "q"], 1),
-    # verify's exit 1 means "a property was violated": a server it cannot use is a usage error.
-    (["verify", "--no-model-check", "--examples", "1", "--quiet"], 2),
-], ids=["worker", "enqueue", "status", "sweep", "verify"])
+@pytest.mark.parametrize(
+    ("args", "exit_code"),
+    [
+        (["worker", "tests.e2e_handler:handle", "--queue", "q"], 1),
+        (["enqueue", "--queue", "q", "{}"], 1),
+        (["status", "--queue", "q"], 1),
+        (["sweep", "--queue", "q"], 1),
+        # verify's exit 1 means "a property was violated": a server it cannot use is a usage error.
+        (["verify", "--no-model-check", "--examples", "1", "--quiet"], 2),
+    ],
+    ids=["worker", "enqueue", "status", "sweep", "verify"],
+)
 def test_every_command_refuses_the_server_in_one_line_naming_its_version(
     old_server: RedisServerProcess, old_version: str, args: list[str], exit_code: int
 ) -> None:
@@ -93,4 +101,3 @@ def test_every_command_refuses_the_server_in_one_line_naming_its_version(
         assert admin.dbsize() == 0
     finally:
         admin.close()
-

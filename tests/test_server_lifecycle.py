@@ -35,12 +35,15 @@ def fake() -> redis.Redis:
 
 
 def server_messages(caplog: pytest.LogCaptureFixture, level: int) -> list[str]:
-    return [r.getMessage() for r in caplog.records
-            if r.name == SERVER_LOG and r.levelno == level]
+    return [r.getMessage() for r in caplog.records if r.name == SERVER_LOG and r.levelno == level]
 
 
-def drive_waits(server: Server, clock: ManualClock, stop_after: int | None = None,
-                only_while_unclaimed: bool = False) -> list[float | None]:
+def drive_waits(
+    server: Server,
+    clock: ManualClock,
+    stop_after: int | None = None,
+    only_while_unclaimed: bool = False,
+) -> list[float | None]:
     """Replace `server.stop_event.wait` by a recorder that advances the clock by the timeout
     asked for; after `stop_after` waits it sets the (real) event. With `only_while_unclaimed`,
     waits after the server has claimed its id go to the real event (run's own threads)."""
@@ -78,8 +81,9 @@ def test_a_server_needs_at_least_one_worker(fake: redis.Redis, keys: QueueKeys) 
         Server(fake, keys, "no spaces", lambda p: None)
 
 
-def test_a_new_server_has_defaults_and_holds_nothing_yet(fake: redis.Redis,
-                                                         keys: QueueKeys) -> None:
+def test_a_new_server_has_defaults_and_holds_nothing_yet(
+    fake: redis.Redis, keys: QueueKeys
+) -> None:
     def handler(payload: object) -> None:
         return None
 
@@ -220,11 +224,16 @@ def test_supervisor_restarts_a_crashed_worker_dirty_after_a_one_second_pause(
         server._supervise(worker, True)  # type: ignore[arg-type]
     # Every run gets the server's own stop event and the until_idle flag; each restart follows a
     # 1 s pause and finds the worker marked dirty (it reconciles its list before taking again).
-    assert worker.calls == [(server.stop_event, True, False), (server.stop_event, True, True),
-                            (server.stop_event, True, True)]
+    assert worker.calls == [
+        (server.stop_event, True, False),
+        (server.stop_event, True, True),
+        (server.stop_event, True, True),
+    ]
     assert waits == [1.0, 1.0]
-    assert server_messages(caplog, logging.ERROR) == [
-        f"worker {worker.list_key} crashed; restarting it"] * 2
+    assert (
+        server_messages(caplog, logging.ERROR)
+        == [f"worker {worker.list_key} crashed; restarting it"] * 2
+    )
     assert all(r.exc_info for r in caplog.records if r.name == SERVER_LOG)
 
 
@@ -237,8 +246,9 @@ def test_supervisor_returns_when_the_worker_returns(fake: redis.Redis, keys: Que
     assert worker.calls == [(server.stop_event, False, False)] and waits == []
 
 
-def test_supervisor_does_not_start_a_worker_once_stopped(fake: redis.Redis,
-                                                         keys: QueueKeys) -> None:
+def test_supervisor_does_not_start_a_worker_once_stopped(
+    fake: redis.Redis, keys: QueueKeys
+) -> None:
     clock = ManualClock()
     server = make_server(fake, keys, "s1", clock)
     worker = ScriptedWorker([None])
@@ -348,7 +358,8 @@ def test_background_first_sweep_prunes_a_dead_server_and_requeues_its_tasks(
     assert client.llen(worker.list_key) == 0
     assert client.zscore(keys.servers, "dead") is None
     assert server_messages(caplog, logging.INFO) == [
-        "sweep: pruned ['dead'], moved 2, requeued stuck 0"]
+        "sweep: pruned ['dead'], moved 2, requeued stuck 0"
+    ]
 
 
 def test_background_logs_a_sweep_that_only_pruned(
@@ -364,7 +375,8 @@ def test_background_logs_a_sweep_that_only_pruned(
         server._background()
     assert fake.zscore(keys.servers, "gone") is None
     assert server_messages(caplog, logging.INFO) == [
-        "sweep: pruned ['gone'], moved 0, requeued stuck 0"]
+        "sweep: pruned ['gone'], moved 0, requeued stuck 0"
+    ]
 
 
 def test_background_logs_a_sweep_that_only_moved(
@@ -383,8 +395,7 @@ def test_background_logs_a_sweep_that_only_moved(
     with caplog.at_level(logging.INFO, logger=SERVER_LOG):
         server._background()
     assert fake.llen(keys.suspects) == 1 and fake.llen(worker.list_key) == 0
-    assert server_messages(caplog, logging.INFO) == [
-        "sweep: pruned [], moved 1, requeued stuck 0"]
+    assert server_messages(caplog, logging.INFO) == ["sweep: pruned [], moved 1, requeued stuck 0"]
 
 
 def test_background_stops_for_good_when_superseded(
@@ -425,7 +436,9 @@ def test_background_rides_out_redis_errors(
     with caplog.at_level(logging.INFO, logger=SERVER_LOG):
         server._background()
     assert server_messages(caplog, logging.WARNING) == [
-        "heartbeat/sweep failed: refused", "heartbeat/sweep failed: slow"]
+        "heartbeat/sweep failed: refused",
+        "heartbeat/sweep failed: slow",
+    ]
     assert waits == [5, 5, 5]
     assert sweeps == [1010]  # the sweep is still due at the first heartbeat that works
     assert fake.zscore(keys.servers, "s1") == 1010 + 15
@@ -458,20 +471,22 @@ class FakeThread:
         return self.alive
 
 
-def started(client: redis.Redis, keys: QueueKeys, workers: int,
-            grace: float = 30.0) -> tuple[Server, list[Any], list[list[str]]]:
-    settings = Settings(block_timeout=0.05, heartbeat_interval=5, server_ttl=15,
-                        shutdown_grace=grace)
-    server = Server(client, keys, "s1", lambda p: None, workers=workers, settings=settings,
-                    clock=ManualClock())
+def started(
+    client: redis.Redis, keys: QueueKeys, workers: int, grace: float = 30.0
+) -> tuple[Server, list[Any], list[list[str]]]:
+    settings = Settings(
+        block_timeout=0.05, heartbeat_interval=5, server_ttl=15, shutdown_grace=grace
+    )
+    server = Server(
+        client, keys, "s1", lambda p: None, workers=workers, settings=settings, clock=ManualClock()
+    )
     ws = server.start()
     closed: list[list[str]] = []
     for w in ws:
         record: list[str] = []
         real_close = w.close
 
-        def close(record: list[str] = record, real_close: Callable[[], None] = real_close
-                  ) -> None:
+        def close(record: list[str] = record, real_close: Callable[[], None] = real_close) -> None:
             record.append("closed")
             real_close()
 
@@ -493,8 +508,9 @@ def test_shutdown_splits_the_grace_period_deregisters_and_forgets_empty_lists(
     with caplog.at_level(logging.INFO, logger=SERVER_LOG):
         server._shutdown(threads, workers)  # type: ignore[arg-type]
     assert [t.joins for t in threads] == [[15.0], [15.0]]
-    assert client.zscore(keys.servers, "s1") is None and client.hget(keys.incarnations,
-                                                                     "s1") is None
+    assert (
+        client.zscore(keys.servers, "s1") is None and client.hget(keys.incarnations, "s1") is None
+    )
     assert registry(client, keys) == set()
     assert closed == [["closed"], ["closed"]]
     assert server_messages(caplog, logging.WARNING) == []
@@ -526,7 +542,8 @@ def test_shutdown_leaves_a_stuck_workers_list_registered(
         server._shutdown(threads, workers)  # type: ignore[arg-type]
     assert server_messages(caplog, logging.WARNING) == [
         "grace period over with tasks still running in ['taskcustody-w1']; their tasks stay in "
-        "custody and are recovered once we are deregistered"]
+        "custody and are recovered once we are deregistered"
+    ]
     # Deregistered all the same, so that the next sweep anywhere recovers the stuck task.
     assert client.zscore(keys.servers, "s1") is None
     assert registry(client, keys) == {workers[1].list_key}
@@ -561,8 +578,9 @@ def test_shutdown_survives_redis_being_unreachable(
     assert closed == [[]]
 
 
-def test_shutdown_refuses_mismatched_threads_and_workers(fake: redis.Redis,
-                                                         keys: QueueKeys) -> None:
+def test_shutdown_refuses_mismatched_threads_and_workers(
+    fake: redis.Redis, keys: QueueKeys
+) -> None:
     server, workers, _ = started(fake, keys, 2)
     with pytest.raises(ValueError):
         server._shutdown([FakeThread("taskcustody-w0")], workers)  # type: ignore[list-item]
@@ -609,8 +627,10 @@ def test_run_until_idle_handles_everything_then_shuts_down_cleanly(
     # Worker threads: joined until idle, then given the grace period (30 s / 2) in shutdown;
     # the heartbeat thread is waited for at most one socket timeout (+1 s).
     assert recording_threads == [
-        ("taskcustody-w0", None), ("taskcustody-w1", None),
-        ("taskcustody-w0", 15.0), ("taskcustody-w1", 15.0),
+        ("taskcustody-w0", None),
+        ("taskcustody-w1", None),
+        ("taskcustody-w0", 15.0),
+        ("taskcustody-w1", 15.0),
         ("taskcustody-heartbeat", TEST_SETTINGS.socket_timeout + 1),
     ]
 
@@ -751,7 +771,8 @@ def test_signal_handler_stops_taking_and_says_so(
     assert server.stop_event.is_set()
     assert server_messages(caplog, logging.INFO) == [
         f"signal {int(signum)}: stop taking, finish current tasks within 30s (a second signal "
-        "exits at once)"]
+        "exits at once)"
+    ]
 
 
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
@@ -776,17 +797,20 @@ def test_a_second_signal_exits_at_once(
     assert exits == [128 + int(signum)]
     assert server_messages(caplog, logging.WARNING) == [
         f"signal {int(signum)} again: exiting now; the tasks in flight stay in custody and are "
-        "recovered as after a crash"]
+        "recovered as after a crash"
+    ]
 
 
-def test_heartbeat_after_losing_the_id_raises_and_stops(fake: redis.Redis,
-                                                        keys: QueueKeys) -> None:
+def test_heartbeat_after_losing_the_id_raises_and_stops(fake: redis.Redis, keys: QueueKeys) -> None:
     clock = ManualClock()
     server = make_server(fake, keys, "s1", clock)
     server.claim()
     clock.advance(20)
     hold_id(fake, keys, clock, "s1")
-    with pytest.raises(Superseded, match=r"^server id 's1' was claimed by a newer process while "
-                                         r"this one stalled; stopping$"):
+    with pytest.raises(
+        Superseded,
+        match=r"^server id 's1' was claimed by a newer process while "
+        r"this one stalled; stopping$",
+    ):
         server.heartbeat()
     assert server.superseded and server.stop_event.is_set()

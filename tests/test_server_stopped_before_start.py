@@ -20,44 +20,60 @@ from taskcustody import QueueKeys, Server, Settings, connect
 from tests.support.redis_server import RedisServerProcess
 from tests.support.worker_command import start_worker, write_handler_module
 
-HANDLERS = textwrap.dedent('''
+HANDLERS = textwrap.dedent("""
     def handle(payload):
         return payload
 
     async def ahandle(payload):
         return payload
-''')
+""")
 
 WAITING = "is held by a live process: waiting up to"
 
 
 def _hold_the_id(url: str, keys: QueueKeys, server_id: str) -> Server:
     """Claim `server_id` for a minute, as a live process would (no heartbeat needed)."""
-    holder = Server(connect(url), keys, server_id, lambda p: p,
-                    settings=Settings(server_ttl=60, heartbeat_interval=1))
+    holder = Server(
+        connect(url),
+        keys,
+        server_id,
+        lambda p: p,
+        settings=Settings(server_ttl=60, heartbeat_interval=1),
+    )
     holder.claim()
     return holder
 
 
 def _registrations(client: redis.Redis, keys: QueueKeys) -> tuple[object, ...]:
     """What a claim and a start write: the id's incarnation, the live servers, the lists."""
-    return (client.hgetall(keys.incarnations),
-            client.zrange(keys.servers, 0, -1, withscores=True),
-            client.zrange(keys.inflight_registry, 0, -1, withscores=True))
+    return (
+        client.hgetall(keys.incarnations),
+        client.zrange(keys.servers, 0, -1, withscores=True),
+        client.zrange(keys.inflight_registry, 0, -1, withscores=True),
+    )
 
 
 @pytest.mark.real_redis
 @pytest.mark.parametrize("handler", ["stoptasks:handle", "stoptasks:ahandle"])
 def test_sigterm_while_waiting_for_the_id_exits_0_and_claims_nothing(
-        real_redis: RedisServerProcess, tmp_path: Path, handler: str) -> None:
+    real_redis: RedisServerProcess, tmp_path: Path, handler: str
+) -> None:
     write_handler_module(tmp_path, handler, HANDLERS)
     client = connect(real_redis.url)
     client.flushall()
     keys = QueueKeys("stop-before-start")
     _hold_the_id(real_redis.url, keys, "held")
     held = _registrations(client, keys)
-    proc = start_worker(tmp_path, handler, "stop-before-start", real_redis.url,
-                        "--server-id", "held", "--wait-for-id", "600")
+    proc = start_worker(
+        tmp_path,
+        handler,
+        "stop-before-start",
+        real_redis.url,
+        "--server-id",
+        "held",
+        "--wait-for-id",
+        "600",
+    )
     try:
         assert proc.stderr is not None
         seen: list[str] = []

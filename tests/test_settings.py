@@ -19,9 +19,18 @@ from taskcustody.core.settings import MAX_COUNT, MAX_PREFETCH, MAX_SECONDS, MAX_
 
 def test_settings_defaults() -> None:
     s = Settings()
-    assert (s.block_timeout, s.socket_timeout_margin, s.heartbeat_interval, s.server_ttl,
-            s.sweep_interval, s.max_attempts, s.drain_chunk, s.result_ttl, s.shutdown_grace,
-            s.track_commits) == (2.0, 3.0, 5.0, 15.0, 10.0, 3, 100, 86_400, 30.0, False)
+    assert (
+        s.block_timeout,
+        s.socket_timeout_margin,
+        s.heartbeat_interval,
+        s.server_ttl,
+        s.sweep_interval,
+        s.max_attempts,
+        s.drain_chunk,
+        s.result_ttl,
+        s.shutdown_grace,
+        s.track_commits,
+    ) == (2.0, 3.0, 5.0, 15.0, 10.0, 3, 100, 86_400, 30.0, False)
     assert s.socket_timeout == 5.0
     assert (s.min_replicas, s.replica_timeout, s.replica_timeout_ms) == (0, 1.0, 1000)
 
@@ -37,11 +46,19 @@ def test_settings_defaults() -> None:
         ({"drain_chunk": 0}, "drain_chunk must be >= 1"),
         ({"min_replicas": -1}, "min_replicas must be >= 0"),
         ({"replica_timeout": 0}, "replica_timeout must be > 0"),
-        ({"min_replicas": 1, "replica_timeout": 5.0},
-         "replica_timeout must be shorter than the socket timeout"),
-        ({"min_replicas": 1, "replica_timeout": 2.5, "block_timeout": 1,
-          "socket_timeout_margin": 1.5},
-         r"shorter than the socket timeout \(block_timeout \+ socket_timeout_margin = 2.5 s\)"),
+        (
+            {"min_replicas": 1, "replica_timeout": 5.0},
+            "replica_timeout must be shorter than the socket timeout",
+        ),
+        (
+            {
+                "min_replicas": 1,
+                "replica_timeout": 2.5,
+                "block_timeout": 1,
+                "socket_timeout_margin": 1.5,
+            },
+            r"shorter than the socket timeout \(block_timeout \+ socket_timeout_margin = 2.5 s\)",
+        ),
     ],
 )
 def test_settings_refuse(kwargs: dict[str, float], message: str) -> None:
@@ -79,8 +96,10 @@ def test_replica_timeout_is_sent_in_whole_milliseconds_never_0(seconds: float, m
         ({"block_timeout": 0}, r"^block_timeout must be > 0 \(0 would block forever\)$"),
         ({"block_timeout": -1.0}, r"^block_timeout must be > 0 \(0 would block forever\)$"),
         ({"socket_timeout_margin": 0}, r"^socket_timeout_margin must be > 0$"),
-        ({"heartbeat_interval": 5.0, "server_ttl": 5.0},
-         r"^server_ttl must exceed heartbeat_interval$"),
+        (
+            {"heartbeat_interval": 5.0, "server_ttl": 5.0},
+            r"^server_ttl must exceed heartbeat_interval$",
+        ),
         ({"max_attempts": 0}, r"^max_attempts must be >= 1$"),
         ({"prefetch": 0}, r"^prefetch must be >= 1$"),
         ({"drain_chunk": 0}, r"^drain_chunk must be >= 1$"),
@@ -94,24 +113,44 @@ def test_settings_reject_bad_values_with_exact_messages(
 
 
 def test_settings_accept_the_smallest_valid_values() -> None:
-    s = Settings(block_timeout=0.001, socket_timeout_margin=0.001, heartbeat_interval=5.0,
-                 server_ttl=5.001, max_attempts=1, prefetch=1, drain_chunk=1)
+    s = Settings(
+        block_timeout=0.001,
+        socket_timeout_margin=0.001,
+        heartbeat_interval=5.0,
+        server_ttl=5.001,
+        max_attempts=1,
+        prefetch=1,
+        drain_chunk=1,
+    )
     assert s.socket_timeout == pytest.approx(0.002)
 
 
 # -- the bounds of what Redis, a socket and the scripts accept -----------------------------------
 
-DURATIONS = ("block_timeout", "socket_timeout_margin", "heartbeat_interval", "server_ttl",
-             "sweep_interval", "sweep_lease_ttl", "retry_backoff", "retry_backoff_max",
-             "shutdown_grace", "registry_grace", "oom_log_interval", "replica_timeout")
-COUNTS = ("max_attempts", "max_recoveries", "drain_chunk", "result_ttl", "prefetch",
-          "min_replicas")
+DURATIONS = (
+    "block_timeout",
+    "socket_timeout_margin",
+    "heartbeat_interval",
+    "server_ttl",
+    "sweep_interval",
+    "sweep_lease_ttl",
+    "retry_backoff",
+    "retry_backoff_max",
+    "shutdown_grace",
+    "registry_grace",
+    "oom_log_interval",
+    "replica_timeout",
+)
+COUNTS = ("max_attempts", "max_recoveries", "drain_chunk", "result_ttl", "prefetch", "min_replicas")
 
 
 def test_the_numeric_fields_are_the_durations_and_the_counts() -> None:
     """A numeric field added to Settings must be bounded here too."""
-    numeric = {f.name for f in dataclasses.fields(Settings)
-               if not isinstance(getattr(Settings(), f.name), bool)}
+    numeric = {
+        f.name
+        for f in dataclasses.fields(Settings)
+        if not isinstance(getattr(Settings(), f.name), bool)
+    }
     assert numeric == set(DURATIONS) | set(COUNTS)
 
 
@@ -175,7 +214,8 @@ def test_the_socket_timeout_may_not_exceed_the_longest_wait_of_poll() -> None:
         Settings(block_timeout=MAX_SOCKET_TIMEOUT - 2.999, registry_grace=0)
     assert str(e.value).startswith(
         "block_timeout + socket_timeout_margin (the socket timeout, 2147483.001 s) must be at "
-        "most 2147483 s")
+        "most 2147483 s"
+    )
     assert e.value.fields == ("block_timeout", "socket_timeout_margin")
 
 
@@ -192,12 +232,13 @@ def test_a_socket_timeout_past_the_bound_wraps_around_in_python() -> None:
     milliseconds cast to a C int, which wraps: 2**32 ms + 1 ms waits 1 ms. (A subprocess, so
     that a Python that fixed this blocks there, not here: the test then fails at its timeout and
     the bound may be relaxed.)"""
-    code = ("import socket\n"
-            "a, b = socket.socketpair()\n"
-            f"a.settimeout({(2**32 + 1) / 1000!r})\n"
-            "try:\n    a.recv(1)\nexcept TimeoutError:\n    print('fired at once')\n")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         timeout=60)
+    code = (
+        "import socket\n"
+        "a, b = socket.socketpair()\n"
+        f"a.settimeout({(2**32 + 1) / 1000!r})\n"
+        "try:\n    a.recv(1)\nexcept TimeoutError:\n    print('fired at once')\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.stdout.strip() == "fired at once", out
 
 
@@ -211,8 +252,7 @@ def test_result_ttl_is_refused_past_what_redis_set_ex_accepts() -> None:
         Settings(result_ttl=99_999_999_999_999_999)
 
 
-@pytest.mark.parametrize("field", ["max_attempts", "max_recoveries", "drain_chunk",
-                                   "min_replicas"])
+@pytest.mark.parametrize("field", ["max_attempts", "max_recoveries", "drain_chunk", "min_replicas"])
 def test_a_count_may_not_exceed_what_a_lua_number_holds_exactly(field: str) -> None:
     assert getattr(Settings(**{field: MAX_COUNT}), field) == 2**53
     with pytest.raises(SettingsError, match=rf"^{field} must be at most 2\*\*53"):
@@ -232,8 +272,10 @@ def test_prefetch_is_bounded() -> None:
         ({"sweep_interval": 0}, "sweep_interval must be > 0"),
         ({"shutdown_grace": -1}, "shutdown_grace must be >= 0"),
         ({"registry_grace": -1}, "registry_grace must be >= 0"),
-        ({"retry_backoff": 2, "retry_backoff_max": 1},
-         "retry_backoff_max must be >= retry_backoff"),
+        (
+            {"retry_backoff": 2, "retry_backoff_max": 1},
+            "retry_backoff_max must be >= retry_backoff",
+        ),
     ],
 )
 def test_the_lower_bounds_nothing_checked_before(overrides: dict[str, Any], message: str) -> None:
@@ -248,8 +290,10 @@ def test_a_settings_error_is_a_value_error_that_names_its_fields() -> None:
     assert isinstance(error, SettingsError)
     assert error.fields == ("server_ttl", "heartbeat_interval")
     assert str(error) == "server_ttl must exceed heartbeat_interval"
-    assert error.render({"server_ttl": "--server-ttl", "heartbeat_interval": "--heartbeat-interval"}
-                        ) == "--server-ttl must exceed --heartbeat-interval"
+    assert (
+        error.render({"server_ttl": "--server-ttl", "heartbeat_interval": "--heartbeat-interval"})
+        == "--server-ttl must exceed --heartbeat-interval"
+    )
     # a field left out keeps its name; values are not fields
     refused = SettingsError("{a} is {b} ({n} s)", n="3")
     assert refused.fields == ("a", "b")

@@ -47,10 +47,21 @@ NOT_FINITE = (math.nan, math.inf, -math.inf)
 #: Per field: values at its bounds and just past them (with the other fields at their defaults;
 #: drawn together, a bound may move, which the property allows for), and what else it refuses.
 EDGES: dict[str, tuple[Any, ...]] = {
-    "block_timeout": (EPS, 0.0, MAX_SOCKET_TIMEOUT - 3.0, MAX_SOCKET_TIMEOUT - 2.999, PAST_MAX,
-                      *NOT_FINITE),
-    "socket_timeout_margin": (EPS, 0.0, MAX_SOCKET_TIMEOUT - 2.0, MAX_SOCKET_TIMEOUT - 1.999,
-                              *NOT_FINITE),
+    "block_timeout": (
+        EPS,
+        0.0,
+        MAX_SOCKET_TIMEOUT - 3.0,
+        MAX_SOCKET_TIMEOUT - 2.999,
+        PAST_MAX,
+        *NOT_FINITE,
+    ),
+    "socket_timeout_margin": (
+        EPS,
+        0.0,
+        MAX_SOCKET_TIMEOUT - 2.0,
+        MAX_SOCKET_TIMEOUT - 1.999,
+        *NOT_FINITE,
+    ),
     "heartbeat_interval": (EPS, 0.0, 15.0 - EPS, 15.0, PAST_MAX, *NOT_FINITE),
     "server_ttl": (5.0 + EPS, 5.0, MAX_SECONDS, PAST_MAX, *NOT_FINITE),
     "sweep_interval": (EPS, 0.0, MAX_SECONDS, PAST_MAX, *NOT_FINITE),
@@ -88,8 +99,11 @@ def edge_settings(draw: st.DrawFn) -> dict[str, Any]:
 
 def cli_args(kwargs: dict[str, Any]) -> list[str] | None:
     """`taskcustody worker` arguments setting `kwargs`, or None if one of them has no option."""
-    flags = {p.name: max(p.opts, key=len) for p in main.commands["worker"].params
-             if isinstance(p, click.Option)}
+    flags = {
+        p.name: max(p.opts, key=len)
+        for p in main.commands["worker"].params
+        if isinstance(p, click.Option)
+    }
     args: list[str] = []
     for field, value in kwargs.items():
         if field not in flags or value is None:
@@ -98,8 +112,9 @@ def cli_args(kwargs: dict[str, Any]) -> list[str] | None:
     return args
 
 
-def refused_cleanly(url: str, keys: QueueKeys, kwargs: dict[str, Any], error: SettingsError
-                    ) -> None:
+def refused_cleanly(
+    url: str, keys: QueueKeys, kwargs: dict[str, Any], error: SettingsError
+) -> None:
     """Settings refused `kwargs`, naming one of them; the CLI refuses them as a usage error
     before it takes anything."""
     assert set(error.fields) & set(kwargs) or "socket_timeout_margin" in error.fields, error
@@ -110,8 +125,9 @@ def refused_cleanly(url: str, keys: QueueKeys, kwargs: dict[str, Any], error: Se
     try:
         client.flushall()
         task_id = Producer(client, keys).enqueue({"n": 1})
-        result = CliRunner().invoke(main, ["worker", "json:dumps", "--queue", keys.queue_name,
-                                           "--redis-url", url, *args])
+        result = CliRunner().invoke(
+            main, ["worker", "json:dumps", "--queue", keys.queue_name, "--redis-url", url, *args]
+        )
         assert result.exit_code == 2, result.output
         assert "Traceback" not in result.output, result.output
         errors = [line for line in result.output.splitlines() if line.startswith("Error:")]
@@ -130,8 +146,14 @@ def commits_and_stores_its_result(url: str, keys: QueueKeys, chosen: Settings) -
     try:
         client.flushall()
         task_id = Producer(client, keys).enqueue({"n": 21})
-        server = Server(client, keys, "edge", lambda p: {"doubled": 2 * p["n"]},
-                        settings=chosen, clock=ManualClock())
+        server = Server(
+            client,
+            keys,
+            "edge",
+            lambda p: {"doubled": 2 * p["n"]},
+            settings=chosen,
+            clock=ManualClock(),
+        )
         (runner,) = server.start()
         try:
             assert runner.run_once()
@@ -179,8 +201,11 @@ AT_THE_BOUNDS: list[dict[str, Any]] = [
     {"max_attempts": MAX_COUNT, "max_recoveries": MAX_COUNT, "drain_chunk": MAX_COUNT},
     {"min_replicas": MAX_COUNT, "replica_timeout": 0.001},
     {"server_ttl": MAX_SECONDS, "sweep_interval": MAX_SECONDS, "shutdown_grace": MAX_SECONDS},
-    {"sweep_lease_ttl": MAX_SECONDS, "oom_log_interval": MAX_SECONDS,
-     "retry_backoff_max": MAX_SECONDS},
+    {
+        "sweep_lease_ttl": MAX_SECONDS,
+        "oom_log_interval": MAX_SECONDS,
+        "retry_backoff_max": MAX_SECONDS,
+    },
 ]
 PAST_THE_BOUNDS: list[dict[str, Any]] = [
     {"result_ttl": MAX_RESULT_TTL + 1},

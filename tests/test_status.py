@@ -96,5 +96,8 @@ def test_status_prints_deadlines_as_utc_times_and_json_keeps_the_epoch_seconds(
     assert as_json.exit_code == 0, as_json.output
     servers = json.loads(as_json.output)["servers"]
     assert servers["live"]["deadline"] == FixedClock.NOW + 12
-    assert servers["gone"] == {"deadline": FixedClock.NOW - 3, "incarnation": 5,
-                               "registered": False}
+    assert servers["gone"] == {
+        "deadline": FixedClock.NOW - 3,
+        "incarnation": 5,
+        "registered": False,
+    }

@@ -24,8 +24,9 @@ LEASED = dataclasses.replace(TEST_SETTINGS, sweep_lease_ttl=HOUR)  # heartbeat 5
 UNLEASED = dataclasses.replace(TEST_SETTINGS, sweep_lease=False)
 
 
-def fleet(client: redis.Redis, keys: QueueKeys, clock: ManualClock, n: int,
-          settings: Settings = LEASED) -> list[Server]:
+def fleet(
+    client: redis.Redis, keys: QueueKeys, clock: ManualClock, n: int, settings: Settings = LEASED
+) -> list[Server]:
     servers = [make_server(client, keys, f"s{i}", clock, settings=settings) for i in range(n)]
     for server in servers:
         server.claim()
@@ -42,8 +43,9 @@ def lapse(client: redis.Redis, keys: QueueKeys) -> None:
     assert client.delete(keys.sweep_lease) == 1
 
 
-def holding_tasks(client: redis.Redis, keys: QueueKeys, clock: ManualClock, server: Server,
-                  payloads: list[str]) -> tuple[list[str], str]:
+def holding_tasks(
+    client: redis.Redis, keys: QueueKeys, clock: ManualClock, server: Server, payloads: list[str]
+) -> tuple[list[str], str]:
     """Give `server` a worker holding every task of `payloads` in its list; (ids, list key)."""
     ids = Producer(client, keys, clock).enqueue_many(payloads)
     worker = server.make_worker(0)
@@ -94,8 +96,7 @@ def test_a_lease_needs_a_positive_ttl_and_pexpire_gets_whole_milliseconds(
 # -- who sweeps ----------------------------------------------------------------------------------
 
 
-def test_only_one_of_several_servers_sweeps_per_interval(backend: Backend,
-                                                         keys: QueueKeys) -> None:
+def test_only_one_of_several_servers_sweeps_per_interval(backend: Backend, keys: QueueKeys) -> None:
     client = backend.client()
     clock = ManualClock()
     servers = fleet(client, keys, clock, 4)
@@ -108,8 +109,9 @@ def test_only_one_of_several_servers_sweeps_per_interval(backend: Backend,
     assert lease_holder(client, keys) == holder_name("s0", servers[0].identity.incarnation)
 
 
-def test_background_loops_sweep_only_while_they_hold_the_lease(backend: Backend,
-                                                               keys: QueueKeys) -> None:
+def test_background_loops_sweep_only_while_they_hold_the_lease(
+    backend: Backend, keys: QueueKeys
+) -> None:
     client = backend.client()
     clock = ManualClock()
     first, second = fleet(client, keys, clock, 2)
@@ -126,8 +128,9 @@ def test_background_loops_sweep_only_while_they_hold_the_lease(backend: Backend,
     assert client.zscore(keys.servers, "s1") == 1035 + 15
 
 
-def test_with_the_switch_off_every_server_sweeps_every_interval(backend: Backend,
-                                                                keys: QueueKeys) -> None:
+def test_with_the_switch_off_every_server_sweeps_every_interval(
+    backend: Backend, keys: QueueKeys
+) -> None:
     client = backend.client()
     clock = ManualClock()
     servers = fleet(client, keys, clock, 3, settings=UNLEASED)
@@ -164,8 +167,7 @@ def test_when_the_holder_dies_another_takes_the_lease_and_recovers_its_tasks(
     assert lease_holder(client, keys) == holder_name("s1", other.identity.incarnation)
 
 
-def test_a_non_holder_death_is_recovered_by_the_holder(backend: Backend,
-                                                       keys: QueueKeys) -> None:
+def test_a_non_holder_death_is_recovered_by_the_holder(backend: Backend, keys: QueueKeys) -> None:
     client = backend.client()
     clock = ManualClock()
     holder, doomed = fleet(client, keys, clock, 2)
@@ -239,8 +241,9 @@ def test_shutdown_releases_our_lease_and_the_next_server_takes_it_at_once(
     assert lease_holder(client, keys) == third.sweep_lease.holder
 
 
-def test_a_superseded_holder_still_releases_its_lease_on_shutdown(backend: Backend,
-                                                                  keys: QueueKeys) -> None:
+def test_a_superseded_holder_still_releases_its_lease_on_shutdown(
+    backend: Backend, keys: QueueKeys
+) -> None:
     client = backend.client()
     clock = ManualClock()
     (server,) = fleet(client, keys, clock, 1)
@@ -248,7 +251,6 @@ def test_a_superseded_holder_still_releases_its_lease_on_shutdown(backend: Backe
     server.superseded = True
     server._shutdown([], [])
     assert client.exists(keys.sweep_lease) == 0
-
 
 
 def test_shutdown_before_claiming_touches_no_lease(backend: Backend, keys: QueueKeys) -> None:

@@ -52,8 +52,9 @@ class Sleeper:
         self.clock.advance(seconds)
 
 
-def wait(client: redis.Redis, keys: QueueKeys, task_id: str,
-         timeout: float = 60) -> tuple[Any, Sleeper]:
+def wait(
+    client: redis.Redis, keys: QueueKeys, task_id: str, timeout: float = 60
+) -> tuple[Any, Sleeper]:
     """`get_result` on injected time: (what it returned or raised, the sleeper)."""
     clock = ManualClock()
     sleep = Sleeper(clock)
@@ -90,21 +91,25 @@ def other_queued(client: redis.Redis, keys: QueueKeys) -> None:
     Producer(client, keys).enqueue_many([f"other queued {i}" for i in range(5)])
 
 
-def test_a_never_enqueued_id_fails_at_once_without_waiting(backend: Backend,
-                                                           keys: QueueKeys) -> None:
+def test_a_never_enqueued_id_fails_at_once_without_waiting(
+    backend: Backend, keys: QueueKeys
+) -> None:
     client = backend.client()
     busy_queue(client, keys)
     other_queued(client, keys)
     raised, sleep = wait(client, keys, "never-enqueued", timeout=60)
     assert isinstance(raised, UnknownTask) and isinstance(raised, LookupError), raised
     assert (raised.task_id, raised.queue_name) == ("never-enqueued", keys.queue_name)
-    assert str(raised).startswith(f"no task never-enqueued in queue {keys.queue_name!r}: it is "
-                                  "not queued, scheduled, in flight or dead-lettered")
+    assert str(raised).startswith(
+        f"no task never-enqueued in queue {keys.queue_name!r}: it is "
+        "not queued, scheduled, in flight or dead-lettered"
+    )
     assert not sleep.waited  # not one pause
 
 
-def test_an_id_of_another_queue_or_prefix_is_unknown_here(backend: Backend,
-                                                          keys: QueueKeys) -> None:
+def test_an_id_of_another_queue_or_prefix_is_unknown_here(
+    backend: Backend, keys: QueueKeys
+) -> None:
     client = backend.client()
     task_id = Producer(client, keys).enqueue("mine")
     for elsewhere in (QueueKeys("other", keys.prefix), QueueKeys(keys.queue_name, "elsewhere")):
@@ -187,8 +192,9 @@ PENDING: dict[str, Callable[[redis.Redis, QueueKeys], str]] = {
 
 
 @pytest.mark.parametrize("place", list(PENDING))
-def test_an_id_that_is_somewhere_is_not_reported_unknown(backend: Backend, keys: QueueKeys,
-                                                         place: str) -> None:
+def test_an_id_that_is_somewhere_is_not_reported_unknown(
+    backend: Backend, keys: QueueKeys, place: str
+) -> None:
     client = backend.client()
     busy_queue(client, keys)  # first: it takes from the queue, which must not hold ours yet
     task_id = PENDING[place](client, keys)
@@ -215,8 +221,13 @@ def test_a_failure_buried_under_newer_dead_letters_is_reported_at_once(
     for _ in range(TEST_SETTINGS.max_attempts):
         worker.run_once(timeout=0.05)
     worker.close()
-    client.lpush(keys.dead_letters, *[json.dumps({"raw": "", "error": "other", "task_id": str(i),
-                                                  "at": 0}) for i in range(DEAD_WINDOW + 5)])
+    client.lpush(
+        keys.dead_letters,
+        *[
+            json.dumps({"raw": "", "error": "other", "task_id": str(i), "at": 0})
+            for i in range(DEAD_WINDOW + 5)
+        ],
+    )
     raised, sleep = wait(client, keys, task_id, timeout=60)
     assert isinstance(raised, TaskFailed) and "failed on 'doomed'" in str(raised), raised
     assert not sleep.waited  # the look read every dead letter: no waiting for the timeout
@@ -275,7 +286,8 @@ def test_cli_result_of_a_never_enqueued_id_says_so_in_one_line_at_once(
     assert out.output.strip() == (
         "Error: no task never-enqueued in queue 'cli-unknown': it is not queued, scheduled, in "
         "flight or dead-lettered, and no result is stored (never enqueued on this queue, or its "
-        "result expired or was not kept: result_ttl)")
+        "result expired or was not kept: result_ttl)"
+    )
     queued = _queued_deep(client, keys)
     late = CliRunner().invoke(main, ["result", queued, "--timeout", "0", *common])
     assert late.exit_code == 1 and "no result for task" in late.output, late.output

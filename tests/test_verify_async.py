@@ -30,8 +30,17 @@ PREFETCH_EXAMPLES = 80
 
 
 def _asyncio_run(url: str | None = None) -> dict[str, int]:
-    result = verify(Options(examples=EXAMPLES, steps=40, model_check=False, asyncio=True,
-                            redis_url=url, embedded=url is not None, seed=SEED))
+    result = verify(
+        Options(
+            examples=EXAMPLES,
+            steps=40,
+            model_check=False,
+            asyncio=True,
+            redis_url=url,
+            embedded=url is not None,
+            seed=SEED,
+        )
+    )
     assert result.failure is None, result.failure
     assert [p.outcome for p in result.parts] == [PASSED]
     assert "asyncio worker" in result.parts[0].name
@@ -40,9 +49,14 @@ def _asyncio_run(url: str | None = None) -> dict[str, int]:
 
 
 def _assert_faulted(counts: dict[str, int]) -> None:
-    for kind in ("dropped-reply:take", "dropped-reply:release", "cancelled-in-flight:take",
-                 "cancelled-in-flight:release", "cancelled-before-send:take",
-                 "cancelled-before-send:release"):
+    for kind in (
+        "dropped-reply:take",
+        "dropped-reply:release",
+        "cancelled-in-flight:take",
+        "cancelled-in-flight:release",
+        "cancelled-before-send:take",
+        "cancelled-before-send:release",
+    ):
         assert counts.get(kind, 0) > 0, (kind, counts)
 
 
@@ -51,14 +65,24 @@ def test_verify_async_verifies_the_correct_design_on_fakeredis() -> None:
 
 
 def test_verify_async_verifies_the_correct_design_on_a_real_server(
-        real_redis: RedisServerProcess) -> None:
+    real_redis: RedisServerProcess,
+) -> None:
     redis.Redis.from_url(real_redis.url).flushall()
     _assert_faulted(_asyncio_run(real_redis.url))
 
 
 def _asyncio_prefetching_run(url: str | None = None) -> dict[str, int]:
-    result = verify(Options(examples=PREFETCH_EXAMPLES, steps=40, model_check=False,
-                            asyncio=True, prefetch=True, redis_url=url, embedded=url is not None))
+    result = verify(
+        Options(
+            examples=PREFETCH_EXAMPLES,
+            steps=40,
+            model_check=False,
+            asyncio=True,
+            prefetch=True,
+            redis_url=url,
+            embedded=url is not None,
+        )
+    )
     assert result.failure is None, result.failure
     assert [p.outcome for p in result.parts] == [PASSED]
     assert "with the prefetching worker with the asyncio worker" in result.parts[0].name
@@ -75,7 +99,8 @@ def test_verify_async_prefetch_drives_the_asyncio_prefetching_worker_on_fakeredi
 
 
 def test_verify_async_prefetch_drives_the_asyncio_prefetching_worker_on_a_real_server(
-        real_redis: RedisServerProcess) -> None:
+    real_redis: RedisServerProcess,
+) -> None:
     redis.Redis.from_url(real_redis.url).flushall()
     _asyncio_prefetching_run(real_redis.url)
 
@@ -107,13 +132,23 @@ def test_run_without_loop_refuses_a_coroutine_that_suspends() -> None:
 
 def test_verify_async_reports_its_part_in_the_text_and_the_junit_xml(tmp_path: Path) -> None:
     junit = tmp_path / "verify.xml"
-    out = CliRunner().invoke(main, ["verify", "--async", "--no-model-check", "--quiet",
-                                    "--examples", "3", "--junit-xml", str(junit)])
+    out = CliRunner().invoke(
+        main,
+        [
+            "verify",
+            "--async",
+            "--no-model-check",
+            "--quiet",
+            "--examples",
+            "3",
+            "--junit-xml",
+            str(junit),
+        ],
+    )
     assert out.exit_code == 0, out.output
     assert "(with the asyncio worker)" in out.output
     assert "stateful conformance on fakeredis with the asyncio worker PASSED" in out.output
-    assert 'name="stateful conformance on fakeredis with the asyncio worker"' in \
-        junit.read_text()
+    assert 'name="stateful conformance on fakeredis with the asyncio worker"' in junit.read_text()
     # The production loops and the fault coverage drive the threaded worker: not run here.
     assert junit.read_text().count("<testcase ") == 1
 

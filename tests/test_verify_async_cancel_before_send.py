@@ -21,8 +21,9 @@ from taskcustody.verify.aio import AsyncHarness
 from taskcustody.verify.harness import Mismatch
 from tests.conftest import Backend
 
-BOUNDS = Bounds(tasks=2, servers=1, workers=1, faults=2, processes_per_server=1,
-                cancels_before_send=True)
+BOUNDS = Bounds(
+    tasks=2, servers=1, workers=1, faults=2, processes_per_server=1, cancels_before_send=True
+)
 #: the variant that makes a worker step's lost reply a cancellation before the send
 BEFORE_SEND = 2
 
@@ -57,7 +58,8 @@ def _recovers(h: AsyncHarness) -> None:
 
 
 def test_a_release_cancelled_before_its_send_moves_nothing_and_leaves_the_worker_dirty(
-        harness: AsyncHarness) -> None:
+    harness: AsyncHarness,
+) -> None:
     h = harness
     _take_and_record(h)
     _do(h, "dropped_reply", "release", BEFORE_SEND)
@@ -70,7 +72,8 @@ def test_a_release_cancelled_before_its_send_moves_nothing_and_leaves_the_worker
 
 
 def test_a_take_cancelled_before_its_send_moves_nothing_and_leaves_the_worker_dirty(
-        harness: AsyncHarness) -> None:
+    harness: AsyncHarness,
+) -> None:
     h = harness
     queue = h.state.queue
     _do(h, "dropped_reply", "take", BEFORE_SEND)
@@ -81,7 +84,8 @@ def test_a_take_cancelled_before_its_send_moves_nothing_and_leaves_the_worker_di
 
 
 def test_a_composite_cancelled_before_its_send_moves_nothing_and_leaves_the_worker_dirty(
-        harness: AsyncHarness) -> None:
+    harness: AsyncHarness,
+) -> None:
     h = harness
     _take_and_record(h)
     _do(h, "dropped_reply", "release_and_take", BEFORE_SEND)
@@ -92,7 +96,8 @@ def test_a_composite_cancelled_before_its_send_moves_nothing_and_leaves_the_work
 
 
 def test_other_variants_keep_the_lost_reply_and_the_cancellation_in_flight(
-        harness: AsyncHarness) -> None:
+    harness: AsyncHarness,
+) -> None:
     h = harness
     _do(h, "dropped_reply", "take", 0)  # a dropped reply: the take ran
     _do(h, "reconcile")
@@ -116,7 +121,8 @@ class CancelledReleaseRan(AsyncWorker):
 
 
 def test_a_worker_that_takes_a_cancelled_release_for_one_that_ran_is_caught(
-        backend: Backend, monkeypatch: pytest.MonkeyPatch) -> None:
+    backend: Backend, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setattr(aio, "AsyncWorker", CancelledReleaseRan)
     h = AsyncHarness(backend.client, BOUNDS, real_redis=backend.real)
     try:
@@ -130,15 +136,17 @@ def test_a_worker_that_takes_a_cancelled_release_for_one_that_ran_is_caught(
         h.close()
 
 
-
 def test_verify_async_model_checks_and_runs_with_cancellations_before_the_send() -> None:
     from taskcustody.verify.machine import ASYNC_BOUNDS, DEFAULT_BOUNDS
     from taskcustody.verify.run import MODEL_BOUNDS, Options, model_bounds
 
     assert model_bounds(Options(asyncio=True)) == MODEL_BOUNDS._replace(cancels_before_send=True)
     assert model_bounds(Options()) == MODEL_BOUNDS  # the threaded run's: unchanged
-    assert Options(asyncio=True).stateful_bounds == ASYNC_BOUNDS == DEFAULT_BOUNDS._replace(
-        cancels_before_send=True)
+    assert (
+        Options(asyncio=True).stateful_bounds
+        == ASYNC_BOUNDS
+        == DEFAULT_BOUNDS._replace(cancels_before_send=True)
+    )
     assert not Options().stateful_bounds.cancels_before_send
 
 

@@ -38,11 +38,23 @@ EXAMPLES = 20
 RETRY_EXAMPLES = 10
 
 
-def _run(url: str | None, variant: str = "correct", examples: int = EXAMPLES,
-         refusals: bool = True) -> Result:
-    return verify(Options(examples=examples, steps=40, variant=variant, redis_url=url,
-                          model_check=False, shrink=False, embedded=url is not None,
-                          refusals=refusals, fault_coverage=False, loops=False))
+def _run(
+    url: str | None, variant: str = "correct", examples: int = EXAMPLES, refusals: bool = True
+) -> Result:
+    return verify(
+        Options(
+            examples=examples,
+            steps=40,
+            variant=variant,
+            redis_url=url,
+            model_check=False,
+            shrink=False,
+            embedded=url is not None,
+            refusals=refusals,
+            fault_coverage=False,
+            loops=False,
+        )
+    )
 
 
 @pytest.fixture
@@ -93,7 +105,8 @@ def test_a_wrong_blmove_is_caught_on_fakeredis_and_on_a_real_server(
 @pytest.mark.skipif(
     int(redis.__version__.split(".")[0]) < 6,
     reason="redis-py 5.0 does not send the command again with this Retry after an injected "
-           "drop (the .ci/matrix cell Python 3.10 + redis-py 5.0.8: the real run passed)")
+    "drop (the .ci/matrix cell Python 3.10 + redis-py 5.0.8: the real run passed)",
+)
 def test_transport_retries_are_caught_on_a_real_server_only(
     server: RedisServerProcess, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -112,7 +125,8 @@ def test_transport_retries_are_caught_on_a_real_server_only(
     # says the dropped reply did not surface).
     assert caught is not None, "the real server's run caught no retried command"
     assert caught.kind in ("conformance", "ServerIdHeld") or (
-        caught.kind == "fault" and "did not surface" in caught.message), caught
+        caught.kind == "fault" and "did not surface" in caught.message
+    ), caught
 
 
 def test_every_real_server_only_class_names_tests_that_exist() -> None:
@@ -170,8 +184,9 @@ def test_without_a_server_binary_the_report_points_to_redis_url(
 
 
 def test_a_real_server_report_has_no_such_section(server: RedisServerProcess) -> None:
-    result = verify(Options(examples=2, steps=5, model_check=False, redis_url=server.url,
-                            fault_coverage=False))
+    result = verify(
+        Options(examples=2, steps=5, model_check=False, redis_url=server.url, fault_coverage=False)
+    )
     assert BLIND_SPOTS_TITLE not in text_report(result)
     assert "blind-spots" not in html_report(result)
 
@@ -180,8 +195,9 @@ def test_a_real_server_report_has_no_such_section(server: RedisServerProcess) ->
 
 
 def _cli(*args: str) -> tuple[int, str]:
-    result = CliRunner().invoke(main, ["verify", "--quiet", "--no-model-check",
-                                       "--no-fault-coverage", *args])
+    result = CliRunner().invoke(
+        main, ["verify", "--quiet", "--no-model-check", "--no-fault-coverage", *args]
+    )
     return result.exit_code, result.output
 
 
@@ -212,7 +228,7 @@ def test_a_failing_embedded_run_reproduces_with_embedded_redis() -> None:
 
 
 def test_embedded_redis_without_a_binary_says_so_in_one_line_and_exits_2(
-    monkeypatch: pytest.MonkeyPatch
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.delenv(SERVER_BINARY_VARIABLE, raising=False)
     monkeypatch.setenv("PATH", "/nonexistent")
@@ -220,7 +236,8 @@ def test_embedded_redis_without_a_binary_says_so_in_one_line_and_exits_2(
     assert code == 2, out
     assert out.strip().splitlines() == [
         "Error: --embedded-redis: no redis-server on PATH and no $TASKCUSTODY_REDIS_SERVER: "
-        "install Redis, or run on your own Redis with --redis-url URL"]
+        "install Redis, or run on your own Redis with --redis-url URL"
+    ]
 
 
 def test_embedded_redis_with_a_binary_that_is_not_one_exits_2(

@@ -68,8 +68,11 @@ def test_the_stateful_part_stops_between_examples_and_says_how_many_ran() -> Non
         if stats.examples == 3:
             clock.now = 100.0  # spent: the run must end before a 4th example starts
 
-    result = verify(Options(examples=50, steps=10, model_check=False, fault_coverage=False),
-                    on_example=after_example, budget=Budget(10, clock))
+    result = verify(
+        Options(examples=50, steps=10, model_check=False, fault_coverage=False),
+        on_example=after_example,
+        budget=Budget(10, clock),
+    )
     assert result.ok and result.partial
     assert result.stats.examples == 3 and result.stats.steps > 0
     part, loops = result.parts
@@ -82,8 +85,10 @@ def test_a_run_cut_short_explores_the_first_examples_of_the_run_without_a_budget
     """The same examples, in the same order: a budget changes how far a run goes, never where
     (so the reproduce line, which has no budget, finds what the budgeted run found)."""
     full: list[tuple[int, int]] = []
-    verify(Options(examples=6, steps=15, model_check=False, fault_coverage=False),
-           on_example=lambda s: full.append((s.steps, sum(s.faults.values()))))
+    verify(
+        Options(examples=6, steps=15, model_check=False, fault_coverage=False),
+        on_example=lambda s: full.append((s.steps, sum(s.faults.values()))),
+    )
     clock = StepClock()
     cut: list[tuple[int, int]] = []
 
@@ -92,9 +97,11 @@ def test_a_run_cut_short_explores_the_first_examples_of_the_run_without_a_budget
         if stats.examples == 3:
             clock.now = 100.0
 
-    verify(Options(examples=6, steps=15, model_check=False, fault_coverage=False),
-           on_example=after_example,
-           budget=Budget(10, clock))
+    verify(
+        Options(examples=6, steps=15, model_check=False, fault_coverage=False),
+        on_example=after_example,
+        budget=Budget(10, clock),
+    )
     assert len(cut) == 3 and len(full) > 3 and cut == full[:3]
 
 
@@ -104,9 +111,11 @@ def test_the_model_check_stops_at_a_progress_report_and_the_stateful_part_is_ski
     def at_report(_: object) -> None:
         clock.now = 100.0
 
-    result = verify(Options(examples=5, steps=10, model_bounds=SMALL_MODEL,
-                            fault_coverage=False),
-                    on_model=at_report, budget=Budget(10, clock))
+    result = verify(
+        Options(examples=5, steps=10, model_bounds=SMALL_MODEL, fault_coverage=False),
+        on_model=at_report,
+        budget=Budget(10, clock),
+    )
     assert result.ok and result.partial and result.model is None
     model, stateful, loops = result.parts
     assert model.name == "model check" and model.outcome == SKIPPED
@@ -117,8 +126,7 @@ def test_the_model_check_stops_at_a_progress_report_and_the_stateful_part_is_ski
 
 
 def test_without_a_budget_every_part_runs_to_the_end() -> None:
-    result = verify(Options(examples=4, steps=10, model_bounds=SMALL_MODEL,
-                            fault_coverage=False))
+    result = verify(Options(examples=4, steps=10, model_bounds=SMALL_MODEL, fault_coverage=False))
     assert result.ok and not result.partial
     assert [p.outcome for p in result.parts] == [PASSED, PASSED, PASSED]
     # (at least those asked for: Hypothesis may run a few more, as the draws fall)
@@ -131,8 +139,11 @@ def test_a_counterexample_found_is_shrunk_and_reported_even_once_the_budget_is_s
     def after_example(stats: RunStats) -> None:
         clock.now += 100.0  # spent after every example, shrinking's included
 
-    result = verify(Options(examples=30, steps=15, model_check=False, variant="blpop-take"),
-                    on_example=after_example, budget=Budget(10, clock))
+    result = verify(
+        Options(examples=30, steps=15, model_check=False, variant="blpop-take"),
+        on_example=after_example,
+        budget=Budget(10, clock),
+    )
     assert not result.ok and result.failure is not None
     [part] = result.parts
     assert part.outcome == FAILED and result.failure.kind in part.message
@@ -152,8 +163,9 @@ def test_a_bad_budget_exits_2_with_one_error_line(value: str) -> None:
     assert "Traceback" not in out
 
 
-def test_a_run_cut_short_exits_0_and_says_partial_everywhere(monkeypatch: pytest.MonkeyPatch,
-                                                             tmp_path: Path) -> None:
+def test_a_run_cut_short_exits_0_and_says_partial_everywhere(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     clock = StepClock()
     monkeypatch.setattr(verify_cli, "CLOCK", clock)
     original = verify_cli._Progress.on_example
@@ -165,9 +177,21 @@ def test_a_run_cut_short_exits_0_and_says_partial_everywhere(monkeypatch: pytest
 
     monkeypatch.setattr(verify_cli._Progress, "on_example", on_example)
     page, junit = tmp_path / "run.html", tmp_path / "run.xml"
-    code, out = run("--examples", "40", "--steps", "10", "--quiet", "--no-model-check",
-                    "--max-seconds", "60", "--report", str(page), "--junit-xml", str(junit),
-                    "--no-fault-coverage")
+    code, out = run(
+        "--examples",
+        "40",
+        "--steps",
+        "10",
+        "--quiet",
+        "--no-model-check",
+        "--max-seconds",
+        "60",
+        "--report",
+        str(page),
+        "--junit-xml",
+        str(junit),
+        "--no-fault-coverage",
+    )
     assert code == 0, out
     assert "PARTIAL" in out and "VERIFIED" not in out
     assert "2 examples run (40 asked for)" in out

@@ -47,8 +47,18 @@ def test_correct_implementation_verifies() -> None:
 def test_the_prefetching_worker_verifies_with_its_pipelines_faulted() -> None:
     # (seed 2: the prefetching machine has no aiming rule, and a take pipeline's lost reply is
     # rare in the default seed's 60 short examples; seed 2's lose replies in both pipelines)
-    code, out = run("--examples", "60", "--steps", "20", "--quiet", "--no-model-check",
-                    "--prefetch", "--no-fault-coverage", "--seed", "2")
+    code, out = run(
+        "--examples",
+        "60",
+        "--steps",
+        "20",
+        "--quiet",
+        "--no-model-check",
+        "--prefetch",
+        "--no-fault-coverage",
+        "--seed",
+        "2",
+    )
     assert code == 0, out
     assert "with the prefetching worker" in out
     assert re.search(r"dropped-reply:prefetching-take\s+[1-9]", out), out
@@ -57,9 +67,14 @@ def test_the_prefetching_worker_verifies_with_its_pipelines_faulted() -> None:
 
 
 def test_the_model_check_part_runs_and_counts_states() -> None:
-    result = verify(Options(examples=3, steps=10,
-                            model_bounds=Bounds(2, 2, 1, 1, processes_per_server=1),
-                            fault_coverage=False))
+    result = verify(
+        Options(
+            examples=3,
+            steps=10,
+            model_bounds=Bounds(2, 2, 1, 1, processes_per_server=1),
+            fault_coverage=False,
+        )
+    )
     assert result.ok and result.model is not None
     assert result.model.distinct_states > 100
     report = text_report(result)
@@ -104,15 +119,18 @@ def test_variant_list() -> None:
     assert "unbounded-drain" in out and "blpop-take" in out
 
 
-@pytest.mark.parametrize("args", [
-    ["--variant", "no-such-design"],
-    ["--examples", "0"],
-    ["--steps", "x"],
-    ["--no-model-check", "--no-stateful"],
-    ["--redis-url", "redis://127.0.0.1:1/0", "--no-model-check"],
-    ["--redis-url", "nonsense://x"],
-    ["--bogus"],
-])
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--variant", "no-such-design"],
+        ["--examples", "0"],
+        ["--steps", "x"],
+        ["--no-model-check", "--no-stateful"],
+        ["--redis-url", "redis://127.0.0.1:1/0", "--no-model-check"],
+        ["--redis-url", "nonsense://x"],
+        ["--bogus"],
+    ],
+)
 def test_bad_arguments_exit_2(args: list[str]) -> None:
     code, out = run(*args)
     assert code == 2, out

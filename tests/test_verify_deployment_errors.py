@@ -17,8 +17,17 @@ from taskcustody.verify.deployment import deployment_error
 from taskcustody.verify.faults import InjectedDrop
 from taskcustody.verify.harness import Harness
 
-SMALL = ["verify", "--no-model-check", "--examples", "3", "--steps", "5", "--quiet",
-         "--shrink-seconds", "1"]
+SMALL = [
+    "verify",
+    "--no-model-check",
+    "--examples",
+    "3",
+    "--steps",
+    "5",
+    "--quiet",
+    "--shrink-seconds",
+    "1",
+]
 
 
 def _invoke() -> tuple[int, str]:
@@ -27,7 +36,8 @@ def _invoke() -> tuple[int, str]:
 
 
 def test_a_redirect_during_set_up_hidden_behind_a_teardown_error_exits_2(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     def moved(self: Harness) -> None:
         raise redis.exceptions.MovedError("9450 127.0.0.1:7102")
 
@@ -45,16 +55,21 @@ def test_a_redirect_during_set_up_hidden_behind_a_teardown_error_exits_2(
     assert "VIOLATION" not in out and "counterexample" not in out.lower()
 
 
-@pytest.mark.parametrize("error", [
-    redis.ConnectionError("Error 111 connecting to 127.0.0.1:7101. Connection refused."),
-    redis.TimeoutError("Timeout reading from socket"),
-    redis.exceptions.TryAgainError("Multiple keys request during rehashing of slot"),
-    redis.exceptions.ClusterDownError("The cluster is down"),
-    redis.ResponseError("WRONGTYPE Operation against a key holding the wrong kind of value"),
-    WrongKeyType("key 'x' holds a string, but taskcustody needs a list there"),
-], ids=lambda e: type(e).__name__)
-def test_a_deployment_error_in_a_step_exits_2(monkeypatch: pytest.MonkeyPatch,
-                                              error: Exception) -> None:
+@pytest.mark.parametrize(
+    "error",
+    [
+        redis.ConnectionError("Error 111 connecting to 127.0.0.1:7101. Connection refused."),
+        redis.TimeoutError("Timeout reading from socket"),
+        redis.exceptions.TryAgainError("Multiple keys request during rehashing of slot"),
+        redis.exceptions.ClusterDownError("The cluster is down"),
+        redis.ResponseError("WRONGTYPE Operation against a key holding the wrong kind of value"),
+        WrongKeyType("key 'x' holds a string, but taskcustody needs a list there"),
+    ],
+    ids=lambda e: type(e).__name__,
+)
+def test_a_deployment_error_in_a_step_exits_2(
+    monkeypatch: pytest.MonkeyPatch, error: Exception
+) -> None:
     original = Harness.check
     calls = {"n": 0}
 
@@ -96,8 +111,20 @@ def test_the_faults_verify_injects_itself_are_not_the_deployments() -> None:
 
 
 def test_a_violation_is_still_a_violation() -> None:
-    result = CliRunner().invoke(main, ["verify", "--no-model-check", "--examples", "30",
-                                       "--steps", "15", "--quiet", "--variant", "no-release"])
+    result = CliRunner().invoke(
+        main,
+        [
+            "verify",
+            "--no-model-check",
+            "--examples",
+            "30",
+            "--steps",
+            "15",
+            "--quiet",
+            "--variant",
+            "no-release",
+        ],
+    )
     assert result.exit_code == 1, result.output
     assert "VIOLATION" in result.output
 
@@ -105,7 +132,10 @@ def test_a_violation_is_still_a_violation() -> None:
 def test_the_node_url_of_a_cluster_run_keeps_the_seeds_credentials_and_scheme() -> None:
     from taskcustody.verify.run import _with_address
 
-    assert _with_address("rediss://u:pw@seed:7000/0?ssl_cert_reqs=none", "10.0.0.2", 7002) == \
-        "rediss://u:pw@10.0.0.2:7002/0?ssl_cert_reqs=none"
-    assert _with_address("redis://127.0.0.1:7101/0", "127.0.0.1", 7102) == \
-        "redis://127.0.0.1:7102/0"
+    assert (
+        _with_address("rediss://u:pw@seed:7000/0?ssl_cert_reqs=none", "10.0.0.2", 7002)
+        == "rediss://u:pw@10.0.0.2:7002/0?ssl_cert_reqs=none"
+    )
+    assert (
+        _with_address("redis://127.0.0.1:7101/0", "127.0.0.1", 7102) == "redis://127.0.0.1:7102/0"
+    )

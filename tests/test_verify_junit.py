@@ -36,10 +36,8 @@ def check_counts(root: ET.Element) -> None:
         for key in COUNTS:
             assert element.get(key) is not None, (element.tag, key)
         assert int(element.get("tests", "")) == len(cases)
-        assert int(element.get("failures", "")) == sum(c.find("failure") is not None
-                                                       for c in cases)
-        assert int(element.get("skipped", "")) == sum(c.find("skipped") is not None
-                                                      for c in cases)
+        assert int(element.get("failures", "")) == sum(c.find("failure") is not None for c in cases)
+        assert int(element.get("skipped", "")) == sum(c.find("skipped") is not None for c in cases)
         assert element.get("errors") == "0"
         float(element.get("time", ""))
     for case in root.iter("testcase"):
@@ -55,8 +53,12 @@ def test_a_passing_run_has_one_passing_case_per_part() -> None:
     root = xml_of(verify(Options(examples=3, steps=10, model_bounds=SMALL_MODEL)))
     [suite] = root.iter("testsuite")
     names = [c.get("name") for c in suite.iter("testcase")]
-    assert names == ["model check", "stateful conformance on fakeredis", "production loops",
-                     "fault coverage"]
+    assert names == [
+        "model check",
+        "stateful conformance on fakeredis",
+        "production loops",
+        "fault coverage",
+    ]
     assert (root.get("tests"), root.get("failures"), root.get("skipped")) == ("4", "0", "0")
     props = {p.get("name"): p.get("value") for p in suite.iter("property")}
     assert props["design"] == "correct" and props["partial"] == "false"
@@ -68,8 +70,12 @@ def test_a_passing_run_has_one_passing_case_per_part() -> None:
 
 def test_a_passing_part_with_a_remark_carries_it_in_its_output() -> None:
     result = verify(Options(examples=3, steps=10, model_bounds=SMALL_MODEL, fault_coverage=False))
-    result.parts[0] = dataclasses.replace(result.parts[0], outcome=PASSED, covered="3 states",
-                                          message="aimed at again, alone: redis_wipe")
+    result.parts[0] = dataclasses.replace(
+        result.parts[0],
+        outcome=PASSED,
+        covered="3 states",
+        message="aimed at again, alone: redis_wipe",
+    )
     [case, *_] = xml_of(result).iter("testcase")
     assert case.find("failure") is None
     assert case.findtext("system-out") == "covered: 3 states (aimed at again, alone: redis_wipe)"
@@ -104,16 +110,33 @@ def test_parts_the_budget_did_not_reach_are_skipped_with_the_reason() -> None:
 
 def test_the_cli_writes_one_suite_per_design(tmp_path: Path) -> None:
     path = tmp_path / "verify.xml"
-    result = CliRunner().invoke(main, [
-        "verify", "--examples", "8", "--steps", "15", "--quiet", "--no-model-check",
-        "--variant", "correct", "--variant", "blpop-take", "--junit-xml", str(path),
-        "--no-fault-coverage"])
+    result = CliRunner().invoke(
+        main,
+        [
+            "verify",
+            "--examples",
+            "8",
+            "--steps",
+            "15",
+            "--quiet",
+            "--no-model-check",
+            "--variant",
+            "correct",
+            "--variant",
+            "blpop-take",
+            "--junit-xml",
+            str(path),
+            "--no-fault-coverage",
+        ],
+    )
     assert result.exit_code == 1, result.output  # a violation (the broken design, caught)
     assert f"JUnit XML written to {path}" in result.output
     root = parse(path.read_text(encoding="utf-8"))
     suites = {s.get("name"): s for s in root.iter("testsuite")}
-    assert set(suites) == {"taskcustody verify --variant correct",
-                           "taskcustody verify --variant blpop-take"}
+    assert set(suites) == {
+        "taskcustody verify --variant correct",
+        "taskcustody verify --variant blpop-take",
+    }
     assert suites["taskcustody verify --variant correct"].get("failures") == "0"
     assert suites["taskcustody verify --variant blpop-take"].get("failures") == "1"
     # correct: model check off, the stateful part and the production loops; blpop-take: stateful

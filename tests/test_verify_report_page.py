@@ -40,8 +40,11 @@ class Node:
         """Every descendant with this tag, class and id (each if given)."""
         out = []
         for c in self.children:
-            if ((not tag or c.tag == tag) and (not cls or cls in c.classes)
-                    and (not id or c.attrs.get("id") == id)):
+            if (
+                (not tag or c.tag == tag)
+                and (not cls or cls in c.classes)
+                and (not id or c.attrs.get("id") == id)
+            ):
                 out.append(c)
             out += c.find(tag, cls, id)
         return out
@@ -94,7 +97,8 @@ def one(nodes: list[Node]) -> Node:
 
 
 def test_the_stateful_counterexample_has_an_entry_per_step_with_fault_and_states(
-        blpop_take: Result) -> None:
+    blpop_take: Result,
+) -> None:
     assert blpop_take.failure is not None
     section = one(parse(html_report(blpop_take)).find("section", id="stateful-counterexample"))
     steps = section.find("li", cls="step")
@@ -163,15 +167,19 @@ def test_the_terminal_report_says_the_same_in_the_same_order(blpop_take: Result)
     totals = out.index("totals over all")
     assert stateful < totals
     part = out[stateful:totals]
-    assert ("property broken: no-loss (in the state read from Redis, during recovery, after "
-            "faults stopped)") in part
+    assert (
+        "property broken: no-loss (in the state read from Redis, during recovery, after "
+        "faults stopped)"
+    ) in part
     assert f"why it matters: {WHY['no-loss']}" in part
     assert "faults in this counterexample: none" in part
     # the example chose no step: the take is recovery's, after faults stopped
-    assert ("  -- faults stop here: from now on the protocol's own steps run (recovery) until "
-            "every task has committed --\n"
-            "  1. server 0 (incarnation 0) worker 0: take  [recovery]\n"
-            "       fault: none\n") in part
+    assert (
+        "  -- faults stop here: from now on the protocol's own steps run (recovery) until "
+        "every task has committed --\n"
+        "  1. server 0 (incarnation 0) worker 0: take  [recovery]\n"
+        "       fault: none\n"
+    ) in part
     assert "as read from Redis:\n         task 0: in no queue or list" in part
     assert "faults injected by kind" not in part and "crash_server" not in part
     assert "crash_server" in out[totals:]

@@ -26,8 +26,16 @@ from taskcustody.verify.run import Options, verify
 ROOT = Path(__file__).resolve().parent.parent
 #: A short run that still injects faults the protocol logs about (seeded: the same lines
 #: every time): the stateful part alone, 20 examples of up to 20 steps, about 2 s.
-SHORT = ["verify", "--no-model-check", "--no-fault-coverage", "--no-loops", "--examples", "20",
-         "--steps", "20"]
+SHORT = [
+    "verify",
+    "--no-model-check",
+    "--no-fault-coverage",
+    "--no-loops",
+    "--examples",
+    "20",
+    "--steps",
+    "20",
+]
 #: What the protocol logs about the injected faults (worker.py, recovery.py).
 PROTOCOL_LINES = ("lost custody", "judged dead", "poison pill")
 
@@ -43,11 +51,22 @@ def _invoke(*args: str) -> Run:
     """`taskcustody verify` in a process of its own: its real stderr, where Python's last-resort
     handler printed the protocol's warnings before (in-process, pytest's own log capture on the
     root logger would take them first)."""
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
-        p for p in (str(ROOT / "src"), str(ROOT / "model"), os.environ.get("PYTHONPATH", ""))
-        if p))
-    proc = subprocess.run([sys.executable, "-m", "taskcustody.cli", *SHORT, *args], env=env,
-                          cwd=ROOT, capture_output=True, text=True, timeout=300)
+    env = dict(
+        os.environ,
+        PYTHONPATH=os.pathsep.join(
+            p
+            for p in (str(ROOT / "src"), str(ROOT / "model"), os.environ.get("PYTHONPATH", ""))
+            if p
+        ),
+    )
+    proc = subprocess.run(
+        [sys.executable, "-m", "taskcustody.cli", *SHORT, *args],
+        env=env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     return Run(proc.returncode, proc.stdout, proc.stderr)
 
 
@@ -147,8 +166,9 @@ def test_a_run_keeps_the_protocol_log_from_the_callers_logging_and_gives_it_back
     logger.setLevel(logging.INFO)
     root.setLevel(logging.INFO)
     try:
-        result = verify(Options(examples=20, steps=20, model_check=False, fault_coverage=False,
-                                loops=False))
+        result = verify(
+            Options(examples=20, steps=20, model_check=False, fault_coverage=False, loops=False)
+        )
         assert result.ok and result.protocol_log.total > 0
         # Neither the logger's own handler nor the root's saw a line of the run.
         assert [r for r in mine.records + roots.records if r.name.startswith(LOGGER)] == []
@@ -179,8 +199,9 @@ def test_the_protocol_log_counts_lines_by_logger_level_and_template() -> None:
     assert first.label == "task ...: lost custody in ..."
     assert first.example == "task t1: lost custody in inflight:w0"
     assert (second.count, second.level, second.example) == (1, "ERROR", "poison pill: task t3")
-    assert echoed[0] == "protocol log: taskcustody.worker WARNING task t1: lost custody in " \
-                        "inflight:w0"
+    assert (
+        echoed[0] == "protocol log: taskcustody.worker WARNING task t1: lost custody in inflight:w0"
+    )
     assert len(echoed) == 4
 
 
@@ -190,13 +211,16 @@ class _Terminal(io.StringIO):
 
 
 def test_on_a_terminal_a_protocol_log_line_goes_above_the_progress_line(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     terminal = _Terminal()
     monkeypatch.setattr(sys, "stderr", terminal)
     progress = _Progress(quiet=False, examples=20)
     progress.on_phase("stateful run")
     progress.log("protocol log: taskcustody.worker WARNING task t1: lost custody")
     # the progress line cleared, the log line in its place, the progress line again under it
-    assert terminal.getvalue() == ("\r\x1b[Kstateful run..."
-                                   "\r\x1b[Kprotocol log: taskcustody.worker WARNING task t1: "
-                                   "lost custody\nstateful run...")
+    assert terminal.getvalue() == (
+        "\r\x1b[Kstateful run..."
+        "\r\x1b[Kprotocol log: taskcustody.worker WARNING task t1: "
+        "lost custody\nstateful run..."
+    )

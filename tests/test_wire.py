@@ -19,12 +19,15 @@ def redis_py_bytes(*args: object) -> bytes:
     return b"".join(redis.connection.Connection().pack_command(*args))
 
 
-@pytest.mark.parametrize("args", [
-    ("EVALSHA", "f" * 40, 2, "k1", "k2", b"raw \x00\xff", "id", 3600, 1.5, ""),
-    ("PING",),
-    ("SET", "k", "v\r\nwith a newline", "EX", 10),
-    ("ZADD", "z", repr(12.25), "member"),
-])
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("EVALSHA", "f" * 40, 2, "k1", "k2", b"raw \x00\xff", "id", 3600, 1.5, ""),
+        ("PING",),
+        ("SET", "k", "v\r\nwith a newline", "EX", 10),
+        ("ZADD", "z", repr(12.25), "member"),
+    ],
+)
 def test_a_template_packs_the_bytes_redis_py_packs(args: tuple[object, ...]) -> None:
     for changing in (set(), {len(args) - 1}, set(range(len(args)))):
         assert wire.Template(args, changing).pack(args) == redis_py_bytes(*args)
@@ -33,7 +36,8 @@ def test_a_template_packs_the_bytes_redis_py_packs(args: tuple[object, ...]) -> 
 def test_a_template_packs_only_the_changing_positions_anew() -> None:
     template = wire.Template(("EVALSHA", "sha", 1, "key", "first"), changing={4})
     assert template.pack(("EVALSHA", "sha", 1, "key", b"second")) == redis_py_bytes(
-        "EVALSHA", "sha", 1, "key", b"second")
+        "EVALSHA", "sha", 1, "key", b"second"
+    )
 
 
 def test_a_template_refuses_the_wrong_number_of_arguments_and_a_bool() -> None:
@@ -46,8 +50,9 @@ def test_a_template_refuses_the_wrong_number_of_arguments_and_a_bool() -> None:
 
 def _worker(settings: Settings) -> Worker:
     client = connect_fake(fakeredis.FakeServer())
-    server = make_server(client, QueueKeys("tq", prefix="test"), "s1", ManualClock(),
-                         settings=settings)
+    server = make_server(
+        client, QueueKeys("tq", prefix="test"), "s1", ManualClock(), settings=settings
+    )
     server.claim()
     return server.make_worker(0)
 
@@ -74,8 +79,9 @@ def test_the_composite_step_changes_at_exactly_the_positions_its_template_packs_
 
     worker._call = capture  # type: ignore[method-assign]
     worker._release_and_take_raw(b"raw-1", "id-1", "ok", "result", ("queue", "rec 1", "1.0"))
-    worker._release_and_take_raw(b"raw-2", "id-2", "later", '{"attempts": 2}',
-                                 ("suspect", "rec 2", "2.0"))
+    worker._release_and_take_raw(
+        b"raw-2", "id-2", "later", '{"attempts": 2}', ("suspect", "rec 2", "2.0")
+    )
     (a, b) = (args[2:] for args in sent)  # after EVALSHA and the hash
     assert _changed(a, b) == RELEASE_AND_TAKE_CHANGING
     assert len(a) == 1 + 11 + 10  # numkeys, 11 keys, 10 argv

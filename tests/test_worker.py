@@ -32,8 +32,9 @@ from tests.helpers import dead_letters
 OWNER = ListOwner("s1", 1, "w0")
 
 
-def _worker(client: redis.Redis, keys: QueueKeys, clock: ManualClock,
-            handler: Any = lambda p: None) -> Worker:
+def _worker(
+    client: redis.Redis, keys: QueueKeys, clock: ManualClock, handler: Any = lambda p: None
+) -> Worker:
     worker = Worker(client, keys, OWNER, handler, clock, TEST_SETTINGS)
     worker.register()
     worker.reconcile()  # a new worker starts dirty; now it is clean
@@ -85,8 +86,14 @@ def test_result_ttl_zero_stores_no_result(backend: Backend, keys: QueueKeys) -> 
     client = backend.client()
     clock = ManualClock()
     Producer(client, keys, clock).enqueue("p")
-    worker = Worker(client, keys, OWNER, lambda p: {"big": "result"}, clock,
-                    dataclasses.replace(TEST_SETTINGS, result_ttl=0))
+    worker = Worker(
+        client,
+        keys,
+        OWNER,
+        lambda p: {"big": "result"},
+        clock,
+        dataclasses.replace(TEST_SETTINGS, result_ttl=0),
+    )
     worker.register()
     try:
         assert worker.run_once() is True
@@ -100,8 +107,9 @@ def test_a_result_expires_after_result_ttl(backend: Backend, keys: QueueKeys) ->
     client = backend.client()
     clock = ManualClock()
     task_id = Producer(client, keys, clock).enqueue("p")
-    worker = Worker(client, keys, OWNER, lambda p: 1, clock,
-                    dataclasses.replace(TEST_SETTINGS, result_ttl=777))
+    worker = Worker(
+        client, keys, OWNER, lambda p: 1, clock, dataclasses.replace(TEST_SETTINGS, result_ttl=777)
+    )
     worker.register()
     try:
         assert worker.run_once() is True
@@ -182,9 +190,7 @@ def test_a_dead_letter_carries_raw_error_task_id_and_time(
     assert (body["id"], body["attempts"]) == (task_id, TEST_SETTINGS.max_attempts - 1)
 
 
-def test_an_interrupted_handler_is_released_as_a_failure(
-    backend: Backend, keys: QueueKeys
-) -> None:
+def test_an_interrupted_handler_is_released_as_a_failure(backend: Backend, keys: QueueKeys) -> None:
     client = backend.client()
     clock = ManualClock()
     Producer(client, keys, clock).enqueue(1)
@@ -249,9 +255,24 @@ def test_release_args_name_every_key_in_script_order(keys: QueueKeys) -> None:
     worker = Worker(redis.Redis(), keys, OWNER, lambda p: None, ManualClock(), TEST_SETTINGS)
     args = worker.release_args(b"raw", "", "dead", "{}")
     assert args == (
-        10, worker.list_key, keys.processing, keys.queue, keys.dead_letters, keys.committed,
-        keys.commit_log, keys.result("-"), keys.recoveries, keys.suspects, keys.scheduled,
-        b"raw", "", "dead", "{}", TEST_SETTINGS.result_ttl, 1, "",
+        10,
+        worker.list_key,
+        keys.processing,
+        keys.queue,
+        keys.dead_letters,
+        keys.committed,
+        keys.commit_log,
+        keys.result("-"),
+        keys.recoveries,
+        keys.suspects,
+        keys.scheduled,
+        b"raw",
+        "",
+        "dead",
+        "{}",
+        TEST_SETTINGS.result_ttl,
+        1,
+        "",
     )
     assert worker.release_args(b"raw", "t9", "ok", "1")[7] == keys.result("t9")
     worker.close()

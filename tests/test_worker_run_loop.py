@@ -17,8 +17,7 @@ from tests.helpers import Stop, make_server
 WORKER_LOG = "taskcustody.worker"
 
 
-def new_worker(client: redis.Redis, keys: QueueKeys, settings: Settings = TEST_SETTINGS
-               ) -> Worker:
+def new_worker(client: redis.Redis, keys: QueueKeys, settings: Settings = TEST_SETTINGS) -> Worker:
     server = make_server(client, keys, "s1", ManualClock(), settings=settings)
     server.claim()
     return server.make_worker(0)
@@ -51,9 +50,7 @@ def fake() -> redis.Redis:
     return connect_fake(fakeredis.FakeServer())
 
 
-def test_run_loads_its_scripts_before_anything_else(
-    backend: Backend, keys: QueueKeys
-) -> None:
+def test_run_loads_its_scripts_before_anything_else(backend: Backend, keys: QueueKeys) -> None:
     client = backend.client()
     client.script_flush()
     worker = new_worker(client, keys)
@@ -80,8 +77,7 @@ def test_run_by_default_keeps_taking_through_idle_spells_until_stopped(
     assert len(calls) == 6 and stop.waits == []  # five scripted steps, then the stop
 
 
-def test_run_until_idle_returns_at_the_first_empty_take(fake: redis.Redis,
-                                                        keys: QueueKeys) -> None:
+def test_run_until_idle_returns_at_the_first_empty_take(fake: redis.Redis, keys: QueueKeys) -> None:
     worker = new_worker(fake, keys)
     stop = Stop()
     calls = script(worker, stop, [True, True, False, True])
@@ -91,16 +87,18 @@ def test_run_until_idle_returns_at_the_first_empty_take(fake: redis.Redis,
 
 @pytest.mark.parametrize(("block", "pause"), [(0.05, 0.05), (2.0, 1.0)])
 def test_run_rides_out_redis_errors_dirty_after_a_short_pause(
-    fake: redis.Redis, keys: QueueKeys, caplog: pytest.LogCaptureFixture, block: float,
-    pause: float
+    fake: redis.Redis, keys: QueueKeys, caplog: pytest.LogCaptureFixture, block: float, pause: float
 ) -> None:
     settings = Settings(block_timeout=block, heartbeat_interval=5, server_ttl=15)
     worker = new_worker(fake, keys, settings)
     worker.dirty = False
     stop = Stop()
     # Errors are not "idle": with until_idle, the loop goes on after each of them.
-    calls = script(worker, stop, [redis.ConnectionError("refused"), True,
-                                  redis.TimeoutError("slow"), False, True])
+    calls = script(
+        worker,
+        stop,
+        [redis.ConnectionError("refused"), True, redis.TimeoutError("slow"), False, True],
+    )
     with caplog.at_level(logging.INFO, logger=WORKER_LOG):
         worker.run(stop, until_idle=True)  # type: ignore[arg-type]
     assert calls == [False, True, False, True]  # dirty at the call after each error
@@ -148,7 +146,8 @@ def test_a_noscript_with_nothing_deferred_is_only_logged(
     with caplog.at_level(logging.INFO, logger=WORKER_LOG):
         assert worker._deferred_failed(redis.exceptions.NoScriptError("NOSCRIPT gone")) is False
     assert [(r.levelno, r.getMessage()) for r in caplog.records] == [
-        (logging.WARNING, f"worker {worker.list_key}: deferred command failed: NOSCRIPT gone")]
+        (logging.WARNING, f"worker {worker.list_key}: deferred command failed: NOSCRIPT gone")
+    ]
 
 
 def test_another_deferred_error_is_logged_and_not_resent(
@@ -159,4 +158,5 @@ def test_another_deferred_error_is_logged_and_not_resent(
     with caplog.at_level(logging.INFO, logger=WORKER_LOG):
         assert worker._deferred_failed(redis.ResponseError("WRONGTYPE no")) is False
     assert [(r.levelno, r.getMessage()) for r in caplog.records] == [
-        (logging.WARNING, f"worker {worker.list_key}: deferred command failed: WRONGTYPE no")]
+        (logging.WARNING, f"worker {worker.list_key}: deferred command failed: WRONGTYPE no")
+    ]

@@ -87,8 +87,12 @@ class Outcome:
         self.duplicated_tasks += other.duplicated_tasks
 
 
-def classify(enqueued: list[str], records: list[Record], fault_time: float | None,
-             carried: frozenset[str] | set[str] = frozenset()) -> Outcome:
+def classify(
+    enqueued: list[str],
+    records: list[Record],
+    fault_time: float | None,
+    carried: frozenset[str] | set[str] = frozenset(),
+) -> Outcome:
     done_counts = Counter(r.task for r in records if r.kind == "done")
     out = Outcome(enqueued=len(enqueued))
     for task in enqueued:

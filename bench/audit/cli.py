@@ -29,47 +29,74 @@ QUICK_DROPS = 3
 
 
 def parse_fault(text: str) -> Fault:
-    """"kill", "stall", "restart", or "drop:COMMAND:SKIP[:task]" (as a reproduction prints it;
+    """ "kill", "stall", "restart", or "drop:COMMAND:SKIP[:task]" (as a reproduction prints it;
     ":task": SKIP counts only the replies that carry a task)."""
     if text in OTHER_FAULTS:
         return Fault(text)
     parts = text.split(":")
-    if len(parts) in (3, 4) and parts[0] == "drop" and parts[2].isdigit() \
-            and parts[3:] in ([], ["task"]):
+    if (
+        len(parts) in (3, 4)
+        and parts[0] == "drop"
+        and parts[2].isdigit()
+        and parts[3:] in ([], ["task"])
+    ):
         return Fault("drop", parts[1], int(parts[2]), only_task=len(parts) == 4)
-    raise argparse.ArgumentTypeError(
-        f"{text!r}: kill, stall, restart or drop:COMMAND:SKIP[:task]")
+    raise argparse.ArgumentTypeError(f"{text!r}: kill, stall, restart or drop:COMMAND:SKIP[:task]")
 
 
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(
-        prog="python -m bench.audit", description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("systems", nargs="*", metavar="SYSTEM",
-                    help=f"of {', '.join(ORDER)} (default: all; taskcustody is always run too, "
-                         "so that our row is measured in the same run, except with --fault)")
+        prog="python -m bench.audit",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    ap.add_argument(
+        "systems",
+        nargs="*",
+        metavar="SYSTEM",
+        help=f"of {', '.join(ORDER)} (default: all; taskcustody is always run too, "
+        "so that our row is measured in the same run, except with --fault)",
+    )
     ap.add_argument("--seed", type=int, default=1, help="seed of every choice (default 1)")
-    ap.add_argument("--tasks", type=int, default=None, help="tasks per trial (default 20; "
-                                                              "10 with --quick)")
+    ap.add_argument(
+        "--tasks", type=int, default=None, help="tasks per trial (default 20; 10 with --quick)"
+    )
     ap.add_argument("--task-seconds", type=float, default=0.2, help="each task sleeps this long")
-    ap.add_argument("--quick", action="store_true",
-                    help=f"10 tasks, at most {QUICK_DROPS} dropped-reply commands per system; "
-                         "writes nothing unless --out is given")
-    ap.add_argument("--fault", action="append", type=parse_fault, default=None,
-                    help="only this fault (repeatable): kill, stall, restart, "
-                         "drop:COMMAND:SKIP[:task]; "
-                         "skips the recording run (for replaying a reproduction); writes "
-                         "nothing unless --out is given")
+    ap.add_argument(
+        "--quick",
+        action="store_true",
+        help=f"10 tasks, at most {QUICK_DROPS} dropped-reply commands per system; "
+        "writes nothing unless --out is given",
+    )
+    ap.add_argument(
+        "--fault",
+        action="append",
+        type=parse_fault,
+        default=None,
+        help="only this fault (repeatable): kill, stall, restart, "
+        "drop:COMMAND:SKIP[:task]; "
+        "skips the recording run (for replaying a reproduction); writes "
+        "nothing unless --out is given",
+    )
     ap.add_argument("--jobs", type=int, default=3, help="trials at a time (default 3)")
-    ap.add_argument("--out", type=Path, default=None,
-                    help="directory for audit.{md,json} (default bench/results)")
-    ap.add_argument("--keep", type=Path, default=None,
-                    help="copy each trial's records, shim logs and worker logs here")
+    ap.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        help="directory for audit.{md,json} (default bench/results)",
+    )
+    ap.add_argument(
+        "--keep",
+        type=Path,
+        default=None,
+        help="copy each trial's records, shim logs and worker logs here",
+    )
     return ap
 
 
-def plan(system: System, recording: TrialRaw | None, seed: int, quick: bool,
-         only: list[Fault] | None) -> list[Fault]:
+def plan(
+    system: System, recording: TrialRaw | None, seed: int, quick: bool, only: list[Fault] | None
+) -> list[Fault]:
     if only is not None:
         return list(only)
     assert recording is not None
@@ -89,8 +116,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(f"unknown system(s) {', '.join(unknown)}: choose from {', '.join(ORDER)}")
     # Our row is measured in the same run -- except in a replay of named systems' faults.
     ours = not (args.fault and args.systems)
-    names = [n for n in ORDER
-             if (n == "taskcustody" and ours) or not args.systems or n in args.systems]
+    names = [
+        n for n in ORDER if (n == "taskcustody" and ours) or not args.systems or n in args.systems
+    ]
     tasks = args.tasks or (10 if args.quick else 20)
     # A quick run or a replay (--fault) must not overwrite the full run's results.
     out = args.out or (None if args.quick or args.fault else BENCH_DIR / "results")
@@ -100,12 +128,23 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     def go(system: System, fault: Fault) -> TrialRaw:
         seed = f"{args.seed}:{system.name}:{fault.arg}"
-        raw = run_trial(system, pythons[system.name], fault, tasks=tasks, seed=seed,
-                        task_seconds=args.task_seconds, keep=args.keep)
+        raw = run_trial(
+            system,
+            pythons[system.name],
+            fault,
+            tasks=tasks,
+            seed=seed,
+            task_seconds=args.task_seconds,
+            keep=args.keep,
+        )
         o = classify(raw.tasks, raw.records, raw.fault_time, raw.carried)
-        print(f"  {system.name:12} {fault.label:22} fired={raw.fired!s:5} once={o.once:3} "
-              f"dup={o.more_than_once:2} lost={o.lost:2} restarts={raw.restarts} "
-              f"{raw.seconds:5.1f}s", file=sys.stderr, flush=True)
+        print(
+            f"  {system.name:12} {fault.label:22} fired={raw.fired!s:5} once={o.once:3} "
+            f"dup={o.more_than_once:2} lost={o.lost:2} restarts={raw.restarts} "
+            f"{raw.seconds:5.1f}s",
+            file=sys.stderr,
+            flush=True,
+        )
         return raw
 
     results: list[TrialResult] = []
@@ -114,15 +153,27 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.fault is None:
             futures = {s.name: pool.submit(go, s, Fault("none")) for s in systems}
             recordings = {n: f.result() for n, f in futures.items()}
-        trials = [(s, f) for s in systems
-                  for f in plan(s, recordings[s.name], args.seed, args.quick, args.fault)]
+        trials = [
+            (s, f)
+            for s in systems
+            for f in plan(s, recordings[s.name], args.seed, args.quick, args.fault)
+        ]
         done = list(pool.map(lambda sf: go(*sf), trials))
     for raw in [r for r in recordings.values() if r is not None] + done:
-        results.append(TrialResult.of(raw, classify(raw.tasks, raw.records, raw.fault_time,
-                                                    raw.carried)))
+        results.append(
+            TrialResult.of(raw, classify(raw.tasks, raw.records, raw.fault_time, raw.carried))
+        )
     elapsed = time.time() - started
     command = " ".join(["python -m bench.audit", *(argv if argv is not None else sys.argv[1:])])
-    text = write_reports(results, systems, out, seed=args.seed, tasks=tasks,
-                         task_seconds=args.task_seconds, command=command, elapsed=elapsed)
+    text = write_reports(
+        results,
+        systems,
+        out,
+        seed=args.seed,
+        tasks=tasks,
+        task_seconds=args.task_seconds,
+        command=command,
+        elapsed=elapsed,
+    )
     print(text)
     return 0

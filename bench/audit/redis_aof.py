@@ -14,9 +14,21 @@ from taskcustody.verify.embedded import RedisServerProcess, free_port
 
 class AofRedis(RedisServerProcess):
     def __init__(self, directory: Path) -> None:
-        super().__init__(port=free_port(), extra_args=(
-            "--dir", str(directory), "--appendonly", "yes", "--appendfsync", "always",
-            "--loglevel", "warning", "--logfile", str(directory / "redis.log")))
+        super().__init__(
+            port=free_port(),
+            extra_args=(
+                "--dir",
+                str(directory),
+                "--appendonly",
+                "yes",
+                "--appendfsync",
+                "always",
+                "--loglevel",
+                "warning",
+                "--logfile",
+                str(directory / "redis.log"),
+            ),
+        )
         self.dir = directory
 
     def start(self, attempts: int = 5) -> AofRedis:

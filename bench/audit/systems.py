@@ -48,69 +48,128 @@ class System:
 
 
 OURS = System(
-    "taskcustody", "taskcustody worker (1 thread)",
-    ("-c", "from taskcustody.cli import main; main()", "worker", "ours_app:handle",
-     "--queue", "audit", "--redis-url", "{url}", "--workers", "1", "--block-timeout", "0.5",
-     "--heartbeat-interval", "0.5", "--server-ttl", "2", "--sweep-interval", "1",
-     "--log-level", "warning"),
+    "taskcustody",
+    "taskcustody worker (1 thread)",
+    (
+        "-c",
+        "from taskcustody.cli import main; main()",
+        "worker",
+        "ours_app:handle",
+        "--queue",
+        "audit",
+        "--redis-url",
+        "{url}",
+        "--workers",
+        "1",
+        "--block-timeout",
+        "0.5",
+        "--heartbeat-interval",
+        "0.5",
+        "--server-ttl",
+        "2",
+        "--sweep-interval",
+        "1",
+        "--log-level",
+        "warning",
+    ),
     "defaults, except the lease shortened: --server-ttl 2 (default 15), --heartbeat-interval 0.5, "
     "--sweep-interval 1, --block-timeout 0.5",
-    recovery_seconds=10.0, stall_seconds=5.0,
+    recovery_seconds=10.0,
+    stall_seconds=5.0,
     stall_reason="longer than --server-ttl 2 s: a live server's sweep takes the task back",
 )
 
 RQ = System(
-    "rq", "RQ default Worker (fork per job)",
-    ("-c", "from rq.cli import main; main()", "worker", "--url", "{url}",
-     "--maintenance-interval", "2", "--job-monitoring-interval", "1", "--worker-ttl", "3",
-     "--logging_level", "ERROR", "audit"),
+    "rq",
+    "RQ default Worker (fork per job)",
+    (
+        "-c",
+        "from rq.cli import main; main()",
+        "worker",
+        "--url",
+        "{url}",
+        "--maintenance-interval",
+        "2",
+        "--job-monitoring-interval",
+        "1",
+        "--worker-ttl",
+        "3",
+        "--logging_level",
+        "ERROR",
+        "audit",
+    ),
     "default Worker (a work horse forked per job); jobs enqueued with Retry(max=3) and "
     "job_timeout=5; --maintenance-interval 2 (default 600), --job-monitoring-interval 1, "
     "--worker-ttl 3. A dead worker's job is retried once its StartedJobRegistry entry expires "
     "(heartbeat TTL: job_monitoring_interval + 60 s, the 60 s fixed in RQ), and a job stranded in "
     "the intermediate queue one minute (fixed) after a maintenance pass first saw it: hence 150 s",
-    recovery_seconds=150.0, stall_seconds=70.0,
+    recovery_seconds=150.0,
+    stall_seconds=70.0,
     stall_reason="longer than the 61 s heartbeat TTL after which a job counts as abandoned",
 )
 
 CELERY = System(
-    "celery", "Celery prefork (1 child), acks_late",
-    ("-m", "celery", "-A", "celery_app", "worker", "-P", "prefork", "-c", "1", "-Q", "audit",
-     "--without-gossip", "--without-mingle", "--without-heartbeat", "-l", "ERROR"),
+    "celery",
+    "Celery prefork (1 child), acks_late",
+    (
+        "-m",
+        "celery",
+        "-A",
+        "celery_app",
+        "worker",
+        "-P",
+        "prefork",
+        "-c",
+        "1",
+        "-Q",
+        "audit",
+        "--without-gossip",
+        "--without-mingle",
+        "--without-heartbeat",
+        "-l",
+        "ERROR",
+    ),
     "task_acks_late, task_reject_on_worker_lost, worker_prefetch_multiplier=1; Redis transport "
     "visibility_timeout=5 s (default 1 h), unacked_restore_interval=1, "
     "unacked_restore_throttle=1",
-    recovery_seconds=20.0, stall_seconds=8.0,
+    recovery_seconds=20.0,
+    stall_seconds=8.0,
     stall_reason="longer than visibility_timeout 5 s",
     unsafe="task_reject_on_worker_lost: Celery's docs warn it can make a task run in a loop",
 )
 
 DRAMATIQ = System(
-    "dramatiq", "dramatiq Redis broker (1 process, 1 thread)",
+    "dramatiq",
+    "dramatiq Redis broker (1 process, 1 thread)",
     ("-m", "dramatiq", "dramatiq_app", "--processes", "1", "--threads", "1"),
     "RedisBroker(heartbeat_timeout=3000 ms (default 60 s), maintenance_chance=1e6 per 1e6 "
     "(default 1,000)); actor max_retries=3",
-    recovery_seconds=15.0, stall_seconds=6.0,
+    recovery_seconds=15.0,
+    stall_seconds=6.0,
     stall_reason="longer than heartbeat_timeout 3 s",
 )
 
 SAQ = System(
-    "saq", "saq (1 worker, concurrency 1)",
+    "saq",
+    "saq (1 worker, concurrency 1)",
     ("-m", "saq", "saq_app.settings"),
     "defaults, except jobs with retries=3 (default 1 = no second attempt) and timeout=5 s "
     "(default 10); sweep timer 1 s, but Queue.sweep holds a 60 s lock, so a stuck job waits up "
     "to 60 s + its 5 s timeout for a sweep: hence 90 s",
-    recovery_seconds=90.0, stall_seconds=70.0,
+    recovery_seconds=90.0,
+    stall_seconds=70.0,
     stall_reason="longer than the 60 s sweep lock plus the 5 s job timeout, so that another "
-                 "worker's sweep finds the job stuck",
+    "worker's sweep finds the job stuck",
 )
 
 ARQ = System(
-    "arq", "arq (max_jobs 1)",
+    "arq",
+    "arq (max_jobs 1)",
     ("-m", "arq", "arq_app.WorkerSettings"),
     "defaults (max_tries 5), except job_timeout=2 s (default 300), max_jobs=1: the in-progress "
     "key expires 12 s after the job started",
-    recovery_seconds=25.0, stall_seconds=15.0,
+    recovery_seconds=25.0,
+    stall_seconds=15.0,
     stall_reason="longer than the in-progress key's 12 s",
 )
 

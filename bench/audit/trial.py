@@ -37,8 +37,23 @@ SETTLE = 3.0  # seconds after the last first-completion to catch late duplicates
 REDIS_DOWN = 1.0  # seconds Redis stays down in the restart fault
 
 # Connection set-up and health checks, not the take path: never dropped.
-HANDSHAKE = frozenset({"", "CLIENT", "HELLO", "AUTH", "SELECT", "PING", "INFO", "ECHO", "SCRIPT",
-                       "COMMAND", "CONFIG", "QUIT", "RESET"})
+HANDSHAKE = frozenset(
+    {
+        "",
+        "CLIENT",
+        "HELLO",
+        "AUTH",
+        "SELECT",
+        "PING",
+        "INFO",
+        "ECHO",
+        "SCRIPT",
+        "COMMAND",
+        "CONFIG",
+        "QUIT",
+        "RESET",
+    }
+)
 
 
 @dataclass(frozen=True)
@@ -85,9 +100,15 @@ class Instance:
 
     def start(self) -> None:
         with self.log.open("ab") as out:
-            self.proc = subprocess.Popen(self.argv, env=self.env, cwd=APPS_DIR, stdout=out,
-                                         stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                         start_new_session=True)
+            self.proc = subprocess.Popen(
+                self.argv,
+                env=self.env,
+                cwd=APPS_DIR,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
 
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
@@ -112,15 +133,20 @@ def _env(system: System, url: str, work: Path, fault: Fault, task_seconds: float
     if system.name == "taskcustody":
         paths += [str(REPO_DIR / "src")]
     env = {k: v for k, v in os.environ.items() if not k.startswith(("AUDIT_", "PYTHON"))}
-    env.update({
-        "PYTHONPATH": os.pathsep.join(paths), "AUDIT_REDIS_URL": url,
-        "AUDIT_RECORD_DIR": str(work / "records"), "AUDIT_SHIM_DIR": str(work / "shim"),
-        "AUDIT_TASK_SECONDS": str(task_seconds),
-        "AUDIT_SHIM_MODE": {"none": "record", "drop": "drop"}.get(fault.kind, ""),
-        "AUDIT_DROP_COMMAND": fault.command, "AUDIT_DROP_SKIP": str(fault.skip),
-        "AUDIT_DROP_ONLY_TASK": "1" if fault.only_task else "",
-        "PYTHONUNBUFFERED": "1",
-    })
+    env.update(
+        {
+            "PYTHONPATH": os.pathsep.join(paths),
+            "AUDIT_REDIS_URL": url,
+            "AUDIT_RECORD_DIR": str(work / "records"),
+            "AUDIT_SHIM_DIR": str(work / "shim"),
+            "AUDIT_TASK_SECONDS": str(task_seconds),
+            "AUDIT_SHIM_MODE": {"none": "record", "drop": "drop"}.get(fault.kind, ""),
+            "AUDIT_DROP_COMMAND": fault.command,
+            "AUDIT_DROP_SKIP": str(fault.skip),
+            "AUDIT_DROP_ONLY_TASK": "1" if fault.only_task else "",
+            "PYTHONUNBUFFERED": "1",
+        }
+    )
     return env
 
 
@@ -147,8 +173,16 @@ def _read_commands(work: Path) -> dict[str, list[int]]:
     return best
 
 
-def run_trial(system: System, python: Path, fault: Fault, *, tasks: int, seed: str,
-              task_seconds: float, keep: Path | None = None) -> TrialRaw:
+def run_trial(
+    system: System,
+    python: Path,
+    fault: Fault,
+    *,
+    tasks: int,
+    seed: str,
+    task_seconds: float,
+    keep: Path | None = None,
+) -> TrialRaw:
     rng = random.Random(seed)
     work = Path(tempfile.mkdtemp(prefix=f"audit-{system.name}-"))
     for sub in ("records", "shim", "logs"):
@@ -160,8 +194,14 @@ def run_trial(system: System, python: Path, fault: Fault, *, tasks: int, seed: s
     try:
         enqueue_env = _env(system, redis.url, work, Fault("enqueue"), task_seconds)
         enqueue_env["PYTHONPATH"] = enqueue_env["PYTHONPATH"].split(os.pathsep, 1)[1]
-        subprocess.run(system.enqueue_argv(python, redis.url, tasks), env=enqueue_env,
-                       cwd=APPS_DIR, check=True, timeout=60, capture_output=True)
+        subprocess.run(
+            system.enqueue_argv(python, redis.url, tasks),
+            env=enqueue_env,
+            cwd=APPS_DIR,
+            check=True,
+            timeout=60,
+            capture_output=True,
+        )
         from bench.peers.audit_apps._record import task_name  # one definition of the names
 
         raw.tasks = [task_name(i) for i in range(tasks)]
@@ -181,14 +221,27 @@ def run_trial(system: System, python: Path, fault: Fault, *, tasks: int, seed: s
         raw.commands = _read_commands(work)
         raw.seconds = time.monotonic() - t0
         if keep is not None:
-            shutil.copytree(work, keep / f"{system.name}-{fault.label.replace(' ', '-')}",
-                            dirs_exist_ok=True, ignore=shutil.ignore_patterns("redis"))
+            shutil.copytree(
+                work,
+                keep / f"{system.name}-{fault.label.replace(' ', '-')}",
+                dirs_exist_ok=True,
+                ignore=shutil.ignore_patterns("redis"),
+            )
         shutil.rmtree(work, ignore_errors=True)
     return raw
 
 
-def _drive(system: System, fault: Fault, raw: TrialRaw, rng: random.Random, redis: AofRedis,
-           instances: list[Instance], work: Path, tasks: int, task_seconds: float) -> None:
+def _drive(
+    system: System,
+    fault: Fault,
+    raw: TrialRaw,
+    rng: random.Random,
+    redis: AofRedis,
+    instances: list[Instance],
+    work: Path,
+    tasks: int,
+    task_seconds: float,
+) -> None:
     """Inject the fault, supervise the instances, stop once recovered or past the deadline."""
     trigger_after = rng.randint(1, max(1, tasks // 3))  # completions before kill/stall/restart
     point = rng.uniform(0.1, 0.8) * task_seconds  # how far into a running task
@@ -203,8 +256,9 @@ def _drive(system: System, fault: Fault, raw: TrialRaw, rng: random.Random, redi
         records = _read_records(work)
         done = {r.task for r in records if r.kind == "done"}
         if len(done) > 0:
-            last_first_done = max(min(r.time for r in records if r.kind == "done" and r.task == t)
-                                  for t in done)
+            last_first_done = max(
+                min(r.time for r in records if r.kind == "done" and r.task == t) for t in done
+            )
         # -- the fault --------------------------------------------------------------------------
         if fault.kind == "drop" and not raw.fired:
             log = work / "shim" / "faults.log"
@@ -213,12 +267,17 @@ def _drive(system: System, fault: Fault, raw: TrialRaw, rng: random.Random, redi
                 raw.fired, raw.fault_time = True, float(entry["time"])
                 raw.carried = tasks_in(entry["reply"])
                 which = "replies carrying a task" if fault.only_task else "replies"
-                raw.detail = (f"reply to {entry['command']} dropped in pid {entry['pid']} "
-                              f"{entry['time'] - raw.start_time:.2f} s after the workers started "
-                              f"(after {fault.skip} of its {which} in that process); the reply "
-                              f"was {entry['reply'][:300]}")
-        elif fault.kind in ("kill", "stall", "restart") and not raw.fired \
-                and len(done) >= trigger_after:
+                raw.detail = (
+                    f"reply to {entry['command']} dropped in pid {entry['pid']} "
+                    f"{entry['time'] - raw.start_time:.2f} s after the workers started "
+                    f"(after {fault.skip} of its {which} in that process); the reply "
+                    f"was {entry['reply'][:300]}"
+                )
+        elif (
+            fault.kind in ("kill", "stall", "restart")
+            and not raw.fired
+            and len(done) >= trigger_after
+        ):
             if fault.kind == "restart":
                 time.sleep(point)
                 flying = in_flight(_read_records(work), time.time())
@@ -228,11 +287,13 @@ def _drive(system: System, fault: Fault, raw: TrialRaw, rng: random.Random, redi
                 redis.start()
                 raw.fired = True
                 at = raw.fault_time - raw.start_time
-                raw.detail = (f"redis-server SIGKILLed (by pid) {at:.2f} s after the workers "
-                              f"started, {point:.3f} s after the "
-                              f"{len(done)}th completion, with {sorted(flying)} running; started "
-                              f"again on the same port and append-only file {REDIS_DOWN:.0f} s "
-                              "later")
+                raw.detail = (
+                    f"redis-server SIGKILLed (by pid) {at:.2f} s after the workers "
+                    f"started, {point:.3f} s after the "
+                    f"{len(done)}th completion, with {sorted(flying)} running; started "
+                    f"again on the same port and append-only file {REDIS_DOWN:.0f} s "
+                    "later"
+                )
             else:
                 hit = _next_start(work, records, deadline=time.time() + 10)
                 if hit is not None:
@@ -275,16 +336,20 @@ def _next_start(work: Path, seen: list[Record], deadline: float) -> Record | Non
     """The first task start recorded after `seen` (polled; None by the deadline)."""
     known = {(r.task, r.pid, r.time) for r in seen if r.kind == "start"}
     while time.time() < deadline:
-        fresh = [r for r in _read_records(work)
-                 if r.kind == "start" and (r.task, r.pid, r.time) not in known]
+        fresh = [
+            r
+            for r in _read_records(work)
+            if r.kind == "start" and (r.task, r.pid, r.time) not in known
+        ]
         if fresh:
             return min(fresh, key=lambda r: r.time)
         time.sleep(0.005)
     return None
 
 
-def _hit(fault: Fault, hit: Record, raw: TrialRaw, instances: list[Instance], point: float,
-         done: int) -> None:
+def _hit(
+    fault: Fault, hit: Record, raw: TrialRaw, instances: list[Instance], point: float, done: int
+) -> None:
     """SIGKILL the process running the task, or SIGSTOP its whole worker instance."""
     at = (raw.fault_time or 0.0) - raw.start_time
     when = f"{point:.3f} s into {hit.task} ({at:.2f} s after the workers started, {done} done)"
@@ -296,8 +361,10 @@ def _hit(fault: Fault, hit: Record, raw: TrialRaw, instances: list[Instance], po
     inst = next((i for i in instances if _in_group(hit.pid, i)), None)
     if inst is not None:
         inst.kill_group(signal.SIGSTOP)
-    raw.detail = (f"SIGSTOP of the worker instance (process group) of pid {hit.pid} {when}, "
-                  "then SIGCONT after the stall")
+    raw.detail = (
+        f"SIGSTOP of the worker instance (process group) of pid {hit.pid} {when}, "
+        "then SIGCONT after the stall"
+    )
 
 
 def _in_group(pid: int, inst: Instance) -> bool:
@@ -324,5 +391,9 @@ def drop_fault(command: str, flags: list[int], rng: random.Random) -> Fault:
 
 
 def trial_summary(raw: TrialRaw) -> dict[str, Any]:
-    return {"fired": raw.fired, "detail": raw.detail, "restarts": raw.restarts,
-            "seconds": round(raw.seconds, 1)}
+    return {
+        "fired": raw.fired,
+        "detail": raw.detail,
+        "restarts": raw.restarts,
+        "seconds": round(raw.seconds, 1),
+    }

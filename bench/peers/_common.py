@@ -19,8 +19,12 @@ def parse_args(description: str) -> argparse.Namespace:
     ap.add_argument("--url", required=True)
     ap.add_argument("--tasks", type=int, required=True)
     ap.add_argument("--concurrency", type=int, default=1)
-    ap.add_argument("--wait-ms", type=float, default=0.0,
-                    help="async handlers (saq, arq): await asyncio.sleep this long first")
+    ap.add_argument(
+        "--wait-ms",
+        type=float,
+        default=0.0,
+        help="async handlers (saq, arq): await asyncio.sleep this long first",
+    )
     return ap.parse_args()
 
 
@@ -78,8 +82,15 @@ class Finish:
             self.done.set()
 
     def report(self, **extra: Any) -> None:
-        emit({"event": "done", "tasks": self.count, "seconds": self.end - self.start,
-              "info": self.info, **extra})
+        emit(
+            {
+                "event": "done",
+                "tasks": self.count,
+                "seconds": self.end - self.start,
+                "info": self.info,
+                **extra,
+            }
+        )
 
     def exit_when_done(self) -> None:
         """In the background: once the last task completes, report and end the process at once

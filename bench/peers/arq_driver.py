@@ -28,17 +28,26 @@ async def main() -> None:
     pool = await create_pool(settings)
     batch = 200
     for start in range(0, args.tasks, batch):
-        await asyncio.gather(*(
-            pool.enqueue_job("noop", i) for i in range(start, min(args.tasks, start + batch))
-        ))
+        await asyncio.gather(
+            *(pool.enqueue_job("noop", i) for i in range(start, min(args.tasks, start + batch)))
+        )
     loop = asyncio.get_running_loop()
-    await loop.run_in_executor(None, lambda: wait_for_go(
-        config=f"burst, poll_delay={POLL_DELAY * 1000:g} ms, max_jobs={args.concurrency}",
-        version=version("arq")))
+    await loop.run_in_executor(
+        None,
+        lambda: wait_for_go(
+            config=f"burst, poll_delay={POLL_DELAY * 1000:g} ms, max_jobs={args.concurrency}",
+            version=version("arq"),
+        ),
+    )
     finish.exit_when_done()
     worker = Worker(
-        functions=[noop], redis_settings=settings, burst=True, poll_delay=POLL_DELAY,
-        keep_result=0, max_jobs=args.concurrency, handle_signals=False,
+        functions=[noop],
+        redis_settings=settings,
+        burst=True,
+        poll_delay=POLL_DELAY,
+        keep_result=0,
+        max_jobs=args.concurrency,
+        handle_signals=False,
     )
     finish.begin()
     await worker.main()

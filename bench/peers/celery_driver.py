@@ -34,8 +34,14 @@ def main() -> None:
     wait_for_go(config="Redis transport, solo pool, ignore_result", version=celery.__version__)
     finish.exit_when_done()
     worker = app.Worker(
-        pool="solo", concurrency=1, without_heartbeat=True, without_mingle=True,
-        without_gossip=True, loglevel="ERROR", quiet=True, queues=["bench"],
+        pool="solo",
+        concurrency=1,
+        without_heartbeat=True,
+        without_mingle=True,
+        without_gossip=True,
+        loglevel="ERROR",
+        quiet=True,
+        queues=["bench"],
     )
     finish.begin()
     worker.start()

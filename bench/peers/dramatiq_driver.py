@@ -24,8 +24,9 @@ def noop(i: int) -> None:
 def main() -> None:
     for i in range(args.tasks):
         noop.send(i)
-    wait_for_go(config=f"RedisBroker, {args.concurrency} worker threads",
-                version=dramatiq.__version__)
+    wait_for_go(
+        config=f"RedisBroker, {args.concurrency} worker threads", version=dramatiq.__version__
+    )
     finish.begin()
     worker = Worker(broker, worker_threads=args.concurrency, worker_timeout=100)
     worker.start()

@@ -20,10 +20,12 @@ def main() -> None:
     queue = Queue("bench", connection=conn)
     batch = 1000
     for start in range(0, args.tasks, batch):
-        queue.enqueue_many([
-            Queue.prepare_data(noop, args=(i,), result_ttl=0)
-            for i in range(start, min(args.tasks, start + batch))
-        ])
+        queue.enqueue_many(
+            [
+                Queue.prepare_data(noop, args=(i,), result_ttl=0)
+                for i in range(start, min(args.tasks, start + batch))
+            ]
+        )
     wait_for_go(config="SimpleWorker, burst, result_ttl=0", version=rq.__version__)
     finish.exit_when_done()
     worker = SimpleWorker([queue], connection=conn)

@@ -26,12 +26,16 @@ async def main() -> None:
     await queue.connect()
     batch = 200
     for start in range(0, args.tasks, batch):
-        await asyncio.gather(*(
-            queue.enqueue("noop", i=i) for i in range(start, min(args.tasks, start + batch))
-        ))
+        await asyncio.gather(
+            *(queue.enqueue("noop", i=i) for i in range(start, min(args.tasks, start + batch)))
+        )
     loop = asyncio.get_running_loop()
-    await loop.run_in_executor(None, lambda: wait_for_go(
-        config=f"Worker concurrency={args.concurrency}", version=version("saq")))
+    await loop.run_in_executor(
+        None,
+        lambda: wait_for_go(
+            config=f"Worker concurrency={args.concurrency}", version=version("saq")
+        ),
+    )
     finish.exit_when_done()
     worker = Worker(queue, functions=[("noop", noop)], concurrency=args.concurrency)
     finish.begin()

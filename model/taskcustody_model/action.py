@@ -33,7 +33,13 @@ class Action(NamedTuple):
 # ``release_and_take``: the busy path's one round trip per task, the release of the task just
 # handled and the next take in one script.
 WORKER_STEPS = (
-    "arm", "take", "take_suspect", "record", "release", "release_and_take", "reconcile",
+    "arm",
+    "take",
+    "take_suspect",
+    "record",
+    "release",
+    "release_and_take",
+    "reconcile",
 )
 # ``promote``: a due retry moves from the scheduled set to the queue (one script, no lease: run by
 # any server's periodic loop or ``taskcustody sweep``, so it needs no live process in the model).
@@ -56,8 +62,15 @@ RECOVERY_STEPS = ("restart_worker", "resume_server", "advance_clock", "enqueue")
 # ``cancel_before_send``: asyncio's cancellation of a worker step before its command is sent
 # (only with ``Bounds.cancels_before_send``; ``command`` names the step, as a dropped reply's).
 FAULTS = frozenset(
-    {"dropped_reply", "crash_worker", "crash_server", "stall_server", "redis_wipe", "retry",
-     "cancel_before_send"}
+    {
+        "dropped_reply",
+        "crash_worker",
+        "crash_server",
+        "stall_server",
+        "redis_wipe",
+        "retry",
+        "cancel_before_send",
+    }
 )
 #: The worker steps a ``cancel_before_send`` may cut short: every worker command whose reply can
 #: be lost, but a reconcile (cut short, it leaves the worker as it was: dirty) and an armed take

@@ -143,44 +143,66 @@ def check(
     gc.disable()
     try:
         fingerprints = fingerprints and jobs == 1
-        result = _search(bounds, variant, progress, progress_every, eventual, jobs, reduce,
-                         fingerprints)
+        result = _search(
+            bounds, variant, progress, progress_every, eventual, jobs, reduce, fingerprints
+        )
         if (result.reduced or result.fingerprints) and not result.ok:
             if progress is not None:
-                progress(Progress(result.distinct_states, result.states_generated, result.depth,
-                                  0, result.seconds, "again", result.property))
+                progress(
+                    Progress(
+                        result.distinct_states,
+                        result.states_generated,
+                        result.depth,
+                        0,
+                        result.seconds,
+                        "again",
+                        result.property,
+                    )
+                )
             # (one process: the sequential search is the one whose trace is a shortest one)
-            result = _search(bounds, variant, progress, progress_every, eventual, 1, False,
-                             False)
+            result = _search(bounds, variant, progress, progress_every, eventual, 1, False, False)
         return result
     finally:
         if was_enabled:
             gc.enable()
 
 
-def _search(bounds: Bounds, variant: str, progress: Callable[[Progress], None] | None,
-            progress_every: float, eventual: bool, jobs: int, reduce: bool,
-            fingerprints: bool = False,
-            fingerprint: Callable[[State], int] = hash) -> CheckResult:
+def _search(
+    bounds: Bounds,
+    variant: str,
+    progress: Callable[[Progress], None] | None,
+    progress_every: float,
+    eventual: bool,
+    jobs: int,
+    reduce: bool,
+    fingerprints: bool = False,
+    fingerprint: Callable[[State], int] = hash,
+) -> CheckResult:
     """The search ``check`` runs (its docstring). ``fingerprint``: the fingerprint of a state
     with ``fingerprints`` (tests weaken it to see a collision's effect)."""
     config = Config(bounds, variant_named(variant))
     n_workers = bounds.workers
     start = time.monotonic()
     if jobs > 1:
-        def level_progress(distinct: int, generated: int, depth: int, queued: int,
-                           seconds: float) -> None:
+
+        def level_progress(
+            distinct: int, generated: int, depth: int, queued: int, seconds: float
+        ) -> None:
             if progress is not None:
                 progress(Progress(distinct, generated, depth, queued, seconds, "safety"))
 
-        outcome = parallel_search(config, jobs, eventual, level_progress, progress_every,
-                                  reduce)
+        outcome = parallel_search(config, jobs, eventual, level_progress, progress_every, reduce)
         if outcome is not None and not outcome.stuck:
             return CheckResult(
-                ok=True, variant=variant, bounds=bounds,
+                ok=True,
+                variant=variant,
+                bounds=bounds,
                 distinct_states=outcome.distinct_states,
-                states_generated=outcome.states_generated, depth=outcome.depth,
-                seconds=time.monotonic() - start, violation=None, property=None,
+                states_generated=outcome.states_generated,
+                depth=outcome.depth,
+                seconds=time.monotonic() - start,
+                violation=None,
+                property=None,
                 reduced=reduce,
             )
         # a violation: the sequential search, unreduced, finds its shortest trace (and the same
@@ -204,14 +226,14 @@ def _search(bounds: Bounds, variant: str, progress: Callable[[Progress], None] |
 
     stored = 0  # (len(index) once the index is cleared)
 
-    def broken(last: int, extra: Action | None, bad: tuple[str, str],
-               unrecoverable: bool) -> CheckResult:
+    def broken(
+        last: int, extra: Action | None, bad: tuple[str, str], unrecoverable: bool
+    ) -> CheckResult:
         """The result of a violation: with fingerprints its property only (no states are kept
         for a trace; ``check`` searches again), else its trace."""
         if fingerprints:
             return result(None, bad[0])
-        return result(_trace(index, states, parent, via, last, extra, bad, config,
-                             unrecoverable))
+        return result(_trace(index, states, parent, via, last, extra, bad, config, unrecoverable))
 
     def result(violation: Trace | None, name: str | None = None) -> CheckResult:
         """``name``: the property broken, where there is no trace of it."""
@@ -241,8 +263,12 @@ def _search(bounds: Bounds, variant: str, progress: Callable[[Progress], None] |
             next_report = time.monotonic() + progress_every
             progress(
                 Progress(
-                    len(states), generated, depth[sid], len(states) - head,
-                    time.monotonic() - start, "safety",
+                    len(states),
+                    generated,
+                    depth[sid],
+                    len(states) - head,
+                    time.monotonic() - start,
+                    "safety",
                 )
             )
         d1 = depth[sid] + 1

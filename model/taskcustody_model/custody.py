@@ -60,9 +60,7 @@ def renewed(state: State, s: int, inc: int) -> bool:
     unobservable: only "deadline > now" is ever compared).  The ``heartbeat`` action is kept for
     the heartbeats that *do* something: re-registering after a stall, discovering a supersession.
     """
-    return any(
-        p.inc == inc and not p.stalled and p.phase != SUPERSEDED for p in state.processes[s]
-    )
+    return any(p.inc == inc and not p.stalled and p.phase != SUPERSEDED for p in state.processes[s])
 
 
 def fresh_incarnation(state: State, server: int) -> int:
@@ -153,14 +151,14 @@ def recovered(state: State, t: int, config: Config, by: tuple[int, int]) -> Stat
     n = state.recoveries[t] + 1
     if n > limit:
         # (the count leaves the hash for the dead letter, which keeps it)
-        return state._replace(status=set_at(state.status, t, POISONED),
-                              recoveries=set_at(state.recoveries, t, n))
+        return state._replace(
+            status=set_at(state.status, t, POISONED), recoveries=set_at(state.recoveries, t, n)
+        )
     if not config.variant.counts_in_recovering_step:
         # design 11: the count is written later, by the recovering process (``count_recovery``)
         s, i = by
         proc = state.processes[s][i]
-        state = with_process(state, s, i, proc._replace(
-            pending_counts=(*proc.pending_counts, t)))
+        state = with_process(state, s, i, proc._replace(pending_counts=(*proc.pending_counts, t)))
         return back_to_take(state, t, config)
     state = state._replace(recoveries=set_at(state.recoveries, t, n))
     return back_to_take(state, t, config)
@@ -298,8 +296,7 @@ def release_script(
         # max_recoveries, so it does not count towards ``bounded_executions``.
         state = state._replace(scheduled=tuple(sorted({*state.scheduled, t})))
         if config.bounds.max_recoveries is not None:
-            state = state._replace(
-                executions=set_at(state.executions, t, state.executions[t] - 1))
+            state = state._replace(executions=set_at(state.executions, t, state.executions[t] - 1))
     elif held:
         # a commit also deletes the task's recovery count: a task that completes leaves none
         state = state._replace(
@@ -313,4 +310,3 @@ def worker_task(state: State, s: int, i: int, w: int) -> int:
     """The task a worker believes it holds, or NO_TASK."""
     worker = state.processes[s][i].workers[w]
     return worker.task if worker.phase in HOLDING else NO_TASK
-

@@ -65,8 +65,10 @@ def flowchart(nodes: Sequence[str], edges: Sequence[Edge]) -> str:
 
 
 def worker_edges() -> list[Edge]:
-    return [(PHASE_NAMES[a], step, PHASE_NAMES[b])
-            for a, step, b in (*WORKER_TRANSITIONS, *WORKER_INTERRUPTIONS)]
+    return [
+        (PHASE_NAMES[a], step, PHASE_NAMES[b])
+        for a, step, b in (*WORKER_TRANSITIONS, *WORKER_INTERRUPTIONS)
+    ]
 
 
 def _process_node(phase: int) -> str:
@@ -91,7 +93,8 @@ def render() -> str:
         flowchart(worker_nodes, worker_edges()),
         "",
         "## A server process's phases\n",
-        "Drawn from `server_steps.PROCESS_TRANSITIONS`. A superseded process exits (`" + EXIT
+        "Drawn from `server_steps.PROCESS_TRANSITIONS`. A superseded process exits (`"
+        + EXIT
         + "`)\nonce none of its workers holds a task, in whichever step stops the last of them.\n",
         flowchart(process_nodes, process_edges()),
         "",

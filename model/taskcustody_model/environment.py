@@ -53,10 +53,17 @@ def aged(state: State, config: Config) -> State:
     for s, procs in enumerate(processes):
         for i, proc in enumerate(procs):
             if any(wk.phase == ARMED for wk in proc.workers):
-                state = with_process(state, s, i, proc._replace(workers=tuple(
-                    Worker(IDLE) if wk.phase == ARMED else wk for wk in proc.workers)))
+                state = with_process(
+                    state,
+                    s,
+                    i,
+                    proc._replace(
+                        workers=tuple(
+                            Worker(IDLE) if wk.phase == ARMED else wk for wk in proc.workers
+                        )
+                    ),
+                )
     return state
-
 
 
 def enqueue(state: State, action: Action, config: Config, lost: bool) -> State:

@@ -90,16 +90,21 @@ def fault_companions(state: State, config: Config, step: Action) -> list[Action]
     observable = LOSES_REPLY.get(name)
     if observable is not None and observable(state, config, step):
         out.append(Action("dropped_reply", step.server, step.proc, step.worker, name))
-    if (config.bounds.cancels_before_send and name in CANCELLABLE
-            and state.processes[step.server][step.proc].workers[step.worker].phase != ARMED):
+    if (
+        config.bounds.cancels_before_send
+        and name in CANCELLABLE
+        and state.processes[step.server][step.proc].workers[step.worker].phase != ARMED
+    ):
         out.append(Action("cancel_before_send", step.server, step.proc, step.worker, name))
     return out
 
 
 def worker_faults(state: State, config: Config, s: int, i: int, w: int) -> list[Action]:
     """A worker that is neither crashed nor stopped may crash (between two commands)."""
-    if (state.faults < config.bounds.faults
-            and state.processes[s][i].workers[w].phase not in (CRASHED, STOPPED)):
+    if state.faults < config.bounds.faults and state.processes[s][i].workers[w].phase not in (
+        CRASHED,
+        STOPPED,
+    ):
         return [Action("crash_worker", s, i, w)]
     return []
 
@@ -197,20 +202,22 @@ def redis_wipe(state: State, action: Action, config: Config, lost: bool) -> Stat
         )
         for procs in state.processes
     )
-    return settle(state._replace(
-        queue=(),
-        suspects=(),
-        scheduled=(),
-        lists=(),
-        records=(None,) * len(state.records),
-        registry=(None,) * len(state.registry),
-        registered=(),
-        fresh=(),
-        recoveries=(0,) * len(state.recoveries),  # the counts were in Redis too
-        processes=processes,
-        status=status,
-        stalled_ever=True,  # every live server looks dead until its next heartbeat
-    ))
+    return settle(
+        state._replace(
+            queue=(),
+            suspects=(),
+            scheduled=(),
+            lists=(),
+            records=(None,) * len(state.records),
+            registry=(None,) * len(state.registry),
+            registered=(),
+            fresh=(),
+            recoveries=(0,) * len(state.recoveries),  # the counts were in Redis too
+            processes=processes,
+            status=status,
+            stalled_ever=True,  # every live server looks dead until its next heartbeat
+        )
+    )
 
 
 def cancel_before_send(state: State, action: Action, config: Config, lost: bool) -> State:
@@ -246,4 +253,3 @@ def cancel_before_send(state: State, action: Action, config: Config, lost: bool)
     else:
         worker = Worker(DIRTY)
     return settle(free_slot(with_worker(state, s, i, w, worker), s, i, w))
-

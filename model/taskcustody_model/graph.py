@@ -7,8 +7,13 @@ from array import array
 from collections.abc import Iterable
 
 
-def reaching(size: int, src: Iterable[int], dst: Iterable[int], targets: Iterable[int],
-             good: bytearray | None = None) -> bytearray:
+def reaching(
+    size: int,
+    src: Iterable[int],
+    dst: Iterable[int],
+    targets: Iterable[int],
+    good: bytearray | None = None,
+) -> bytearray:
     """`good`, with good[j] set for every state j < size from which the edges src[k] -> dst[k]
     lead to one of `targets` (targets included): a backward search over the reverse adjacency,
     built in compressed form (the predecessors of v are pred[offset[v]:offset[v+1]]). The

@@ -66,8 +66,10 @@ def no_loss(state: State, config: Config) -> str | None:
         if commits == 0 and count[t] == 0 and _ours(state, t) and not _poisoned(state, t):
             if not config.variant.take_into_list and state.records[t] is not None:
                 continue  # BLPOP design: the processing record is its (only) recovery path
-            return (f"task {t} is lost: not committed, not in the queue, the suspects list, the "
-                    "scheduled set or any in-flight list")
+            return (
+                f"task {t} is lost: not committed, not in the queue, the suspects list, the "
+                "scheduled set or any in-flight list"
+            )
     return None
 
 
@@ -81,8 +83,10 @@ def no_duplication(state: State, config: Config) -> str | None:
         if commits and count[t]:
             return f"task {t} has committed but is still queued or in custody"
         if state.status and state.status[t] == POISONED and (count[t] or commits):
-            return f"task {t} was dead-lettered as a poison pill but is still queued, in " \
+            return (
+                f"task {t} was dead-lettered as a poison pill but is still queued, in "
                 "custody or committed"
+            )
     return None
 
 
@@ -115,8 +119,7 @@ def bounded_executions(state: State, config: Config) -> str | None:
     for t, n in enumerate(state.executions):
         if n > limit + 1:
             return (
-                f"task {t} started executing {n} times; max_recoveries={limit} allows "
-                f"{limit + 1}"
+                f"task {t} started executing {n} times; max_recoveries={limit} allows {limit + 1}"
             )
     return None
 
@@ -185,37 +188,47 @@ WHY: dict[str, str] = {
     "no-loss": (
         "Every enqueued task that has not committed must be somewhere recovery can find it (the "
         "queue, the suspects list, the scheduled set or an in-flight list): a task in none of "
-        "them, held at most in a worker's memory, is gone for good once that worker dies."),
+        "them, held at most in a worker's memory, is gone for good once that worker dies."
+    ),
     "no-duplication": (
         "A task must be in at most one place at a time, and nowhere once it has committed: a "
-        "task in two places, or queued after its commit, will be run twice."),
+        "task in two places, or queued after its commit, will be run twice."
+    ),
     "no-double-commit": (
         "A task must commit once: a second commit means its handler ran to completion twice and "
-        "its effects happened twice."),
+        "its effects happened twice."
+    ),
     "no-double-execution": (
         "Unless some process stalled (and so looked dead to the others), no two live workers may "
-        "hold the same task: while the deployment is healthy, execution is exclusive."),
+        "hold the same task: while the deployment is healthy, execution is exclusive."
+    ),
     "registered-custody": (
         "Every in-flight list that holds a task must be in the registry of in-flight lists, "
         "because recovery finds lists only there: a task in an unregistered list is stranded "
-        "when its holder dies."),
+        "when its holder dies."
+    ),
     "bounded-executions": (
         "With poison-pill detection a task may start at most max_recoveries + 1 times: more "
-        "means a task that keeps killing its workers is never dead-lettered."),
+        "means a task that keeps killing its workers is never dead-lettered."
+    ),
     "suspects-run-alone": (
         "A process may hold at most one recovered (suspect) task at a time, so that when a poison "
-        "pill kills it only the pill's count grows and no innocent task is dead-lettered with it."),
+        "pill kills it only the pill's count grows and no innocent task is dead-lettered with it."
+    ),
     "bounded-work": (
         "A drain must stop after as many moves as its list held when it started: one that goes "
-        "on while the list's live owner refills it never ends, and steals that owner's tasks."),
+        "on while the list's live owner refills it never ends, and steals that owner's tasks."
+    ),
     "prompt-recovery": (
         "A sweep pass must drain every list that is dead when it starts, and a startup drain "
         "every list of its server id's earlier incarnations: a list left behind keeps a dead "
-        "holder's tasks from every worker for as long as nothing else recovers them."),
+        "holder's tasks from every worker for as long as nothing else recovers them."
+    ),
     "eventual-recovery": (
         "Once faults stop, the protocol's own steps must bring every task to exactly one commit "
         "with nothing left in the queue, the lists or the records: from a state where no "
-        "sequence of steps gets there, some task is stranded forever."),
+        "sequence of steps gets there, some task is stranded forever."
+    ),
 }
 
 
@@ -260,11 +273,12 @@ def is_done(state: State) -> bool:
     """Recovery has finished: every task enqueued (and not lost by Redis itself) committed
     exactly once; queue, in-flight lists and processing records empty; the server registry lists
     only live servers, and the registry of in-flight lists only live servers' lists."""
-    if (state.queue or state.suspects or state.scheduled or state.lists
-            or WAITING in state.status):
+    if state.queue or state.suspects or state.scheduled or state.lists or WAITING in state.status:
         return False
-    if any(c != (1 if _ours(state, t) and not _poisoned(state, t) else 0)
-           for t, c in enumerate(state.committed)):
+    if any(
+        c != (1 if _ours(state, t) and not _poisoned(state, t) else 0)
+        for t, c in enumerate(state.committed)
+    ):
         return False
     if any(r is not None for r in state.records):
         return False

@@ -43,4 +43,5 @@ def check_fresh(package: Path) -> None:
     if source.is_dir() and source_digest(source) != built["digest"]:
         raise StaleNativeModel(
             f"{package} was compiled from {source}, which has changed since: run "
-            f"`python -m taskcustody_model.native_build {package.parent}` again")
+            f"`python -m taskcustody_model.native_build {package.parent}` again"
+        )

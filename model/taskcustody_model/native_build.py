@@ -12,9 +12,24 @@ from pathlib import Path
 from .native import STAMP, source_digest
 
 #: the modules the search spends its time in (the rest stays interpreted)
-COMPILED = ("state", "variants", "action", "custody", "selection", "worker_steps",
-            "server_steps", "environment", "faults", "protocol", "invariants", "symmetry", "graph",
-            "reduction", "checker", "parallel")
+COMPILED = (
+    "state",
+    "variants",
+    "action",
+    "custody",
+    "selection",
+    "worker_steps",
+    "server_steps",
+    "environment",
+    "faults",
+    "protocol",
+    "invariants",
+    "symmetry",
+    "graph",
+    "reduction",
+    "checker",
+    "parallel",
+)
 
 
 def build(out: Path) -> Path:
@@ -27,7 +42,9 @@ def build(out: Path) -> Path:
     shutil.copytree(here, target, ignore=shutil.ignore_patterns("__pycache__", "*.so"))
     subprocess.run(
         [sys.executable, "-m", "mypyc", *(f"taskcustody_model/{m}.py" for m in COMPILED)],
-        cwd=out, check=True, capture_output=True,
+        cwd=out,
+        check=True,
+        capture_output=True,
     )
     (target / STAMP).write_text(json.dumps({"source": str(here), "digest": source_digest(here)}))
     return target
@@ -42,7 +59,8 @@ def main(argv: list[str] | None = None) -> int:
         target = build(Path(args[0]).resolve())
     except subprocess.CalledProcessError as exc:
         out = (exc.stdout or b"").decode(errors="replace") + (exc.stderr or b"").decode(
-            errors="replace")
+            errors="replace"
+        )
         print(f"mypyc failed:\n{out.strip()}", file=sys.stderr)
         return 1
     print(f"compiled model in {target} (put {target.parent} first on PYTHONPATH)")

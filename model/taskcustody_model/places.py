@@ -24,11 +24,15 @@ HANDS = "a worker's hands"  # in no list: only in designs without custody in a l
 NOWHERE = "nowhere"  # lost: only in broken designs
 
 #: The places, in the order the diagram lists them.
-PLACES = (WAITING_PLACE, QUEUE, SUSPECTS, SCHEDULED, INFLIGHT, COMMITTED, DEAD_LETTERS,
-          WIPED_PLACE)
+PLACES = (WAITING_PLACE, QUEUE, SUSPECTS, SCHEDULED, INFLIGHT, COMMITTED, DEAD_LETTERS, WIPED_PLACE)
 
-_RECOVERIES = ("reconcile", "startup_drain", "sweep", "drain_step",
-               "requeue_stuck_processing_tasks")
+_RECOVERIES = (
+    "reconcile",
+    "startup_drain",
+    "sweep",
+    "drain_step",
+    "requeue_stuck_processing_tasks",
+)
 
 #: (place, step, place after): every move of a task the steps of the correct design make.
 TASK_MOVES: tuple[tuple[str, str, str], ...] = (
@@ -72,7 +76,11 @@ def place_of(state: State, t: int) -> str:
         return DEAD_LETTERS
     if status == WIPED:
         return WIPED_PLACE
-    if any(w.phase in HOLDING and w.task == t
-           for procs in state.processes for proc in procs for w in proc.workers):
+    if any(
+        w.phase in HOLDING and w.task == t
+        for procs in state.processes
+        for proc in procs
+        for w in proc.workers
+    ):
         return HANDS
     return NOWHERE

@@ -172,6 +172,7 @@ STEPS: dict[str, Effect] = {
     "redis_wipe": redis_wipe,
 }
 
+
 def apply(state: State, action: Action, config: Config) -> State:
     """The state after ``action`` (which must be enabled in ``state``): its effect in ``STEPS``
     (a fault first counts against ``Bounds.faults``)."""

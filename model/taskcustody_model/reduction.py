@@ -138,7 +138,8 @@ def progress(state: State) -> int:
     """The measure every eligible step raises by one."""
     return sum(
         (not proc.stalled) + sum(_RANK.get(wk.phase, 0) for wk in proc.workers)
-        for procs in state.processes for proc in procs
+        for procs in state.processes
+        for proc in procs
     )
 
 
@@ -160,15 +161,21 @@ def _healthy_registered(state: State, s: int, i: int) -> bool:
     """Process ``i`` of server id ``s`` runs, is not stalled, and holds the registration with a
     fresh deadline: with the fault budget spent, it stays so on every path."""
     proc = state.processes[s][i]
-    return (not proc.stalled and proc.phase == RUNNING
-            and state.registry[s] == Registration(proc.inc, TTL))
+    return (
+        not proc.stalled
+        and proc.phase == RUNNING
+        and state.registry[s] == Registration(proc.inc, TTL)
+    )
 
 
 def _reconcile_alone(state: State, action: Action) -> bool:
     s, i, w = action.server, action.proc, action.worker
     proc = state.processes[s][i]
-    return (_healthy_registered(state, s, i) and proc.suspect != w
-            and not list_of(state, (s, proc.inc, w)))
+    return (
+        _healthy_registered(state, s, i)
+        and proc.suspect != w
+        and not list_of(state, (s, proc.inc, w))
+    )
 
 
 def _restart_alone(state: State, action: Action) -> bool:

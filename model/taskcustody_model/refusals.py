@@ -47,8 +47,10 @@ class Attempt(NamedTuple):
             return f"a new process tries to claim id s{self.server}, held by a live process"
         if self.name == "heartbeat_superseded":
             return f"superseded process s{self.server}#{self.inc} tries to heartbeat"
-        return (f"a sweep tries to drain inflight:{self.server}:{self.inc}:{self.worker}, "
-                "whose owner is live")
+        return (
+            f"a sweep tries to drain inflight:{self.server}:{self.inc}:{self.worker}, "
+            "whose owner is live"
+        )
 
 
 def refused_attempts(state: State, config: Config) -> list[Attempt]:
@@ -68,8 +70,12 @@ def refused_attempts(state: State, config: Config) -> list[Attempt]:
         if reg is not None and reg.deadline > 0:
             out.append(Attempt("claim_held", s))
         for i, proc in enumerate(procs):
-            if (proc.phase == SUPERSEDED and not proc.stalled and reg is not None
-                    and reg.inc != proc.inc):
+            if (
+                proc.phase == SUPERSEDED
+                and not proc.stalled
+                and reg is not None
+                and reg.inc != proc.inc
+            ):
                 out.append(Attempt("heartbeat_superseded", s, i, inc=proc.inc))
     for key, tasks in state.lists:
         reg = state.registry[key[0]]

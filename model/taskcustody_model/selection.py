@@ -54,8 +54,9 @@ def lists_to_recover(
 def pass_selection(state: State, action: Action, config: Config) -> set[ListKey]:
     """The lists a ``sweep`` or ``startup_drain`` about to run in ``state`` decides to drain."""
     proc = state.processes[action.server][action.proc]
-    drains = lists_to_recover(state, action.server, proc, config.variant,
-                              include_self=INCLUDE_SELF[action.name])
+    drains = lists_to_recover(
+        state, action.server, proc, config.variant, include_self=INCLUDE_SELF[action.name]
+    )
     return {d.key for d in drains}
 
 
@@ -82,8 +83,9 @@ def spares_fresh(state: State, s: int, proc: Process) -> bool:
         return False
     held = {k for k, _ in state.lists}
     registry = prune(state.registry)
-    return any(k not in held and k[:2] != (s, proc.inc) and not is_live(registry, k)
-               for k in state.fresh)
+    return any(
+        k not in held and k[:2] != (s, proc.inc) and not is_live(registry, k) for k in state.fresh
+    )
 
 
 def collectable(
@@ -114,7 +116,9 @@ def collectable(
         return tuple(
             k
             for k in state.registered
-            if k not in held and k[:2] != (s, proc.inc) and not is_live(registry, k)
+            if k not in held
+            and k[:2] != (s, proc.inc)
+            and not is_live(registry, k)
             and k not in fresh
         )
     spare_pending = v.gc_waits_for_pending_takes and bounds.take_wait_bounded
@@ -161,4 +165,3 @@ def tick_ages(state: State) -> bool:
     process that a tick ends is sent again at once, registering the same list; so ticks for
     them alone are not generated."""
     return any(not renewed(state, k[0], k[1]) for k in state.fresh)
-

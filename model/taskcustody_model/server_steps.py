@@ -148,8 +148,11 @@ def claim(state: State, action: Action, config: Config, lost: bool) -> State:
     # (The old design registered only here; the design registers again with every take.)
     s = action.server
     inc = fresh_incarnation(state, s)
-    state = register(state._replace(registry=set_at(state.registry, s, Registration(inc, TTL))),
-                     config, *((s, inc, w) for w in range(config.bounds.workers)))
+    state = register(
+        state._replace(registry=set_at(state.registry, s, Registration(inc, TTL))),
+        config,
+        *((s, inc, w) for w in range(config.bounds.workers)),
+    )
     if lost:
         return state
     workers = tuple(Worker(IDLE) for _ in range(config.bounds.workers))
@@ -167,8 +170,7 @@ def heartbeat(state: State, action: Action, config: Config, lost: bool) -> State
     if reg is None or reg.inc == proc.inc:
         # Ours, or nobody's (we were pruned while stalled, or Redis lost the registry).
         if reg is None and config.variant.registry_heals:
-            state = register(state, config,
-                             *((s, proc.inc, w) for w in range(len(proc.workers))))
+            state = register(state, config, *((s, proc.inc, w) for w in range(len(proc.workers))))
         return state._replace(registry=set_at(state.registry, s, Registration(proc.inc, TTL)))
     workers = tuple(
         Worker(STOPPED) if wk.phase in (IDLE, DIRTY, ARMED) or proc.phase < RUNNING else wk
@@ -206,8 +208,9 @@ def startup_drain(state: State, action: Action, config: Config, lost: bool) -> S
     drains are done."""
     s, i = action.server, action.proc
     proc = state.processes[s][i]
-    drains = lists_to_recover(state, s, proc, config.variant,
-                              include_self=INCLUDE_SELF["startup_drain"])
+    drains = lists_to_recover(
+        state, s, proc, config.variant, include_self=INCLUDE_SELF["startup_drain"]
+    )
     proc = proc._replace(phase=STARTING if drains else RUNNING, drains=drains)
     return finish_pass(with_process(state, s, i, proc), s, i, config)
 
@@ -299,7 +302,11 @@ def promote(state: State, action: Action, config: Config, lost: bool) -> State:
     t = action.task
     if v.promotion_moves:
         state = state._replace(scheduled=tuple(x for x in state.scheduled if x != t))
-    if (config.bounds.max_recoveries is not None and v.counts_recoveries
-            and v.suspects_run_alone and state.recoveries[t] >= 1):
+    if (
+        config.bounds.max_recoveries is not None
+        and v.counts_recoveries
+        and v.suspects_run_alone
+        and state.recoveries[t] >= 1
+    ):
         return state._replace(suspects=(t, *state.suspects))
     return state._replace(queue=(t, *state.queue))

@@ -93,13 +93,21 @@ def simulate(
 
     def spent() -> bool:
         return (max_steps is not None and steps >= max_steps) or (
-            seconds is not None and clock() - start >= seconds)
+            seconds is not None and clock() - start >= seconds
+        )
 
     def result(violation: Trace | None) -> SimulationResult:
         return SimulationResult(
-            ok=violation is None, variant=variant, bounds=bounds, seed=seed,
-            distinct_states=len(seen), walks=walks, steps=steps, max_depth=deepest,
-            seconds=clock() - start, violation=violation,
+            ok=violation is None,
+            variant=variant,
+            bounds=bounds,
+            seed=seed,
+            distinct_states=len(seen),
+            walks=walks,
+            steps=steps,
+            max_depth=deepest,
+            seconds=clock() - start,
+            violation=violation,
             property=None if violation is None else violation.property,
         )
 
@@ -121,21 +129,31 @@ def simulate(
             if not actions:
                 # nothing left to do (no fault-free step either): the eventual verdict is exact
                 if not is_done(state):
-                    return result(Trace(
-                        "eventual-recovery",
-                        "once faults stop, the protocol has nothing left to do and has not "
-                        "committed every task exactly once and cleaned up",
-                        init, tuple(path), True))
+                    return result(
+                        Trace(
+                            "eventual-recovery",
+                            "once faults stop, the protocol has nothing left to do and has not "
+                            "committed every task exactly once and cleaned up",
+                            init,
+                            tuple(path),
+                            True,
+                        )
+                    )
                 break
             if faults_stop and is_done(state):
                 break
             if faults_stop and len(path) >= cut + recovery_steps:
-                return result(Trace(
-                    "eventual-recovery",
-                    f"once faults stop, {recovery_steps} random protocol steps never reached a "
-                    "state where every task committed exactly once and everything is clean "
-                    "(a sampled verdict: see taskcustody_model.simulate)",
-                    init, tuple(path[:cut]), True))
+                return result(
+                    Trace(
+                        "eventual-recovery",
+                        f"once faults stop, {recovery_steps} random protocol steps never reached a "
+                        "state where every task committed exactly once and everything is clean "
+                        "(a sampled verdict: see taskcustody_model.simulate)",
+                        init,
+                        tuple(path[:cut]),
+                        True,
+                    )
+                )
             action = actions[rng.randrange(len(actions))]
             broken = check_transition(state, action, config)
             state = apply(state, action, config)
@@ -148,8 +166,11 @@ def simulate(
                 return result(Trace(broken[0], broken[1], init, tuple(path), False))
             if progress is not None and steps % 256 == 0 and clock() >= next_report:
                 next_report = clock() + progress_every
-                progress(SimulationProgress(len(seen), walks, steps, max(deepest, len(path)),
-                                            clock() - start))
+                progress(
+                    SimulationProgress(
+                        len(seen), walks, steps, max(deepest, len(path)), clock() - start
+                    )
+                )
             if spent():
                 break
         deepest = max(deepest, len(path))

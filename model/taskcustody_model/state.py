@@ -228,9 +228,7 @@ def initial_state(bounds: Bounds) -> State:
         records=(None,) * bounds.tasks,
         committed=(0,) * bounds.tasks,
         registry=tuple(Registration(0, TTL) for _ in range(bounds.servers)),
-        processes=tuple(
-            (Process(0, False, RUNNING, (), workers),) for _ in range(bounds.servers)
-        ),
+        processes=tuple((Process(0, False, RUNNING, (), workers),) for _ in range(bounds.servers)),
         faults=0,
         stalled_ever=False,
         registered=registered,

@@ -106,13 +106,15 @@ def canonical(state: State, n_workers: int, *, plain: bool = False) -> State:
             sigs = []
             for w in workers_range:
                 key = (s, inc, w)
-                sigs.append((
-                    holder.workers[w] if holder is not None else (),
-                    holder is not None and holder.suspect == w,
-                    lists.get(key, ()),
-                    tuple(recs.get(key, ())),
-                    key in registered,
-                ))
+                sigs.append(
+                    (
+                        holder.workers[w] if holder is not None else (),
+                        holder is not None and holder.suspect == w,
+                        lists.get(key, ()),
+                        tuple(recs.get(key, ())),
+                        key in registered,
+                    )
+                )
             new_index = [0] * n_workers
             for new, old in enumerate(sorted(workers_range, key=sigs.__getitem__)):
                 new_index[old] = new
@@ -127,17 +129,28 @@ def canonical(state: State, n_workers: int, *, plain: bool = False) -> State:
         for proc in processes[s]:
             wm = worker_map[(s, proc.inc)]
             new_inc = inc_map[s][proc.inc]
-            if new_inc == proc.inc and (n_workers == 1 or wm[0] == 0) and (
-                    n_workers <= 2 or wm == sorted(wm)) and not plain:
+            if (
+                new_inc == proc.inc
+                and (n_workers == 1 or wm[0] == 0)
+                and (n_workers <= 2 or wm == sorted(wm))
+                and not plain
+            ):
                 row.append(proc)  # nothing of it renamed here
                 continue
             workers: list[Worker] = list(proc.workers)
             for w, wk in enumerate(proc.workers):
                 workers[wm[w]] = wk
-            row.append(Process(
-                new_inc, proc.stalled, proc.phase, proc.drains, tuple(workers),
-                proc.pending_counts, wm[proc.suspect] if proc.suspect >= 0 else -1,
-            ))
+            row.append(
+                Process(
+                    new_inc,
+                    proc.stalled,
+                    proc.phase,
+                    proc.drains,
+                    tuple(workers),
+                    proc.pending_counts,
+                    wm[proc.suspect] if proc.suspect >= 0 else -1,
+                )
+            )
         local.append(row)
 
     # Servers: sorted by everything they own, with names inside a server already canonical.
@@ -148,10 +161,16 @@ def canonical(state: State, n_workers: int, *, plain: bool = False) -> State:
         # when two heads tie, which orders exactly as the whole signature would.
         sigs_s: list[tuple] = [  # type: ignore[type-arg]
             (
-                () if registry[s] is None else (inc_map[s][registry[s].inc],  # type: ignore[union-attr]
-                                                registry[s].deadline),  # type: ignore[union-attr]
-                tuple((p.inc, p.stalled, p.phase, len(p.drains), p.workers, p.suspect)
-                      for p in local[s]),
+                ()
+                if registry[s] is None
+                else (
+                    inc_map[s][registry[s].inc],  # type: ignore[union-attr]
+                    registry[s].deadline,
+                ),  # type: ignore[union-attr]
+                tuple(
+                    (p.inc, p.stalled, p.phase, len(p.drains), p.workers, p.suspect)
+                    for p in local[s]
+                ),
             )
             for s in range(n_servers)
         ]
@@ -183,8 +202,9 @@ def canonical(state: State, n_workers: int, *, plain: bool = False) -> State:
         ns = server_map[s]
         if reg is not None:
             new_inc = inc_map[s][reg.inc]
-            new_registry[ns] = (reg if new_inc == reg.inc and not plain
-                                else Registration(new_inc, reg.deadline))
+            new_registry[ns] = (
+                reg if new_inc == reg.inc and not plain else Registration(new_inc, reg.deadline)
+            )
         new_local[ns] = local[s]
     if same_slots:
         # no list key is renamed: the keys keep their order, and records their keys
@@ -221,8 +241,14 @@ def canonical(state: State, n_workers: int, *, plain: bool = False) -> State:
     if len(name) < n_tasks:
         for t in sorted(
             (t for t in range(n_tasks) if t not in name),
-            key=lambda t: (records[t] is None, records[t] or (), committed[t], status[t],
-                           recoveries[t], executions[t]),
+            key=lambda t: (
+                records[t] is None,
+                records[t] or (),
+                committed[t],
+                status[t],
+                recoveries[t],
+                executions[t],
+            ),
         ):
             name[t] = len(name)
     same_tasks = not plain
@@ -230,10 +256,14 @@ def canonical(state: State, n_workers: int, *, plain: bool = False) -> State:
         if name[t] != t:
             same_tasks = False
             break
-    registered_ = (state.registered if same_slots
-                   else tuple(sorted(rekey(k) for k in state.registered)))
-    fresh_ = (state.fresh if same_slots or not state.fresh
-              else tuple(sorted(rekey(k) for k in state.fresh)))
+    registered_ = (
+        state.registered if same_slots else tuple(sorted(rekey(k) for k in state.registered))
+    )
+    fresh_ = (
+        state.fresh
+        if same_slots or not state.fresh
+        else tuple(sorted(rekey(k) for k in state.fresh))
+    )
     if same_tasks:
         # the tasks keep their names: every place that holds only tasks is kept as it is
         return State(
@@ -245,9 +275,9 @@ def canonical(state: State, n_workers: int, *, plain: bool = False) -> State:
             committed=committed,
             registry=tuple(new_registry),
             processes=tuple(
-                tuple(p if same_slots or not p.drains else _renamed(p, name, rekey)
-                      for p in row)
-                for row in new_local),
+                tuple(p if same_slots or not p.drains else _renamed(p, name, rekey) for p in row)
+                for row in new_local
+            ),
             faults=state.faults,
             stalled_ever=state.stalled_ever,
             registered=registered_,
@@ -326,7 +356,9 @@ def _renamed(p: Process, name: dict[int, int], rekey: Callable[[ListKey], ListKe
     if not p.drains and not p.pending_counts:
         return p if workers is p.workers else p._replace(workers=workers)
     return Process(
-        p.inc, p.stalled, p.phase,
+        p.inc,
+        p.stalled,
+        p.phase,
         tuple(Drain(rekey(d.key), d.length, d.moved) for d in p.drains),
         workers,
         tuple(name[t] for t in p.pending_counts),

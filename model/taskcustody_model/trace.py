@@ -58,9 +58,7 @@ def describe_state(state: State, indent: str = "    ") -> str:
         or "-"
     )
     committed = " ".join(f"{t}:{c}" for t, c in enumerate(state.committed))
-    registered = (
-        ", ".join(f"inflight:{k[0]}:{k[1]}:{k[2]}" for k in state.registered) or "-"
-    )
+    registered = ", ".join(f"inflight:{k[0]}:{k[1]}:{k[2]}" for k in state.registered) or "-"
     lines = [
         f"queue (next on the right): [{queue}]   committed: {committed}"
         + (f"   suspects: [{' '.join(map(str, state.suspects))}]" if state.suspects else "")
@@ -69,9 +67,7 @@ def describe_state(state: State, indent: str = "    ") -> str:
         f"registry of in-flight lists: {registered}",
         f"processing: {records}",
     ]
-    apart = [
-        f"{t}: {TASK_STATUS_NAMES[st]}" for t, st in enumerate(state.status) if st != 0
-    ]
+    apart = [f"{t}: {TASK_STATUS_NAMES[st]}" for t, st in enumerate(state.status) if st != 0]
     if apart:
         lines.append("tasks not enqueued, or lost by Redis: " + ", ".join(apart))
     for s, procs in enumerate(state.processes):
@@ -147,8 +143,11 @@ def describe_bounds(b: Bounds) -> str:
 def render_bounds(bounds: Bounds, given: list[str]) -> str:
     """``model-check``'s first line: the bounds of the run, and where they come from (``given``:
     the flags that replaced some of the design's own)."""
-    source = (f"{' '.join(given)} from the command line, the rest the design's own" if given
-              else "the design's own; flags override")
+    source = (
+        f"{' '.join(given)} from the command line, the rest the design's own"
+        if given
+        else "the design's own; flags override"
+    )
     return f"bounds: {describe_bounds(bounds)} ({source})"
 
 
@@ -160,9 +159,12 @@ def render_stats(result: CheckResult) -> str:
         f"found{' (partial-order reduced)' if result.reduced else ''}, depth {result.depth}, "
         f"{result.seconds:.1f}s "
         f"({result.states_per_second:.0f} distinct states/s)"
-        + (f"\nhash-compacted: {result.fingerprints} fingerprints stored; the chance that two "
-           f"collided (a state left unexplored) is about {result.collision_bound:.1e}"
-           if result.fingerprints else "")
+        + (
+            f"\nhash-compacted: {result.fingerprints} fingerprints stored; the chance that two "
+            f"collided (a state left unexplored) is about {result.collision_bound:.1e}"
+            if result.fingerprints
+            else ""
+        )
     )
 
 

@@ -16,19 +16,22 @@ DEFAULT_BOUNDS = Bounds(tasks=3, servers=2, workers=2, faults=2, processes_per_s
 CHECKER_BOUNDS = Bounds(tasks=3, servers=2, workers=2, faults=2)
 #: Designs 10 and 11 show with poison-pill detection on: one task whose holder keeps dying, the
 #: tightest limit (a task recovered twice is dead-lettered).
-POISON_BOUNDS = Bounds(tasks=1, servers=2, workers=1, faults=3, processes_per_server=1,
-                       max_recoveries=1)
+POISON_BOUNDS = Bounds(
+    tasks=1, servers=2, workers=1, faults=3, processes_per_server=1, max_recoveries=1
+)
 #: Design 12 needs a process that holds two tasks (2 workers) and dies with them.
-BYSTANDER_BOUNDS = Bounds(tasks=2, servers=2, workers=2, faults=2, processes_per_server=1,
-                          max_recoveries=1)
+BYSTANDER_BOUNDS = Bounds(
+    tasks=2, servers=2, workers=2, faults=2, processes_per_server=1, max_recoveries=1
+)
 #: Design 13 needs a handler that fails, so that a retry is scheduled and promoted: the checker's
 #: bounds with handler failures.
 RETRY_BOUNDS = CHECKER_BOUNDS._replace(processes_per_server=1, handler_failures=True)
 #: Design 16 shows with asyncio's fault, a worker step cancelled before its command is sent:
 #: 2 tasks, so that another worker can empty the queue (with a task left in the queue, the worker
 #: that believes itself clean takes it, and that release finds the first task as debris).
-CANCEL_BOUNDS = Bounds(tasks=2, servers=2, workers=1, faults=2, processes_per_server=1,
-                       cancels_before_send=True)
+CANCEL_BOUNDS = Bounds(
+    tasks=2, servers=2, workers=1, faults=2, processes_per_server=1, cancels_before_send=True
+)
 
 
 class Counterexample(NamedTuple):
@@ -251,9 +254,7 @@ def variant(name: str) -> Variant:
     try:
         return VARIANTS[name]
     except KeyError:
-        raise ValueError(
-            f"unknown variant {name!r}; known: {', '.join(VARIANTS)}"
-        ) from None
+        raise ValueError(f"unknown variant {name!r}; known: {', '.join(VARIANTS)}") from None
 
 
 def variant_listing() -> str:

@@ -242,8 +242,9 @@ def release_and_take(state: State, action: Action, config: Config, lost: bool) -
     s, i, w = action.server, action.proc, action.worker
     proc = state.processes[s][i]
     slot_was_ours = proc.suspect == w
-    state, debris = release_script(state, s, i, w, config, retry=False,
-                                   checks_custody=v.composite_checks_custody)
+    state, debris = release_script(
+        state, s, i, w, config, retry=False, checks_custody=v.composite_checks_custody
+    )
     t = NO_TASK
     if not debris:
         if state.suspects and proc.suspect in (-1, w):
@@ -251,7 +252,11 @@ def release_and_take(state: State, action: Action, config: Config, lost: bool) -
             state, t = take_suspect_script(state, s, i, w, config)
         elif state.queue:
             state, t = take_from_queue(
-                state, s, i, w, config,
+                state,
+                s,
+                i,
+                w,
+                config,
                 into_list=v.take_into_list and v.composite_takes_into_list,
             )
             if slot_was_ours and not lost:

@@ -23,14 +23,16 @@ from taskcustody.verify.designs import CANCEL_BOUNDS
 
 from .searches import check
 
-CFG = Config(Bounds(tasks=2, servers=2, workers=2, faults=3, cancels_before_send=True),
-             variant("correct"))
+CFG = Config(
+    Bounds(tasks=2, servers=2, workers=2, faults=3, cancels_before_send=True), variant("correct")
+)
 #: with poison-pill detection: a recovered task is a suspect, taken under the process's slot
 SLOT_CFG = Config(CFG.bounds._replace(max_recoveries=1), variant("correct"))
 
 
-def step(state: State, name: str, s: int = -1, i: int = -1, w: int = -1, cmd: str = "",
-         cfg: Config = CFG) -> State:
+def step(
+    state: State, name: str, s: int = -1, i: int = -1, w: int = -1, cmd: str = "", cfg: Config = CFG
+) -> State:
     action = Action(name, s, i, w, cmd)
     assert action in enabled_actions(state, cfg), f"{action} not enabled"
     after = apply(state, action, cfg)
@@ -44,17 +46,26 @@ def cancel(state: State, cmd: str, s: int = 0, w: int = 0, cfg: Config = CFG) ->
 
 def _redis(state: State) -> tuple[object, ...]:
     """What Redis holds (every field but the processes and the fault count)."""
-    return (state.queue, state.lists, state.records, state.committed, state.registry,
-            state.registered, state.recoveries, state.suspects, state.scheduled)
+    return (
+        state.queue,
+        state.lists,
+        state.records,
+        state.committed,
+        state.registry,
+        state.registered,
+        state.recoveries,
+        state.suspects,
+        state.scheduled,
+    )
 
 
 def test_it_is_off_by_default_so_the_other_bounds_keep_their_state_space() -> None:
     off = Config(CFG.bounds._replace(cancels_before_send=False), CFG.variant)
-    state = step(step(initial_state(off.bounds), "take", 0, 0, 0, cfg=off), "record", 0, 0, 0,
-                 cfg=off)
+    state = step(
+        step(initial_state(off.bounds), "take", 0, 0, 0, cfg=off), "record", 0, 0, 0, cfg=off
+    )
     assert not any(a.name == "cancel_before_send" for a in enabled_actions(state, off))
-    assert Action("cancel_before_send", 0, 0, 0, "release") in enabled_actions(
-        state, CFG)
+    assert Action("cancel_before_send", 0, 0, 0, "release") in enabled_actions(state, CFG)
 
 
 def test_a_cancelled_take_moves_nothing_and_leaves_the_worker_dirty() -> None:
@@ -165,12 +176,20 @@ def test_the_checker_accepts_the_correct_design_with_cancellations_before_the_se
 def test_the_checker_accepts_it_with_the_suspect_slot() -> None:
     """With poison-pill detection it does reach new states: a dirty worker that holds the slot
     while the suspect is still waiting (2,875 distinct states against 2,843 without)."""
-    bounds = Bounds(tasks=2, servers=1, workers=2, faults=2, processes_per_server=1,
-                    max_recoveries=1, cancels_before_send=True)
+    bounds = Bounds(
+        tasks=2,
+        servers=1,
+        workers=2,
+        faults=2,
+        processes_per_server=1,
+        max_recoveries=1,
+        cancels_before_send=True,
+    )
     result = check(bounds)
     assert result.ok, result.violation and render_trace(result.violation)
-    assert result.distinct_states > check(
-        bounds._replace(cancels_before_send=False)).distinct_states
+    assert (
+        result.distinct_states > check(bounds._replace(cancels_before_send=False)).distinct_states
+    )
 
 
 def test_design_16_breaks_eventual_recovery_in_a_cancelled_release() -> None:
@@ -179,7 +198,11 @@ def test_design_16_breaks_eventual_recovery_in_a_cancelled_release() -> None:
     result = check(CANCEL_BOUNDS, "cancelled-release-ran")
     assert result.violation is not None and result.violation.eventual
     assert [(s.action.name, s.action.command) for s in result.violation.steps] == [
-        ("take", ""), ("take", ""), ("record", ""), ("cancel_before_send", "release")]
+        ("take", ""),
+        ("take", ""),
+        ("record", ""),
+        ("cancel_before_send", "release"),
+    ]
     last = result.violation.steps[-1].state
     assert list_of(last, (0, 0, 0)) == (0,) and last.queue == ()
 
@@ -188,8 +211,10 @@ def test_only_a_cancellation_before_the_send_tells_design_16_from_the_correct_de
     """Without the fault, design 16 (a release whose end it did not see taken for one that ran)
     explores exactly the correct design's states: after a lost reply the script ran, and a worker
     that holds a task has nothing else in its list."""
-    for bounds in (CANCEL_BOUNDS._replace(cancels_before_send=False),
-                   Bounds(3, 2, 2, 1, processes_per_server=1)):
+    for bounds in (
+        CANCEL_BOUNDS._replace(cancels_before_send=False),
+        Bounds(3, 2, 2, 1, processes_per_server=1),
+    ):
         broken, correct = check(bounds, "cancelled-release-ran"), check(bounds)
         assert broken.ok, broken.violation and render_trace(broken.violation)
         assert (broken.distinct_states, broken.depth) == (correct.distinct_states, correct.depth)

@@ -44,8 +44,9 @@ def test_correct_ci_bounds_pass_with_eventual_recovery() -> None:
     assert result.distinct_states > 190_000
 
 
-WIPE_BOUNDS = Bounds(tasks=2, servers=2, workers=1, faults=2, processes_per_server=1,
-                     late_tasks=1, redis_faults=True)
+WIPE_BOUNDS = Bounds(
+    tasks=2, servers=2, workers=1, faults=2, processes_per_server=1, late_tasks=1, redis_faults=True
+)
 
 
 def test_correct_passes_with_redis_wipes_among_the_faults() -> None:
@@ -61,23 +62,29 @@ def test_register_once_is_rejected_when_redis_can_be_wiped() -> None:
     result = check(WIPE_BOUNDS, "register-once")
     assert result.violation is not None
     assert (result.property, len(result.violation)) == ("registered-custody", 4), render_trace(
-        result.violation)
+        result.violation
+    )
 
 
 def test_the_gc_is_rejected_when_a_take_may_outwait_its_grace() -> None:
     """The assumption the registry's garbage collection rests on (a take is served or times out
     within the grace of the registration sent with it), broken: the correct design fails the
     same way as design 9."""
-    bounds = Bounds(tasks=2, servers=2, workers=1, faults=2, processes_per_server=1,
-                    take_wait_bounded=False)
+    bounds = Bounds(
+        tasks=2, servers=2, workers=1, faults=2, processes_per_server=1, take_wait_bounded=False
+    )
     result = check(bounds)
     assert result.violation is not None
     # 9 steps: the composite's lost reply puts the other task in a list (10 before the composite:
     # a release, then a take whose reply is lost)
     assert (result.property, len(result.violation)) == ("registered-custody", 9), render_trace(
-        result.violation)
+        result.violation
+    )
     assert [s.action.name for s in result.violation.steps][-3:] == [
-        "advance_clock", "sweep", "take"]
+        "advance_clock",
+        "sweep",
+        "take",
+    ]
     assert "arm" in [s.action.name for s in result.violation.steps]
 
 
@@ -116,6 +123,7 @@ def test_cli_exit_codes() -> None:
 
 # -- poison pills (docs/protocol.md, section 9) ---------------------------------------------------
 
+
 def test_correct_dead_letters_a_task_recovered_too_often_and_bounds_its_executions() -> None:
     """Every task commits once or is dead-lettered as a poison pill (never lost), and none starts
     executing more than max_recoveries + 1 times (26,452 distinct states; 24,332 before
@@ -142,11 +150,15 @@ def test_recovery_that_does_not_count_in_its_own_step_is_rejected(name: str) -> 
 
 # -- bystanders: a suspect runs alone (docs/protocol.md, section 9) --------------------------------
 
-@pytest.mark.parametrize("faults", [
-    1,
-    # two deaths: a bystander's and a pill's second; 193,860 distinct states, about 2 minutes
-    pytest.param(2, marks=pytest.mark.slow),
-])
+
+@pytest.mark.parametrize(
+    "faults",
+    [
+        1,
+        # two deaths: a bystander's and a pill's second; 193,860 distinct states, about 2 minutes
+        pytest.param(2, marks=pytest.mark.slow),
+    ],
+)
 def test_correct_runs_each_suspect_alone(faults: int) -> None:
     """No process ever holds two tasks with a recovery count at once (suspects-run-alone), with
     every other property, eventual recovery included (9,836 distinct states with one fault)."""
@@ -170,6 +182,7 @@ def test_recovered_tasks_requeued_beside_each_other_are_rejected() -> None:
 
 # -- retry delays: the scheduled set (docs/protocol.md, section 10) -------------------------------
 
+
 def test_correct_schedules_and_promotes_failed_handlers_retries() -> None:
     """A failed handler's retry waits in the scheduled set and a promotion moves it back: every
     property holds, eventual recovery included (a scheduled task is somewhere, and not done)."""
@@ -189,8 +202,9 @@ def test_retries_keep_a_suspect_alone_and_bound_its_executions() -> None:
 
 def test_without_handler_failures_nothing_is_ever_scheduled() -> None:
     """The other bounds' state space is unchanged: no retry, so no promotion to copy."""
-    assert check(Bounds(tasks=2, servers=2, workers=1, faults=2, processes_per_server=1),
-                 "promote-copies").ok
+    assert check(
+        Bounds(tasks=2, servers=2, workers=1, faults=2, processes_per_server=1), "promote-copies"
+    ).ok
 
 
 # -- the composite release-and-take (docs/protocol.md, section 2) --------------------------------
@@ -200,11 +214,29 @@ def test_without_handler_failures_nothing_is_ever_scheduled() -> None:
     "bounds",
     [
         # one server of two workers: the suspect slot shared by a process's workers
-        Bounds(tasks=2, servers=1, workers=2, faults=2, processes_per_server=1, late_tasks=1,
-               redis_faults=True, max_recoveries=1, handler_failures=True),
+        Bounds(
+            tasks=2,
+            servers=1,
+            workers=2,
+            faults=2,
+            processes_per_server=1,
+            late_tasks=1,
+            redis_faults=True,
+            max_recoveries=1,
+            handler_failures=True,
+        ),
         # two servers: stalls, so a composite whose release finds custody lost
-        Bounds(tasks=2, servers=2, workers=1, faults=2, processes_per_server=1, late_tasks=1,
-               redis_faults=True, max_recoveries=1, handler_failures=True),
+        Bounds(
+            tasks=2,
+            servers=2,
+            workers=1,
+            faults=2,
+            processes_per_server=1,
+            late_tasks=1,
+            redis_faults=True,
+            max_recoveries=1,
+            handler_failures=True,
+        ),
     ],
     ids=["1x2-shared-slot", "2x1-stalls"],
 )

@@ -48,11 +48,36 @@ BROKEN = {
 CORRECT = {
     "3x2x2-1fault": (Bounds(3, 2, 2, 1, processes_per_server=1), 7_536, 44_202, 17),
     "poison": (POISON_BOUNDS, 26_452, 128_734, 19),
-    "wipes": (Bounds(tasks=2, servers=2, workers=1, faults=2, processes_per_server=1,
-                     late_tasks=1, redis_faults=True), 11_053, 54_718, 19),
-    "everything-1x2": (Bounds(tasks=2, servers=1, workers=2, faults=2, processes_per_server=1,
-                              late_tasks=1, redis_faults=True, max_recoveries=1,
-                              handler_failures=True), 5_860, 20_569, 19),
+    "wipes": (
+        Bounds(
+            tasks=2,
+            servers=2,
+            workers=1,
+            faults=2,
+            processes_per_server=1,
+            late_tasks=1,
+            redis_faults=True,
+        ),
+        11_053,
+        54_718,
+        19,
+    ),
+    "everything-1x2": (
+        Bounds(
+            tasks=2,
+            servers=1,
+            workers=2,
+            faults=2,
+            processes_per_server=1,
+            late_tasks=1,
+            redis_faults=True,
+            max_recoveries=1,
+            handler_failures=True,
+        ),
+        5_860,
+        20_569,
+        19,
+    ),
     # (asyncio's cancellation before the send, at design 16's bounds)
     "cancels-before-send": (CANCEL_BOUNDS, 5_149, 23_398, 18),
 }
@@ -64,9 +89,13 @@ def test_a_broken_design_is_found_exactly_as_before(name: str) -> None:
     result = check(bounds, name)
     assert result.violation is not None
     assert (result.property, len(result.violation)) == (prop, length), render_trace(
-        result.violation)
+        result.violation
+    )
     assert (result.distinct_states, result.states_generated, result.depth) == (
-        states, generated, depth)
+        states,
+        generated,
+        depth,
+    )
 
 
 @pytest.mark.parametrize("label", sorted(CORRECT))
@@ -75,7 +104,10 @@ def test_the_correct_design_explores_exactly_the_same_states(label: str) -> None
     result = check(bounds)
     assert result.ok, result.violation and render_trace(result.violation)
     assert (result.distinct_states, result.states_generated, result.depth) == (
-        states, generated, depth)
+        states,
+        generated,
+        depth,
+    )
 
 
 #: the correct design, searched with the partial-order reduction (``reduction.py``, what
@@ -83,17 +115,26 @@ def test_the_correct_design_explores_exactly_the_same_states(label: str) -> None
 #: the same bounds are ``CORRECT`` above / 194,831 states, 1,468,641 generated, depth 24 at the
 #: CI bound.
 REDUCED = [
-    pytest.param(Bounds(3, 2, 2, 1, processes_per_server=1), 3_867, 15_929, 17,
-                 id="3x2x2-1fault"),
-    pytest.param(Bounds(3, 2, 2, 2, processes_per_server=1), 125_982, 693_299, 24, id="ci",
-                 marks=pytest.mark.slow),
+    pytest.param(Bounds(3, 2, 2, 1, processes_per_server=1), 3_867, 15_929, 17, id="3x2x2-1fault"),
+    pytest.param(
+        Bounds(3, 2, 2, 2, processes_per_server=1),
+        125_982,
+        693_299,
+        24,
+        id="ci",
+        marks=pytest.mark.slow,
+    ),
 ]
 
 
 @pytest.mark.parametrize(("bounds", "states", "generated", "depth"), REDUCED)
 def test_the_reduced_search_explores_exactly_the_pinned_states(
-        bounds: Bounds, states: int, generated: int, depth: int) -> None:
+    bounds: Bounds, states: int, generated: int, depth: int
+) -> None:
     result = search(bounds, reduce=True)
     assert result.ok and result.reduced, result.violation and render_trace(result.violation)
     assert (result.distinct_states, result.states_generated, result.depth) == (
-        states, generated, depth)
+        states,
+        generated,
+        depth,
+    )

@@ -26,10 +26,25 @@ ROOT = Path(__file__).resolve().parents[2]
 #: whole-pass drains, late tasks, a Redis wipe, poison pills and retries, cancellations,
 #: registrations with ages (a pending take that a tick ends), and supersessions.
 BOUNDS = (
-    Bounds(tasks=1, servers=1, workers=1, faults=2, redis_faults=True, drain_steps=True,
-           handler_failures=True, max_recoveries=1),
-    Bounds(tasks=1, servers=1, workers=1, faults=2, handler_failures=True,
-           cancels_before_send=True, max_recoveries=1),
+    Bounds(
+        tasks=1,
+        servers=1,
+        workers=1,
+        faults=2,
+        redis_faults=True,
+        drain_steps=True,
+        handler_failures=True,
+        max_recoveries=1,
+    ),
+    Bounds(
+        tasks=1,
+        servers=1,
+        workers=1,
+        faults=2,
+        handler_failures=True,
+        cancels_before_send=True,
+        max_recoveries=1,
+    ),
     Bounds(tasks=1, servers=1, workers=1, faults=2, drain_steps=True, late_tasks=1),
     Bounds(tasks=1, servers=2, workers=1, faults=1, registration_ages=True, late_tasks=1),
     Bounds(tasks=2, servers=1, workers=2, faults=2),
@@ -41,14 +56,16 @@ Move = tuple[int, str, int]
 
 
 def _labels(text: str) -> set[str]:
-    return {label.strip() for group in re.findall(r"\|([^|]+)\|", text)
-            for label in group.split(",")}
+    return {
+        label.strip() for group in re.findall(r"\|([^|]+)\|", text) for label in group.split(",")
+    }
 
 
 def test_the_committed_diagram_is_what_the_model_draws() -> None:
     committed = (ROOT / diagram.TARGET).read_text()
     assert committed == diagram.render(), (
-        f"{diagram.TARGET} is stale: run `{diagram.COMMAND}` from the repository's root")
+        f"{diagram.TARGET} is stale: run `{diagram.COMMAND}` from the repository's root"
+    )
 
 
 def test_the_diagram_draws_every_action_of_the_dispatch_table() -> None:
@@ -61,8 +78,9 @@ def test_the_diagram_draws_every_action_of_the_dispatch_table() -> None:
     assert FAULTS - {"dropped_reply"} <= drawn
 
 
-def test_the_check_flag_fails_on_a_stale_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-                                              ) -> None:
+def test_the_check_flag_fails_on_a_stale_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.chdir(tmp_path)
     assert diagram.main(["--check"]) == 1  # no file at all
     assert diagram.main([]) == 0
@@ -81,8 +99,12 @@ def _processes(state: State) -> dict[tuple[int, int], int]:
 
 
 def _workers(state: State) -> dict[tuple[int, int, int], int]:
-    return {(s, p.inc, w): wk.phase for s, procs in enumerate(state.processes) for p in procs
-            for w, wk in enumerate(p.workers)}
+    return {
+        (s, p.inc, w): wk.phase
+        for s, procs in enumerate(state.processes)
+        for p in procs
+        for w, wk in enumerate(p.workers)
+    }
 
 
 def _transitions(config: Config) -> Iterator[tuple[State, Action, State]]:

@@ -19,14 +19,26 @@ PINNED_AT = {d.name: d.pinned.bounds for d in DESIGNS}
 SMALL = (
     Bounds(tasks=3, servers=2, workers=2, faults=1, processes_per_server=1),
     Bounds(tasks=2, servers=1, workers=1, faults=2, processes_per_server=2),
-    Bounds(tasks=2, servers=2, workers=1, faults=1, processes_per_server=2, late_tasks=1,
-           redis_faults=True),
+    Bounds(
+        tasks=2,
+        servers=2,
+        workers=1,
+        faults=1,
+        processes_per_server=2,
+        late_tasks=1,
+        redis_faults=True,
+    ),
 )
 
 
 def _figures(result: CheckResult) -> tuple[object, ...]:
-    return (result.ok, result.property, result.distinct_states, result.states_generated,
-            result.depth)
+    return (
+        result.ok,
+        result.property,
+        result.distinct_states,
+        result.states_generated,
+        result.depth,
+    )
 
 
 @pytest.mark.parametrize("reduce", [False, True])
@@ -60,8 +72,7 @@ def test_check_reports_the_exact_counterexample() -> None:
     hashed = check(bounds, "gc-when-empty", fingerprints=True, reduce=True, progress=told.append)
     exact = check(bounds, "gc-when-empty")
     # the property the first search broke is told before the second starts
-    assert [(p.phase, p.broken) for p in told if p.phase == "again"] == [
-        ("again", exact.property)]
+    assert [(p.phase, p.broken) for p in told if p.phase == "again"] == [("again", exact.property)]
     assert hashed.violation is not None and exact.violation is not None
     assert hashed.fingerprints == 0 and not hashed.reduced
     assert _figures(hashed) == _figures(exact)
@@ -100,8 +111,9 @@ def test_a_collision_leaves_states_unexplored() -> None:
     taken for one, and their futures are not explored."""
     bounds = SMALL[0]
     exact = _search(bounds, "correct", None, 2.0, True, 1, False)
-    weak = _search(bounds, "correct", None, 2.0, True, 1, False, True,
-                   fingerprint=lambda s: hash(s) & 0xFF)
+    weak = _search(
+        bounds, "correct", None, 2.0, True, 1, False, True, fingerprint=lambda s: hash(s) & 0xFF
+    )
     assert weak.fingerprints <= 256
     assert weak.distinct_states < exact.distinct_states
 

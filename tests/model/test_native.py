@@ -35,10 +35,10 @@ print(json.dumps({"compiled": symmetry.__file__.endswith(".so"), "rows": rows}))
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(shutil.which("cc") is None and shutil.which("gcc") is None,
-                    reason="mypyc needs a C compiler")
-def test_the_compiled_model_explores_exactly_the_interpreted_model_s_states(
-        tmp_path: Path) -> None:
+@pytest.mark.skipif(
+    shutil.which("cc") is None and shutil.which("gcc") is None, reason="mypyc needs a C compiler"
+)
+def test_the_compiled_model_explores_exactly_the_interpreted_model_s_states(tmp_path: Path) -> None:
     from taskcustody_model.native_build import build
 
     build(tmp_path)
@@ -46,13 +46,23 @@ def test_the_compiled_model_explores_exactly_the_interpreted_model_s_states(
     env = {**os.environ, "PYTHONPATH": f"{tmp_path}{os.pathsep}{src}"}
     out = subprocess.run(
         [sys.executable, "-c", _FIGURES, json.dumps(SMALL._asdict()), json.dumps(list(VARIANTS))],
-        check=True, capture_output=True, text=True, env=env)
+        check=True,
+        capture_output=True,
+        text=True,
+        env=env,
+    )
     got = json.loads(out.stdout)
     assert got["compiled"]
     for name in VARIANTS:
         r = check(SMALL, name)
-        want = [r.ok, r.property, r.violation and len(r.violation), r.distinct_states,
-                r.states_generated, r.depth]
+        want = [
+            r.ok,
+            r.property,
+            r.violation and len(r.violation),
+            r.distinct_states,
+            r.states_generated,
+            r.depth,
+        ]
         assert got["rows"][name] == want, name
 
 
@@ -62,8 +72,7 @@ def test_a_compiled_copy_of_changed_sources_refuses_to_import(tmp_path: Path) ->
     for d in (source, copy):
         d.mkdir()
         (d / "state.py").write_text("X = 1\n")
-    (copy / STAMP).write_text(json.dumps({"source": str(source),
-                                          "digest": source_digest(source)}))
+    (copy / STAMP).write_text(json.dumps({"source": str(source), "digest": source_digest(source)}))
     check_fresh(copy)  # fresh: nothing raised
     (source / "state.py").write_text("X = 2\n")
     with pytest.raises(StaleNativeModel, match="has changed since"):

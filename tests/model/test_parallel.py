@@ -21,13 +21,21 @@ def test_the_parallel_search_explores_exactly_the_sequential_states_at_a_small_b
     bounds = Bounds(tasks=2, servers=2, workers=1, faults=1, processes_per_server=1)
     one, two = check(bounds), check(bounds, jobs=2)
     assert (two.ok, two.distinct_states, two.states_generated, two.depth) == (
-        one.ok, one.distinct_states, one.states_generated, one.depth)
+        one.ok,
+        one.distinct_states,
+        one.states_generated,
+        one.depth,
+    )
 
 
-@pytest.mark.parametrize("bounds", [
-    Bounds(tasks=2, servers=2, workers=2, faults=1, processes_per_server=1),
-    Bounds(tasks=2, servers=2, workers=1, faults=2, processes_per_server=2),
-], ids=["2x2x2-1fault", "2x2x1-2faults-2procs"])
+@pytest.mark.parametrize(
+    "bounds",
+    [
+        Bounds(tasks=2, servers=2, workers=2, faults=1, processes_per_server=1),
+        Bounds(tasks=2, servers=2, workers=1, faults=2, processes_per_server=2),
+    ],
+    ids=["2x2x2-1fault", "2x2x1-2faults-2procs"],
+)
 def test_the_parallel_search_accepts_the_correct_design_at_the_same_depth(bounds: Bounds) -> None:
     one, two = check(bounds), check(bounds, jobs=2)
     assert one.ok and two.ok
@@ -39,19 +47,26 @@ def test_the_parallel_search_accepts_the_correct_design_at_the_same_depth(bounds
 
 @pytest.mark.parametrize("name", sorted(set(VARIANTS) - {"correct"}))
 def test_the_parallel_search_finds_each_broken_design_s_sequential_counterexample(
-        name: str) -> None:
+    name: str,
+) -> None:
     bounds = PINNED_AT[name]
     two = check(bounds, name, jobs=2)
     one = cached_check(bounds, name)
     assert two.violation is not None and one.violation is not None
     assert (two.property, len(two.violation), two.distinct_states, two.states_generated) == (
-        one.property, len(one.violation), one.distinct_states, one.states_generated)
+        one.property,
+        len(one.violation),
+        one.distinct_states,
+        one.states_generated,
+    )
 
 
 def test_model_check_takes_jobs_and_refuses_them_with_simulate() -> None:
     runner = CliRunner()
-    ok = runner.invoke(model_check, ["--tasks", "1", "--servers", "1", "--workers", "1",
-                                     "--faults", "0", "--jobs", "2"])
+    ok = runner.invoke(
+        model_check,
+        ["--tasks", "1", "--servers", "1", "--workers", "1", "--faults", "0", "--jobs", "2"],
+    )
     assert ok.exit_code == 0, ok.output
     assert "all properties hold within the bounds" in ok.output
     broken = runner.invoke(model_check, ["--variant", "blpop-take", "--jobs", "2"])
@@ -61,10 +76,14 @@ def test_model_check_takes_jobs_and_refuses_them_with_simulate() -> None:
     assert "--jobs" in bad.output and "Traceback" not in bad.output
 
 
-@pytest.mark.parametrize("bounds", [
-    Bounds(tasks=2, servers=2, workers=1, faults=1, processes_per_server=1),
-    Bounds(tasks=2, servers=2, workers=1, faults=2, processes_per_server=2),
-], ids=["2x2x1-1fault", "2x2x1-2faults-2procs"])
+@pytest.mark.parametrize(
+    "bounds",
+    [
+        Bounds(tasks=2, servers=2, workers=1, faults=1, processes_per_server=1),
+        Bounds(tasks=2, servers=2, workers=1, faults=2, processes_per_server=2),
+    ],
+    ids=["2x2x1-1fault", "2x2x1-2faults-2procs"],
+)
 def test_the_parallel_search_reduces_as_the_sequential_one_does(bounds: Bounds) -> None:
     one, two = check(bounds, reduce=True), check(bounds, jobs=2, reduce=True)
     full = cached_check(bounds)
@@ -82,4 +101,7 @@ def test_a_reduced_parallel_search_reports_the_sequential_counterexample(name: s
     one = cached_check(bounds, name)
     assert two.violation is not None and one.violation is not None and not two.reduced
     assert (two.property, two.violation.steps, two.distinct_states) == (
-        one.property, one.violation.steps, one.distinct_states)
+        one.property,
+        one.violation.steps,
+        one.distinct_states,
+    )

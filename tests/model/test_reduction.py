@@ -23,12 +23,21 @@ SMALL = {
     "2x1x1-2faults-2ppi": Bounds(tasks=2, servers=1, workers=1, faults=2, processes_per_server=2),
     "2x1x2-1fault-2ppi": Bounds(tasks=2, servers=1, workers=2, faults=1, processes_per_server=2),
     "2x2x1-1fault-2ppi": Bounds(tasks=2, servers=2, workers=1, faults=1, processes_per_server=2),
-    "1x1x1-2faults-2ppi-drain-steps": Bounds(tasks=1, servers=1, workers=1, faults=2,
-                                             processes_per_server=2, drain_steps=True),
-    "wipes-late": Bounds(tasks=1, servers=2, workers=1, faults=1, processes_per_server=2,
-                         late_tasks=1, redis_faults=True),
-    "retries": Bounds(tasks=2, servers=2, workers=1, faults=1, processes_per_server=2,
-                      handler_failures=True),
+    "1x1x1-2faults-2ppi-drain-steps": Bounds(
+        tasks=1, servers=1, workers=1, faults=2, processes_per_server=2, drain_steps=True
+    ),
+    "wipes-late": Bounds(
+        tasks=1,
+        servers=2,
+        workers=1,
+        faults=1,
+        processes_per_server=2,
+        late_tasks=1,
+        redis_faults=True,
+    ),
+    "retries": Bounds(
+        tasks=2, servers=2, workers=1, faults=1, processes_per_server=2, handler_failures=True
+    ),
 }
 
 Agent = tuple[str, int, int, int, str, int]
@@ -53,7 +62,9 @@ def _verdicts(state: State, config: Config) -> tuple[object, ...]:
     property of each sweep or startup drain it enables (by its agent)."""
     steps = {
         _agent(state, a): check_transition(state, a, config) is None
-        for a in enabled_actions(state, config) if a.name in ("sweep", "startup_drain")}
+        for a in enabled_actions(state, config)
+        if a.name in ("sweep", "startup_drain")
+    }
     bad = check_invariants(state, config)
     return (None if bad is None else bad[0], is_done(state), steps)
 
@@ -66,7 +77,8 @@ def _invisible(before: State, after: State, config: Config) -> bool:
     bad_after, done_after, steps_after = _verdicts(after, config)
     assert isinstance(steps, dict) and isinstance(steps_after, dict)
     return (bad, done) == (bad_after, done_after) and all(
-        steps_after.get(agent) == ok for agent, ok in steps.items())
+        steps_after.get(agent) == ok for agent, ok in steps.items()
+    )
 
 
 def _claims_hold(bounds: Bounds, name: str) -> int:
@@ -114,8 +126,16 @@ def test_the_eligible_steps_commute_and_change_no_property(label: str) -> None:
     assert _claims_hold(SMALL[label], "correct") > 0
 
 
-@pytest.mark.parametrize("name", ["sweep-drains-live", "unbounded-drain", "gc-when-empty",
-                                  "register-once", "composite-commits-unheld"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "sweep-drains-live",
+        "unbounded-drain",
+        "gc-when-empty",
+        "register-once",
+        "composite-commits-unheld",
+    ],
+)
 def test_the_claims_hold_for_broken_designs_too(name: str) -> None:
     _claims_hold(SMALL["2x2x1-1fault-2ppi"], name)
 
@@ -142,4 +162,7 @@ def test_check_reports_the_unreduced_counterexample() -> None:
     full = check(bounds, "gc-when-empty")
     assert not reduced.reduced and reduced.violation is not None and full.violation is not None
     assert (reduced.property, len(reduced.violation), reduced.distinct_states) == (
-        full.property, len(full.violation), full.distinct_states)
+        full.property,
+        len(full.violation),
+        full.distinct_states,
+    )

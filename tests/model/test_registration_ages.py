@@ -24,8 +24,9 @@ AGES = Bounds(tasks=1, servers=2, workers=1, faults=1, late_tasks=1, registratio
 CFG = Config(AGES, variant("correct"))
 
 
-def step(state: State, name: str, s: int = -1, i: int = -1, w: int = -1,
-         cfg: Config = CFG) -> State:
+def step(
+    state: State, name: str, s: int = -1, i: int = -1, w: int = -1, cfg: Config = CFG
+) -> State:
     action = Action(name, s, i, w)
     assert action in enabled_actions(state, cfg), f"{action} not enabled"
     after = apply(state, action, cfg)
@@ -89,7 +90,13 @@ def test_the_checker_rejects_design_9_with_registrations_that_age() -> None:
     assert not result.ok and result.violation is not None
     assert result.property == "registered-custody"
     assert [s.action.name for s in result.violation.steps] == [
-        "stall_server", "advance_clock", "arm", "sweep", "enqueue", "take"]
+        "stall_server",
+        "advance_clock",
+        "arm",
+        "sweep",
+        "enqueue",
+        "take",
+    ]
 
 
 def test_takes_that_outwait_the_grace_break_the_correct_design_too() -> None:
@@ -103,8 +110,9 @@ def test_takes_that_outwait_the_grace_break_the_correct_design_too() -> None:
 def test_a_sweep_that_only_spares_a_fresh_registration_is_enabled_and_changes_nothing() -> None:
     """That sweep is where a collection that ignores the age differs, so the stateful run must be
     able to drive it; the model's state after it is the state before."""
-    st = step(step(step(initial_state(AGES), "stall_server", 0, 0), "advance_clock"),
-              "sweep", 1, 0)  # s0 pruned, its old registration forgotten
+    st = step(
+        step(step(initial_state(AGES), "stall_server", 0, 0), "advance_clock"), "sweep", 1, 0
+    )  # s0 pruned, its old registration forgotten
     assert Action("sweep", 1, 0) not in enabled_actions(st, CFG)  # nothing to do
     st = step(st, "arm", 0, 0, 0)
     sweep = Action("sweep", 1, 0)

@@ -43,8 +43,9 @@ def test_simulation_passes_the_correct_design_for_a_step_budget() -> None:
 
 
 def test_simulation_is_deterministic_for_a_seed() -> None:
-    runs = [simulate(LARGE, "processing-sweep-no-custody", seed=3, max_steps=20_000)
-            for _ in range(2)]
+    runs = [
+        simulate(LARGE, "processing-sweep-no-custody", seed=3, max_steps=20_000) for _ in range(2)
+    ]
     assert runs[0].violation is not None
     assert runs[0].violation == runs[1].violation
     assert (runs[0].steps, runs[0].walks) == (runs[1].steps, runs[1].walks)
@@ -53,8 +54,14 @@ def test_simulation_is_deterministic_for_a_seed() -> None:
 def test_the_seconds_budget_and_progress_follow_the_injected_clock() -> None:
     ticks = itertools.count()
     reports: list[SimulationProgress] = []
-    result = simulate(LARGE, seed=0, seconds=3_000, clock=lambda: float(next(ticks)),
-                      progress=reports.append, progress_every=500)
+    result = simulate(
+        LARGE,
+        seed=0,
+        seconds=3_000,
+        clock=lambda: float(next(ticks)),
+        progress=reports.append,
+        progress_every=500,
+    )
     assert result.ok
     # one clock reading per step (the budget), a few more per walk and per report
     assert 1_000 < result.steps < 3_000
@@ -107,14 +114,33 @@ def test_the_tracked_time_to_find_covers_every_broken_design() -> None:
 
 def test_the_time_to_find_table_has_a_row_per_design() -> None:
     checker = pytest.importorskip("bench.checker")
-    data = {"bounds": checker.SIMULATION_BOUNDS, "seeds": 2, "budget_seconds": 5.0, "designs": {
-        "no-release": {"extras": {}, "found": 2, "seeds": 2, "properties": ["no-duplication"],
-                       "median_steps": 7.5, "median_seconds": 0.01, "max_seconds": 0.02,
-                       "median_trace_length": 7},
-        "promote-copies": {"extras": {"handler_failures": True}, "found": 0, "seeds": 2,
-                           "properties": [], "median_steps": None, "median_seconds": None,
-                           "max_seconds": None, "median_trace_length": None},
-    }}
+    data = {
+        "bounds": checker.SIMULATION_BOUNDS,
+        "seeds": 2,
+        "budget_seconds": 5.0,
+        "designs": {
+            "no-release": {
+                "extras": {},
+                "found": 2,
+                "seeds": 2,
+                "properties": ["no-duplication"],
+                "median_steps": 7.5,
+                "median_seconds": 0.01,
+                "max_seconds": 0.02,
+                "median_trace_length": 7,
+            },
+            "promote-copies": {
+                "extras": {"handler_failures": True},
+                "found": 0,
+                "seeds": 2,
+                "properties": [],
+                "median_steps": None,
+                "median_seconds": None,
+                "max_seconds": None,
+                "median_trace_length": None,
+            },
+        },
+    }
     table = checker.time_to_find_markdown(data, "cmd", "now")
     assert "| no-release | - | 2/2 | no-duplication | 8 | 0.01 | 0.02 | 7 |" in table
     assert "| promote-copies | handler_failures=True | 0/2 |  | - | - | - | - |" in table

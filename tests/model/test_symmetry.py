@@ -38,11 +38,32 @@ CASES = {
     "2x2x1-2ppi": (Bounds(2, 2, 1, 1, processes_per_server=2), "correct"),
     "3-workers": (Bounds(2, 1, 3, 1, processes_per_server=2), "correct"),
     "3-servers": (Bounds(2, 3, 1, 1, processes_per_server=1), "correct"),
-    "everything-1x2": (Bounds(tasks=2, servers=1, workers=2, faults=2, processes_per_server=1,
-                              late_tasks=1, redis_faults=True, max_recoveries=1,
-                              handler_failures=True), "correct"),
-    "wipes": (Bounds(tasks=2, servers=2, workers=1, faults=2, processes_per_server=1,
-                     late_tasks=1, redis_faults=True), "correct"),
+    "everything-1x2": (
+        Bounds(
+            tasks=2,
+            servers=1,
+            workers=2,
+            faults=2,
+            processes_per_server=1,
+            late_tasks=1,
+            redis_faults=True,
+            max_recoveries=1,
+            handler_failures=True,
+        ),
+        "correct",
+    ),
+    "wipes": (
+        Bounds(
+            tasks=2,
+            servers=2,
+            workers=1,
+            faults=2,
+            processes_per_server=1,
+            late_tasks=1,
+            redis_faults=True,
+        ),
+        "correct",
+    ),
     "ages": (AGES, "correct"),
     "poison": (POISON_BOUNDS, "recoveries-not-counted"),
     "bystander": (BYSTANDER_BOUNDS, "recovered-to-queue"),
@@ -59,8 +80,9 @@ EXACT_CASES = sorted(set(CASES) - {"3-workers", "3-servers", "3x2x2-0faults"})
 EXACT_EVERY = 20
 
 
-def search_with(label: str, canon: Callable[[State, int], State],
-                monkeypatch: pytest.MonkeyPatch) -> int:
+def search_with(
+    label: str, canon: Callable[[State, int], State], monkeypatch: pytest.MonkeyPatch
+) -> int:
     """Search case ``label`` with ``canon`` as the checker's canonical form; the states met."""
     bounds, variant = CASES[label]
     met = [0]
@@ -77,7 +99,8 @@ def search_with(label: str, canon: Callable[[State, int], State],
 
 @pytest.mark.parametrize("label", sorted(CASES))
 def test_canonical_gives_the_plain_path_s_representative(
-        label: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    label: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     differ: list[tuple[State, State, State]] = []
 
     def both(state: State, n_workers: int) -> State:
@@ -93,7 +116,8 @@ def test_canonical_gives_the_plain_path_s_representative(
 
 @pytest.mark.parametrize("label", EXACT_CASES)
 def test_the_representative_is_a_renaming_of_the_state(
-        label: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    label: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     sample: list[State] = []
 
     def sampled(state: State, n_workers: int) -> State:

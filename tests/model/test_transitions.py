@@ -36,8 +36,9 @@ from taskcustody_model.state import (
 CFG = Config(Bounds(tasks=2, servers=2, workers=2, faults=3), variant("correct"))
 
 
-def step(state: State, name: str, s: int = -1, i: int = -1, w: int = -1, cmd: str = "",
-         cfg: Config = CFG) -> State:
+def step(
+    state: State, name: str, s: int = -1, i: int = -1, w: int = -1, cmd: str = "", cfg: Config = CFG
+) -> State:
     action = Action(name, s, i, w, cmd)
     assert action in enabled_actions(state, cfg), f"{action} not enabled"
     after = apply(state, action, cfg)
@@ -86,8 +87,9 @@ def test_record_then_release_commits_once_and_clears_custody_and_record() -> Non
 
 
 def test_dropped_reply_on_release_commits_but_the_worker_must_reconcile() -> None:
-    st = step(step(step(init(), "take", 0, 0, 0), "record", 0, 0, 0), "dropped_reply",
-              0, 0, 0, "release")
+    st = step(
+        step(step(init(), "take", 0, 0, 0), "record", 0, 0, 0), "dropped_reply", 0, 0, 0, "release"
+    )
     assert st.committed == (1, 0)
     assert st.processes[0][0].workers[0].phase == DIRTY
 
@@ -176,8 +178,10 @@ def test_done_state() -> None:
 
 # -- the registry of in-flight lists, Redis wipes, late tasks (docs/protocol.md, section 8) ------
 
-WIPE_CFG = Config(Bounds(tasks=2, servers=2, workers=1, faults=3, late_tasks=1,
-                         redis_faults=True), variant("correct"))
+WIPE_CFG = Config(
+    Bounds(tasks=2, servers=2, workers=1, faults=3, late_tasks=1, redis_faults=True),
+    variant("correct"),
+)
 
 
 def wipe_init() -> State:
@@ -248,28 +252,51 @@ def test_the_sweep_spares_a_dead_list_while_a_take_into_it_is_pending() -> None:
     st = step(st, "sweep", 1, 0, cfg=cfg)
     assert (0, 0, 0) in st.registered  # the pending take's registration is not old enough
     naive = cfg._replace(variant=variant("gc-when-empty"))
-    forgot = apply(apply(apply(apply(initial_state(cfg.bounds), Action("take", 1, 0, 0), naive),
-                               Action("arm", 0, 0, 0), naive),
-                         Action("stall_server", 0, 0), naive), Action("advance_clock"), naive)
+    forgot = apply(
+        apply(
+            apply(
+                apply(initial_state(cfg.bounds), Action("take", 1, 0, 0), naive),
+                Action("arm", 0, 0, 0),
+                naive,
+            ),
+            Action("stall_server", 0, 0),
+            naive,
+        ),
+        Action("advance_clock"),
+        naive,
+    )
     forgot = apply(forgot, Action("sweep", 1, 0), naive)
     assert (0, 0, 0) not in forgot.registered
 
 
 def test_done_needs_every_late_task_enqueued_and_the_registry_clean() -> None:
     st = wipe_init()
-    st = step(step(step(st, "take", 0, 0, 0, cfg=WIPE_CFG), "record", 0, 0, 0, cfg=WIPE_CFG),
-              "release", 0, 0, 0, cfg=WIPE_CFG)
+    st = step(
+        step(step(st, "take", 0, 0, 0, cfg=WIPE_CFG), "record", 0, 0, 0, cfg=WIPE_CFG),
+        "release",
+        0,
+        0,
+        0,
+        cfg=WIPE_CFG,
+    )
     assert not is_done(st)  # task 1 not enqueued yet
     st = step(st, "enqueue", cfg=WIPE_CFG)
-    st = step(step(step(st, "take", 1, 0, 0, cfg=WIPE_CFG), "record", 1, 0, 0, cfg=WIPE_CFG),
-              "release", 1, 0, 0, cfg=WIPE_CFG)
+    st = step(
+        step(step(st, "take", 1, 0, 0, cfg=WIPE_CFG), "record", 1, 0, 0, cfg=WIPE_CFG),
+        "release",
+        1,
+        0,
+        0,
+        cfg=WIPE_CFG,
+    )
     assert is_done(st)
 
 
 # -- poison pills (docs/protocol.md, section 9) ---------------------------------------------------
 
-POISON_CFG = Config(Bounds(tasks=1, servers=2, workers=1, faults=3, max_recoveries=1),
-                    variant("correct"))
+POISON_CFG = Config(
+    Bounds(tasks=1, servers=2, workers=1, faults=3, max_recoveries=1), variant("correct")
+)
 
 
 def _held_by_a_stalled_server_and_recovered(st: State) -> State:
@@ -286,8 +313,9 @@ def test_a_recovery_counts_the_task_in_the_step_that_requeues_it() -> None:
 
 
 def test_a_process_takes_one_suspect_at_a_time() -> None:
-    cfg = Config(Bounds(tasks=3, servers=2, workers=2, faults=2, max_recoveries=2),
-                 variant("correct"))
+    cfg = Config(
+        Bounds(tasks=3, servers=2, workers=2, faults=2, max_recoveries=2), variant("correct")
+    )
     st = initial_state(cfg.bounds)
     for w in (0, 1):  # both workers of server 0 take (tasks 0 and 1) and record
         st = step(step(st, "take", 0, 0, w, cfg=cfg), "record", 0, 0, w, cfg=cfg)
@@ -346,10 +374,10 @@ def test_release_and_take_commits_and_takes_the_next_task_with_its_record_in_one
 
 
 def test_a_lost_release_and_take_reply_is_a_lost_reply_of_both_halves() -> None:
-    cfg = Config(Bounds(tasks=2, servers=1, workers=1, faults=2, max_recoveries=1),
-                 variant("correct"))
-    st = step(step(initial_state(cfg.bounds), "take", 0, 0, 0, cfg=cfg), "record", 0, 0, 0,
-              cfg=cfg)
+    cfg = Config(
+        Bounds(tasks=2, servers=1, workers=1, faults=2, max_recoveries=1), variant("correct")
+    )
+    st = step(step(initial_state(cfg.bounds), "take", 0, 0, 0, cfg=cfg), "record", 0, 0, 0, cfg=cfg)
     st = step(st, "dropped_reply", 0, 0, 0, "release_and_take", cfg=cfg)
     # Redis ran both halves: task 0 committed, task 1 is in our list with its record ...
     assert st.committed == (1, 0) and list_of(st, (0, 0, 0)) == (1,)
@@ -380,8 +408,9 @@ def test_release_and_take_needs_something_to_take_and_a_process_that_is_not_supe
 
 
 def test_release_and_take_takes_a_suspect_while_the_slot_is_free_or_its_own() -> None:
-    cfg = Config(Bounds(tasks=3, servers=2, workers=2, faults=2, max_recoveries=2),
-                 variant("correct"))
+    cfg = Config(
+        Bounds(tasks=3, servers=2, workers=2, faults=2, max_recoveries=2), variant("correct")
+    )
     st = initial_state(cfg.bounds)
     for w in (0, 1):  # both workers of server 0 take (tasks 0 and 1) and record; it crashes
         st = step(step(st, "take", 0, 0, w, cfg=cfg), "record", 0, 0, w, cfg=cfg)
@@ -455,11 +484,15 @@ def _lost(st: State, s: int, i: int, w: int, taken: State, recorded: State) -> S
     proc = recorded.processes[s][i]
     slot = w if st.processes[s][i].suspect == w else proc.suspect
     proc = proc._replace(
-        workers=(*proc.workers[:w], Worker(DIRTY), *proc.workers[w + 1:]), suspect=slot)
+        workers=(*proc.workers[:w], Worker(DIRTY), *proc.workers[w + 1 :]), suspect=slot
+    )
     procs = recorded.processes[s]
     return recorded._replace(
-        processes=(*recorded.processes[:s], (*procs[:i], proc, *procs[i + 1:]),
-                   *recorded.processes[s + 1:]),
+        processes=(
+            *recorded.processes[:s],
+            (*procs[:i], proc, *procs[i + 1 :]),
+            *recorded.processes[s + 1 :],
+        ),
         executions=taken.executions,
         faults=recorded.faults + 1,
     )
@@ -504,8 +537,9 @@ def test_the_composite_is_release_then_take_then_record(bounds: Bounds) -> None:
         assert seen["ok queue custody-lost"]
 
 
-@pytest.mark.parametrize("name", sorted(set(VARIANTS) - {
-    "correct", "composite-pops-next", "composite-commits-unheld"}))
+@pytest.mark.parametrize(
+    "name", sorted(set(VARIANTS) - {"correct", "composite-pops-next", "composite-commits-unheld"})
+)
 def test_every_other_design_s_composite_is_its_own_three_steps(name: str) -> None:
     """Whatever else a design changes, its composite is still its release, take and record."""
     for bounds in STEP_BOUNDS:

@@ -34,7 +34,8 @@ def own_line(bounds: Bounds) -> str:
 
 @pytest.mark.parametrize("name", BROKEN)
 def test_a_broken_design_is_rejected_at_its_own_bounds_with_its_pinned_counterexample(
-        name: str) -> None:
+    name: str,
+) -> None:
     """No flag but the design's name: the run is at the design's bounds, says so first, exits 1,
     and breaks the property its row pins in as many steps as the row says (the pin `--variant
     list` shows)."""
@@ -61,8 +62,9 @@ def test_the_listing_shows_every_design_with_its_bounds_and_counterexample() -> 
     assert result.exit_code == 0, result.output
     lines = result.stdout.splitlines()
     assert len(lines) == 2 * len(VARIANTS)
-    for (head, detail), v in zip(zip(lines[::2], lines[1::2], strict=True), VARIANTS.values(),
-                                 strict=True):
+    for (head, detail), v in zip(
+        zip(lines[::2], lines[1::2], strict=True), VARIANTS.values(), strict=True
+    ):
         assert head.split(maxsplit=1) == [v.name, v.description]
         bounds, found = detail.strip().removeprefix("bounds: ").split("; ")
         assert bounds == describe_bounds(v.own_bounds), v.name
@@ -114,28 +116,59 @@ def test_the_correct_design_runs_at_the_unchanged_defaults(searches: Searches) -
     assert result.stdout.splitlines()[0] == own_line(DEFAULT_BOUNDS)
 
 
-@pytest.mark.parametrize(("argv", "bounds", "named"), [
-    (("--variant", "promote-copies", "--faults", "1", "--no-handler-failures"),
-     RETRY_BOUNDS._replace(faults=1, handler_failures=False), "--faults --no-handler-failures"),
-    (("--variant", "recoveries-not-counted", "--max-recoveries", "off", "--tasks", "2"),
-     POISON_BOUNDS._replace(max_recoveries=None, tasks=2), "--tasks --max-recoveries"),
-    (("--variant", "cancelled-release-ran", "--no-cancels-before-send", "--takes-outwait-grace"),
-     VARIANTS["cancelled-release-ran"].own_bounds._replace(cancels_before_send=False,
-                                                           take_wait_bounded=False),
-     "--takes-outwait-grace --no-cancels-before-send"),
-    (("--variant", "no-release", "--processes-per-server", "1", "--redis-faults",
-      "--late-tasks", "1", "--atomic-drains"),
-     VARIANTS["no-release"].own_bounds._replace(processes_per_server=1, redis_faults=True,
-                                                late_tasks=1, drain_steps=False),
-     "--processes-per-server --atomic-drains --late-tasks --redis-faults"),
-], ids=["turn-off", "recoveries-off", "cancels-off-grace-on", "four-more"])
+@pytest.mark.parametrize(
+    ("argv", "bounds", "named"),
+    [
+        (
+            ("--variant", "promote-copies", "--faults", "1", "--no-handler-failures"),
+            RETRY_BOUNDS._replace(faults=1, handler_failures=False),
+            "--faults --no-handler-failures",
+        ),
+        (
+            ("--variant", "recoveries-not-counted", "--max-recoveries", "off", "--tasks", "2"),
+            POISON_BOUNDS._replace(max_recoveries=None, tasks=2),
+            "--tasks --max-recoveries",
+        ),
+        (
+            (
+                "--variant",
+                "cancelled-release-ran",
+                "--no-cancels-before-send",
+                "--takes-outwait-grace",
+            ),
+            VARIANTS["cancelled-release-ran"].own_bounds._replace(
+                cancels_before_send=False, take_wait_bounded=False
+            ),
+            "--takes-outwait-grace --no-cancels-before-send",
+        ),
+        (
+            (
+                "--variant",
+                "no-release",
+                "--processes-per-server",
+                "1",
+                "--redis-faults",
+                "--late-tasks",
+                "1",
+                "--atomic-drains",
+            ),
+            VARIANTS["no-release"].own_bounds._replace(
+                processes_per_server=1, redis_faults=True, late_tasks=1, drain_steps=False
+            ),
+            "--processes-per-server --atomic-drains --late-tasks --redis-faults",
+        ),
+    ],
+    ids=["turn-off", "recoveries-off", "cancels-off-grace-on", "four-more"],
+)
 def test_a_flag_replaces_one_of_the_design_s_bounds_and_is_named(
-        searches: Searches, argv: tuple[str, ...], bounds: Bounds, named: str) -> None:
+    searches: Searches, argv: tuple[str, ...], bounds: Bounds, named: str
+) -> None:
     result = invoke(*argv, "--no-eventual")
     assert searches.asked == [(bounds, argv[1])], result.output
     assert result.stdout.splitlines()[0] == (
         f"bounds: {describe_bounds(bounds)} ({named} from the command line, the rest the "
-        "design's own)")
+        "design's own)"
+    )
 
 
 def test_late_tasks_are_checked_against_the_tasks_the_run_has(searches: Searches) -> None:

@@ -25,8 +25,7 @@ from tests.support.redis_server import RedisServerProcess
 pytestmark = pytest.mark.real_redis
 
 
-def test_the_read_after_awaiting_the_answer_sees_the_record(
-        real_redis: RedisServerProcess) -> None:
+def test_the_read_after_awaiting_the_answer_sees_the_record(real_redis: RedisServerProcess) -> None:
     keys = QueueKeys("awaits-the-record")
     client = redis.Redis.from_url(real_redis.url)
     admin = redis.Redis.from_url(real_redis.url)
@@ -69,15 +68,16 @@ def test_the_read_after_awaiting_the_answer_sees_the_record(
             c.close()
 
 
-
 def test_a_worker_is_answered_only_once_redis_has_run_its_record(
-        real_redis: RedisServerProcess) -> None:
+    real_redis: RedisServerProcess,
+) -> None:
     keys = QueueKeys("answered")
     client = redis.Redis.from_url(real_redis.url)
     admin = redis.Redis.from_url(real_redis.url)
     Producer(client, keys, ManualClock()).enqueue("p")
-    worker = Worker(client, keys, ListOwner("s0", 1, "w0"), lambda p: None, ManualClock(),
-                    TEST_SETTINGS)
+    worker = Worker(
+        client, keys, ListOwner("s0", 1, "w0"), lambda p: None, ManualClock(), TEST_SETTINGS
+    )
     try:
         worker.register()
         worker.reconcile()

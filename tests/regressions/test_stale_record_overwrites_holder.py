@@ -44,8 +44,9 @@ STEPS = [
 
 
 def test_a_stale_worker_does_not_overwrite_the_holders_record(backend: Backend) -> None:
-    h = Harness(backend.client, Bounds(tasks=3, servers=2, workers=2, faults=3),
-                real_redis=backend.real)
+    h = Harness(
+        backend.client, Bounds(tasks=3, servers=2, workers=2, faults=3), real_redis=backend.real
+    )
     try:
         h.setup()
         for action, drop_at, variant in STEPS:

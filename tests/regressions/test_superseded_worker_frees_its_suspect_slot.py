@@ -22,10 +22,18 @@ BOUNDS = Bounds(tasks=2, servers=2, workers=2, faults=3, max_recoveries=1)
 #: holds task 1, so that the process does not exit with worker 0); the process is superseded,
 #: then worker 0 releases the suspect and stops
 STEPS = (
-    Action("take", 1, 0, 0), Action("crash_worker", 1, 0, 0), Action("restart_worker", 1, 0, 0),
-    Action("reconcile", 1, 0, 0), Action("take", 0, 0, 1), Action("take_suspect", 0, 0, 0),
-    Action("record", 0, 0, 0), Action("stall_server", 0, 0), Action("advance_clock"),
-    Action("claim", 0), Action("resume_server", 0, 0), Action("heartbeat", 0, 0),
+    Action("take", 1, 0, 0),
+    Action("crash_worker", 1, 0, 0),
+    Action("restart_worker", 1, 0, 0),
+    Action("reconcile", 1, 0, 0),
+    Action("take", 0, 0, 1),
+    Action("take_suspect", 0, 0, 0),
+    Action("record", 0, 0, 0),
+    Action("stall_server", 0, 0),
+    Action("advance_clock"),
+    Action("claim", 0),
+    Action("resume_server", 0, 0),
+    Action("heartbeat", 0, 0),
 )
 RELEASE = Action("release", 0, 0, 0)
 
@@ -51,8 +59,9 @@ def test_the_model_frees_the_slot_of_a_stopping_worker_whose_release_was_clean()
 
 
 @pytest.mark.parametrize("harness_class", [Harness, AsyncHarness], ids=["threaded", "asyncio"])
-def test_the_implementation_agrees_step_by_step(backend: Backend,
-                                                harness_class: type[Harness]) -> None:
+def test_the_implementation_agrees_step_by_step(
+    backend: Backend, harness_class: type[Harness]
+) -> None:
     h = harness_class(backend.client, BOUNDS, real_redis=backend.real)
     try:
         h.setup()

@@ -24,7 +24,8 @@ def test_the_slot_is_released_by_an_equal_key_that_is_another_object() -> None:
 
 
 def test_a_restarted_workers_reconcile_frees_the_slot_its_crashed_predecessor_held(
-        backend: Backend) -> None:
+    backend: Backend,
+) -> None:
     client, keys, clock = backend.client(), QueueKeys("slot"), ManualClock()
     server = make_server(client, keys, "s1", clock)
     server.claim()

@@ -29,17 +29,25 @@ EXPECT: dict[str, Stateful] = {d.name: d.stateful for d in DESIGNS if d.stateful
 
 
 def _params() -> list[object]:
-    return [pytest.param(name, marks=[pytest.mark.slow] if e.slow else [], id=name)
-            for name, e in EXPECT.items()]
+    return [
+        pytest.param(name, marks=[pytest.mark.slow] if e.slow else [], id=name)
+        for name, e in EXPECT.items()
+    ]
 
 
 @pytest.mark.parametrize("design", _params())
 def test_the_state_machine_finds_the_broken_design(design: str) -> None:
     e = EXPECT[design]
-    result = verify(Options(examples=e.examples, seed=e.seed, variant=design, model_check=False,
-                            shrink_seconds=e.shrink_seconds))
-    assert result.failure is not None, (
-        f"{design}: no failure in {result.stats.examples} examples")
+    result = verify(
+        Options(
+            examples=e.examples,
+            seed=e.seed,
+            variant=design,
+            model_check=False,
+            shrink_seconds=e.shrink_seconds,
+        )
+    )
+    assert result.failure is not None, f"{design}: no failure in {result.stats.examples} examples"
     steps = result.failure.steps
     shown = "\n".join(f"{s.index}. {s.text}" for s in steps)
     assert result.failure.kind in e.kinds, f"{result.failure.kind}: {result.failure.message}"
@@ -59,8 +67,13 @@ def test_gc_when_empty_is_found_by_the_model_check_part() -> None:
     """Design 9 needs a take that waits on an empty queue while its list is forgotten; the
     stateful run never leaves a take waiting (its takes find a task), so the model check is the
     part that finds it."""
-    result = verify(Options(variant="gc-when-empty", stateful=False,
-                            model_bounds=Bounds(3, 2, 2, 2, processes_per_server=1)))
+    result = verify(
+        Options(
+            variant="gc-when-empty",
+            stateful=False,
+            model_bounds=Bounds(3, 2, 2, 2, processes_per_server=1),
+        )
+    )
     assert result.model is not None and not result.model.ok
     assert result.model.property == "registered-custody"
     assert result.model.violation is not None and len(result.model.violation) <= 8
@@ -85,8 +98,9 @@ def test_verify_runs_each_design_with_the_examples_this_test_needs() -> None:
             assert default_examples(name) == max(e.examples, default), name
     assert default_examples("correct") == default
     assert set(EXPECT) <= set(BROKEN)
-    assert set(EXPECT) | {"count-after-recovery", "gc-when-empty", "cancelled-release-ran"} == \
-        set(VARIANTS) - {"correct"}
+    assert set(EXPECT) | {"count-after-recovery", "gc-when-empty", "cancelled-release-ran"} == set(
+        VARIANTS
+    ) - {"correct"}
 
 
 def test_cancelled_release_ran_is_found_by_the_model_check_part() -> None:
@@ -113,8 +127,13 @@ def test_count_after_recovery_is_found_by_the_model_check_part() -> None:
 
 
 def test_unbounded_drain_is_found_by_the_model_check_part() -> None:
-    result = verify(Options(variant="unbounded-drain", stateful=False,
-                            model_bounds=Bounds(2, 2, 2, 2, processes_per_server=1)))
+    result = verify(
+        Options(
+            variant="unbounded-drain",
+            stateful=False,
+            model_bounds=Bounds(2, 2, 2, 2, processes_per_server=1),
+        )
+    )
     assert result.model is not None and not result.model.ok
     assert result.model.property == "bounded-work"
     assert result.model.violation is not None and len(result.model.violation) <= 8

@@ -34,9 +34,15 @@ EXAMPLES, STEPS = 8, 15
 
 
 def _settings(derandomize: bool = False) -> settings:
-    return settings(max_examples=EXAMPLES, stateful_step_count=STEPS, derandomize=derandomize,
-                    database=None, deadline=None, phases=[Phase.explicit, Phase.generate],
-                    suppress_health_check=list(HealthCheck))
+    return settings(
+        max_examples=EXAMPLES,
+        stateful_step_count=STEPS,
+        derandomize=derandomize,
+        database=None,
+        deadline=None,
+        phases=[Phase.explicit, Phase.generate],
+        suppress_health_check=list(HealthCheck),
+    )
 
 
 class _Recorded(RunStats):
@@ -58,7 +64,9 @@ def altered(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ModuleType]:
     source = Path(machine_module.__file__).read_text(encoding="utf-8")
     edited = source.replace(
         "        @initialize()\n",
-        "        # a comment that changes nothing but the source text\n        @initialize()\n", 1)
+        "        # a comment that changes nothing but the source text\n        @initialize()\n",
+        1,
+    )
     edited = edited.replace("self._do(", "self._perform(").replace("def _do(", "def _perform(")
     assert edited.count("self._perform(") > 10 and "_do(" not in edited
     name = "taskcustody.verify._machine_altered_by_a_test"
@@ -100,7 +108,8 @@ def test_the_altered_machine_reads_differently_to_hypothesis(altered: ModuleType
 
 
 def test_a_seeded_run_takes_the_same_steps_whatever_the_source_text_says(
-        altered: ModuleType) -> None:
+    altered: ModuleType,
+) -> None:
     before, after = _run(machine_module), _run(altered)
     assert sum(map(len, before.examples_steps)) > EXAMPLES  # (the runs did step)
     assert after.examples_steps == before.examples_steps

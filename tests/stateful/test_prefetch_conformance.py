@@ -45,8 +45,9 @@ def test_prefetching_steps_match_the_model(
         tallies = h.tallies()
         assert tallies["committed"] == BOUNDS.tasks
         assert tallies["lost"] == tallies["duplicated"] == tallies["double-assigned"] == 0
-        lost_slots = (0 if take_lost is None else WORKERS - take_lost) + \
-            (0 if release_lost is None else len(holding) - release_lost)
+        lost_slots = (0 if take_lost is None else WORKERS - take_lost) + (
+            0 if release_lost is None else len(holding) - release_lost
+        )
         assert sum(h.counts.values()) == lost_slots
     finally:
         h.close()
@@ -55,8 +56,9 @@ def test_prefetching_steps_match_the_model(
 def test_a_loss_is_refused_when_a_slot_would_find_the_queue_empty(backend: Backend) -> None:
     """The model has no single action for a dirty worker with an empty list; the harness says so
     rather than mapping it wrongly."""
-    h = Harness(backend.client, Bounds(tasks=1, servers=1, workers=2, faults=2),
-                real_redis=backend.real)
+    h = Harness(
+        backend.client, Bounds(tasks=1, servers=1, workers=2, faults=2), real_redis=backend.real
+    )
     try:
         h.setup()
         with pytest.raises(ValueError, match="a task for every slot"):

@@ -30,8 +30,10 @@ EXAMPLES = 15
 STEPS = 20
 #: The examples and steps of each loop's machine in `taskcustody verify`'s loops part (its
 #: default steps: 40).
-VERIFY_LOOPS = {kind: {"examples": examples, "steps": steps or Options().steps}
-                for kind, examples, steps in LOOP_KINDS}
+VERIFY_LOOPS = {
+    kind: {"examples": examples, "steps": steps or Options().steps}
+    for kind, examples, steps in LOOP_KINDS
+}
 #: The seed of the runs that must reach a sweep sparing a fresh registration. In the prefetching
 #: loop's machine that needs a slot's take to find the queue empty, its process to be judged dead
 #: and a sweep, all before the next tick: rare in its draws (the default seed's examples reach
@@ -40,18 +42,39 @@ VERIFY_LOOPS = {kind: {"examples": examples, "steps": steps or Options().steps}
 SPARING_SEEDS = {"prefetch": 3, "server": DEFAULT_SEED}
 
 
-def _run(backend: Backend, loop: str = "correct", kind: str = "worker",
-         examples: int = EXAMPLES, implementation: str = "correct",
-         steps: int = STEPS, seed: int = DEFAULT_SEED) -> RunStats:
+def _run(
+    backend: Backend,
+    loop: str = "correct",
+    kind: str = "worker",
+    examples: int = EXAMPLES,
+    implementation: str = "correct",
+    steps: int = STEPS,
+    seed: int = DEFAULT_SEED,
+) -> RunStats:
     """A seeded run (`seeding.DEFAULT_SEED` unless `seed`); a failure is raised as found (not
     shrunk: the test wants the kind of failure, fast)."""
     stats = RunStats()
-    machine = build_machine(backend.client, real_redis=backend.real, stats=stats,
-                            drive_loops=True, loop=loop, loop_kind=kind,
-                            implementation=implementation)
-    run_machine(machine, settings(
-        stateful_step_count=steps, max_examples=examples, deadline=None, database=None,
-        phases=(Phase.explicit, Phase.generate), report_multiple_bugs=False), seed)
+    machine = build_machine(
+        backend.client,
+        real_redis=backend.real,
+        stats=stats,
+        drive_loops=True,
+        loop=loop,
+        loop_kind=kind,
+        implementation=implementation,
+    )
+    run_machine(
+        machine,
+        settings(
+            stateful_step_count=steps,
+            max_examples=examples,
+            deadline=None,
+            database=None,
+            phases=(Phase.explicit, Phase.generate),
+            report_multiple_bugs=False,
+        ),
+        seed,
+    )
     return stats
 
 
@@ -74,8 +97,11 @@ def test_the_real_worker_loop_follows_the_model(backend: Backend) -> None:
 
 def test_a_loop_that_skips_its_reconcile_is_caught(backend: Backend) -> None:
     # (a take or a suspect's take, as the draws fall: either skips the reconcile)
-    with pytest.raises(Mismatch, match=r"loop: .* did take(_suspect)? where the model allows "
-                                       r"only reconcile"):
+    with pytest.raises(
+        Mismatch,
+        match=r"loop: .* did take(_suspect)? where the model allows "
+        r"only reconcile",
+    ):
         _run(backend, loop="loop-skips-reconcile")
 
 
@@ -93,9 +119,11 @@ def test_a_prefetching_loop_that_skips_its_reconcile_is_caught(backend: Backend)
     dirty and the loop does not (the processes' workers differ)."""
     with pytest.raises(Mismatch) as caught:
         _run(backend, loop="prefetch-skips-reconcile", kind="prefetch", examples=30)
-    assert re.match(r"loop: worker \d of s\d's prefetching loop did take where the model allows "
-                    r"only reconcile|conformance: processes: model .* != real ",
-                    f"{caught.value.kind}: {caught.value.message}"), caught.value
+    assert re.match(
+        r"loop: worker \d of s\d's prefetching loop did take where the model allows "
+        r"only reconcile|conformance: processes: model .* != real ",
+        f"{caught.value.kind}: {caught.value.message}",
+    ), caught.value
 
 
 def test_the_real_background_thread_follows_the_model(backend: Backend) -> None:
@@ -110,14 +138,18 @@ def test_the_real_background_thread_follows_the_model(backend: Backend) -> None:
 
 
 def test_a_background_thread_that_stops_sweeping_is_caught(backend: Backend) -> None:
-    with pytest.raises(Mismatch, match=r"loop: the background thread of s\d did not sweep in 2 "
-                                       r"beats"):
+    with pytest.raises(
+        Mismatch,
+        match=r"loop: the background thread of s\d did not sweep in 2 "
+        r"beats",
+    ):
         _run(backend, loop="background-sweeps-once", kind="server", examples=8)
 
 
 @pytest.mark.parametrize("kind", ["prefetch", "server"])
 def test_the_prefetch_and_server_loop_machines_drive_the_sweeps_that_would_forget(
-        backend: Backend, kind: str) -> None:
+    backend: Backend, kind: str
+) -> None:
     """Their registrations age too (`machine.LOOP_BOUNDS`), so no sweep is left out: among those
     driven are sweeps that would forget a dead owner's empty list but for its fresh registration
     (a take pending on the empty queue: a prefetching slot's, or a worker's interleaved with the
@@ -135,13 +167,19 @@ def test_the_prefetch_and_server_loop_machines_drive_the_sweeps_that_would_forge
 
 @pytest.mark.parametrize("kind", ["prefetch", "server"])
 def test_a_sweep_that_forgets_a_fresh_registration_is_caught_by_the_prefetch_and_server_loops(
-        backend: Backend, kind: str) -> None:
+    backend: Backend, kind: str
+) -> None:
     """Design 9's bug in the real implementation (`broken.GcWhenEmptyServer`, the named mutant
     `gc-when-empty`): a sweep that ignores the registration's age forgets the fresh list of a
     dead owner's pending take, which the model keeps."""
     with pytest.raises(Mismatch, match=r"conformance: .*registered: model .* != real .*fresh: "):
-        _run(backend, kind=kind, implementation="gc-when-empty", seed=SPARING_SEEDS[kind],
-             **VERIFY_LOOPS[kind])
+        _run(
+            backend,
+            kind=kind,
+            implementation="gc-when-empty",
+            seed=SPARING_SEEDS[kind],
+            **VERIFY_LOOPS[kind],
+        )
 
 
 def test_the_default_verify_run_drives_the_production_loops() -> None:
@@ -152,19 +190,23 @@ def test_the_default_verify_run_drives_the_production_loops() -> None:
     is prefetch-run-once-skips-reconcile (the same, in the prefetching worker's cycle) and
     background-sweeps-once (the server's background thread: it did not sweep in 2 beats)."""
     assert Options().loops and Options().examples >= LOOP_EXAMPLES
-    result = verify(Options(examples=LOOP_EXAMPLES, model_check=False, shrink=False,
-                            fault_coverage=False))
+    result = verify(
+        Options(examples=LOOP_EXAMPLES, model_check=False, shrink=False, fault_coverage=False)
+    )
     _, loops = result.parts
     assert loops.name == LOOPS_PART
     assert loops.outcome == PASSED, loops.message
     assert result.ok
     assert "commands of the worker's loop checked" in loops.covered
-    assert re.search(r"[1-9][\d,]* writes of the prefetching worker's loop checked",
-                     loops.covered), loops.covered
-    assert re.search(r"[1-9][\d,]* beats of the server's background thread checked",
-                     loops.covered), loops.covered
-    assert re.search(r"[1-9][\d,]* sweeps that had to spare a fresh registration",
-                     loops.covered), loops.covered
+    assert re.search(
+        r"[1-9][\d,]* writes of the prefetching worker's loop checked", loops.covered
+    ), loops.covered
+    assert re.search(
+        r"[1-9][\d,]* beats of the server's background thread checked", loops.covered
+    ), loops.covered
+    assert re.search(r"[1-9][\d,]* sweeps that had to spare a fresh registration", loops.covered), (
+        loops.covered
+    )
 
 
 def test_the_default_command_line_runs_the_production_loops_and_no_loops_leaves_them_out() -> None:

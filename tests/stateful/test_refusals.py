@@ -27,11 +27,16 @@ from tests.conftest import Backend
 
 #: What each script turns into when it no longer refuses, and which refusal must then fail.
 NOT_REFUSING = {
-    "claim_held": ("CLAIM", "if current and tonumber(current) > tonumber(now) then",
-                   "if false then"),
-    "drain_live": ("DRAIN_CHUNK",
-                   "if mode ~= 'force' and is_live(servers, incarnations, server_id, incarnation) "
-                   "then", "if false then"),
+    "claim_held": (
+        "CLAIM",
+        "if current and tonumber(current) > tonumber(now) then",
+        "if false then",
+    ),
+    "drain_live": (
+        "DRAIN_CHUNK",
+        "if mode ~= 'force' and is_live(servers, incarnations, server_id, incarnation) then",
+        "if false then",
+    ),
 }
 
 
@@ -39,8 +44,16 @@ def _run(backend: Backend, examples: int) -> RunStats:
     stats = RunStats()
     machine = build_machine(backend.client, real_redis=backend.real, stats=stats, refusals=True)
     phases = [Phase.explicit, Phase.generate]  # no shrinking: the kind of mismatch is enough
-    run_machine(machine, settings(stateful_step_count=30, max_examples=examples, deadline=None,
-                                  phases=phases, database=None))
+    run_machine(
+        machine,
+        settings(
+            stateful_step_count=30,
+            max_examples=examples,
+            deadline=None,
+            phases=phases,
+            database=None,
+        ),
+    )
     return stats
 
 
@@ -63,7 +76,8 @@ def test_the_implementation_refuses_each_kind_of_attempt(backend: Backend) -> No
 
 @pytest.mark.parametrize("kind", sorted(NOT_REFUSING))
 def test_an_implementation_that_accepts_what_it_must_refuse_fails(
-        backend: Backend, kind: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    backend: Backend, kind: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     name, refusing, accepting = NOT_REFUSING[kind]
     source = getattr(scripts, name)
     # the rewrite below still hits the refusal (fails under a mutant that already removed it,
@@ -74,7 +88,8 @@ def test_an_implementation_that_accepts_what_it_must_refuse_fails(
 
 
 def test_a_superseded_process_whose_heartbeat_takes_its_id_back_fails(
-        backend: Backend, monkeypatch: pytest.MonkeyPatch) -> None:
+    backend: Backend, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Its first heartbeat after the supersession is refused (the model's `heartbeat` finds the
     newer incarnation, which every run checks); a later one, once the process knows, takes the id
     back. Only an attempt of what the model refuses can see that."""
@@ -83,8 +98,9 @@ def test_a_superseded_process_whose_heartbeat_takes_its_id_back_fails(
     def takes_the_id_back(self: Server) -> None:
         if self.superseded:
             self.client.hset(self.keys.incarnations, self.server_id, self.identity.incarnation)
-            self.client.zadd(self.keys.servers,
-                             {self.server_id: self.clock.now() + self.settings.server_ttl})
+            self.client.zadd(
+                self.keys.servers, {self.server_id: self.clock.now() + self.settings.server_ttl}
+            )
             return
         heartbeat(self)
 
@@ -93,7 +109,8 @@ def test_a_superseded_process_whose_heartbeat_takes_its_id_back_fails(
 
 
 def test_verify_fails_an_implementation_that_claims_a_held_id(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """`taskcustody verify` (not only this suite): its run of the real implementation attempts
     what the model refuses, and says which refusal failed, with the attempt as the last step."""
     name, refusing, accepting = NOT_REFUSING["claim_held"]
@@ -105,7 +122,8 @@ def test_verify_fails_an_implementation_that_claims_a_held_id(
 
 
 def test_a_superseded_process_that_goes_on_after_a_refused_heartbeat_fails(
-        backend: Backend, monkeypatch: pytest.MonkeyPatch) -> None:
+    backend: Backend, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The named mutant `superseded-heartbeat-goes-on`: once a process knows it was superseded,
     a later heartbeat that Redis refuses no longer stops it. Redis is unchanged, so no check of
     the state can see it; the attempt of a superseded process's heartbeat does (aimed at in
@@ -142,8 +160,13 @@ def test_walk_to_refusal_plans_the_superseded_heartbeat_on_the_model() -> None:
     assert walk_to_refusal(state, config, "claim_held") == []
     walk = walk_to_refusal(state, config, "heartbeat_superseded")
     assert walk is not None
-    assert [a.name for a in walk][1:] == ["stall_server", "advance_clock", "resume_server",
-                                          "claim", "heartbeat"]
+    assert [a.name for a in walk][1:] == [
+        "stall_server",
+        "advance_clock",
+        "resume_server",
+        "claim",
+        "heartbeat",
+    ]
     from taskcustody.verify.aiming import after
 
     for action in walk:
@@ -155,16 +178,16 @@ def test_walk_to_refusal_plans_the_superseded_heartbeat_on_the_model() -> None:
     assert walk_to_refusal(spent, config, "heartbeat_superseded") is None
 
 
-def test_verify_fails_when_a_kind_is_attempted_too_rarely(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+def test_verify_fails_when_a_kind_is_attempted_too_rarely(monkeypatch: pytest.MonkeyPatch) -> None:
     """The refusal part's gate: with the aiming rule's walks cut to nothing, a superseded
     process's heartbeat is left to the draws, which do not reach it, and the run fails with the
     counts; with the walks, the same run meets the minimum."""
     from taskcustody.verify import refusal_aiming
     from taskcustody.verify.report import text_report
 
-    options = Options(examples=30, steps=20, model_check=False, loops=False,
-                      fault_coverage=False, shrink=False)
+    options = Options(
+        examples=30, steps=20, model_check=False, loops=False, fault_coverage=False, shrink=False
+    )
     monkeypatch.setattr(refusal_aiming, "MAX_DEPTH", 0)
     result = verify(options)
     assert result.failure is None

@@ -53,11 +53,14 @@ class _Choices(_Steady):
 def _armed(backend: Backend, implementation: str = "correct") -> Harness:
     """Server 0 stalled and expired, its worker 0 armed by its production loop (its take is
     pending on the empty queue), checked."""
-    h = Harness(backend.client, LOOP_BOUNDS, server_factory=server_factory(implementation),
-                real_redis=backend.real)
+    h = Harness(
+        backend.client,
+        LOOP_BOUNDS,
+        server_factory=server_factory(implementation),
+        real_redis=backend.real,
+    )
     h.setup()
-    for action in (Action("take", 1, 0, 0), Action("stall_server", 0, 0),
-                   Action("advance_clock")):
+    for action in (Action("take", 1, 0, 0), Action("stall_server", 0, 0), Action("advance_clock")):
         h.step(action)
         h.check()
     LoopDriver(h, 0, 0, 0, _Choices()).run()
@@ -69,7 +72,8 @@ def _armed(backend: Backend, implementation: str = "correct") -> Harness:
 
 
 def test_the_sweep_spares_the_list_of_a_pending_take_and_the_take_is_served_into_it(
-        backend: Backend) -> None:
+    backend: Backend,
+) -> None:
     h = _armed(backend)
     try:
         h.step(Action("sweep", 1, 0))
@@ -83,8 +87,7 @@ def test_the_sweep_spares_the_list_of_a_pending_take_and_the_take_is_served_into
         h.close()
 
 
-def test_a_tick_ends_the_pending_take_and_the_sweep_then_forgets_the_list(
-        backend: Backend) -> None:
+def test_a_tick_ends_the_pending_take_and_the_sweep_then_forgets_the_list(backend: Backend) -> None:
     h = _armed(backend)
     try:
         h.step(Action("advance_clock"))

@@ -27,10 +27,14 @@ def async_client(backend: Backend, settings: Settings = TEST_SETTINGS) -> redis.
     return connect_async(backend.url, settings)
 
 
-def run_with_client(test: Callable[[redis.asyncio.Redis], Awaitable[None]],
-                    backend: Backend, settings: Settings = TEST_SETTINGS) -> None:
+def run_with_client(
+    test: Callable[[redis.asyncio.Redis], Awaitable[None]],
+    backend: Backend,
+    settings: Settings = TEST_SETTINGS,
+) -> None:
     """Run `test(client)` in a new event loop, with an asyncio client of `backend` (made with
     `settings`) closed after."""
+
     async def main() -> None:
         client = async_client(backend, settings)
         try:
@@ -45,8 +49,10 @@ def skip_on_fakeredis(backend: Backend) -> None:
     """Skips a test that cancels a blocking command on fakeredis, whose async blocking commands
     ignore cancellation (pinned in tests/test_fakeredis_gaps.py)."""
     if not backend.real:
-        pytest.skip("fakeredis's async blocking commands ignore cancellation (pinned in "
-                    "tests/test_fakeredis_gaps.py)")
+        pytest.skip(
+            "fakeredis's async blocking commands ignore cancellation (pinned in "
+            "tests/test_fakeredis_gaps.py)"
+        )
 
 
 def blocking(settings: Settings) -> Settings:
@@ -55,20 +61,24 @@ def blocking(settings: Settings) -> Settings:
     return dataclasses.replace(settings, block_timeout=20.0, shutdown_grace=30.0)
 
 
-async def started_server(client: redis.asyncio.Redis, keys: QueueKeys,
-                         settings: Settings) -> tuple[AsyncServer, Any]:
+async def started_server(
+    client: redis.asyncio.Redis, keys: QueueKeys, settings: Settings
+) -> tuple[AsyncServer, Any]:
     """An `AsyncServer` of one worker whose handler returns its payload, started (registered,
     not yet running), and its worker."""
-    server = AsyncServer(client, keys, "aio-1", lambda p: p, workers=1, settings=settings,
-                         clock=ManualClock())
+    server = AsyncServer(
+        client, keys, "aio-1", lambda p: p, workers=1, settings=settings, clock=ManualClock()
+    )
     (worker,) = await server.start()
     return server, worker
 
 
 def named(name: str, sha: str | None = None) -> Match:
     """Matches the command `name` (and, for EVALSHA, the script `sha`)."""
+
     def match(args: tuple[Any, ...]) -> bool:
         return str(args[0]).upper() == name and (sha is None or args[1] == sha)
+
     return match
 
 
@@ -84,8 +94,7 @@ class Gate:
     as the operation ends; on 3.11+ `Task.uncancel` hides it from `Task.cancelling()` too), and
     the command goes on as if the gate had opened; `swallowed` says it was."""
 
-    def __init__(self, conn: Any, match: Match, hold: str = "reply",
-                 swallow: bool = False) -> None:
+    def __init__(self, conn: Any, match: Match, hold: str = "reply", swallow: bool = False) -> None:
         assert hold in ("send", "read", "reply")
         self.inner = conn
         self.match = match
@@ -160,8 +169,9 @@ def task_stacks() -> str:
         while coro is not None:
             frame = getattr(coro, "cr_frame", None) or getattr(coro, "gi_frame", None)
             if frame is not None:
-                lines.append(f"    {frame.f_code.co_filename}:{frame.f_lineno} "
-                             f"{frame.f_code.co_name}")
+                lines.append(
+                    f"    {frame.f_code.co_filename}:{frame.f_lineno} {frame.f_code.co_name}"
+                )
             coro = getattr(coro, "cr_await", None) or getattr(coro, "gi_yieldfrom", None)
     return "\n".join(lines)
 
@@ -182,8 +192,9 @@ def gated(holder: Any, match: Match, hold: str = "reply", swallow: bool = False)
     return gate
 
 
-async def stopped_at(server: AsyncServer, gate: Gate,
-                     held: Callable[[], Awaitable[None]] | None = None) -> None:
+async def stopped_at(
+    server: AsyncServer, gate: Gate, held: Callable[[], Awaitable[None]] | None = None
+) -> None:
     """Run `server` until `gate` holds its command, check `held` there (what is true while the
     command is held), then stop the server and await its run (`finishes`: a hang fails, as a take
     that blocks 20 s would). A swallowing gate must have swallowed the shutdown's cancellation:
@@ -209,8 +220,9 @@ async def suspects(client: redis.asyncio.Redis, keys: QueueKeys) -> list[str]:
     return sorted(decode(raw).id for raw in await client.lrange(keys.suspects, 0, -1))
 
 
-def a_swallowed_idle_take_is_cut(backend: Backend, keys: QueueKeys, settings: Settings,
-                                 taker: Callable[[Any], Any]) -> None:
+def a_swallowed_idle_take_is_cut(
+    backend: Backend, keys: QueueKeys, settings: Settings, taker: Callable[[Any], Any]
+) -> None:
     """The shutdown ends a blocking take on an empty queue whose cancellation was swallowed
     (as by Python 3.10's `wait_for` in redis-py's send), without a trace, and the take sent: only
     the shutdown's interrupt can end it, and a run that returns long before the take's 20 s block
@@ -229,11 +241,13 @@ def a_swallowed_idle_take_is_cut(backend: Backend, keys: QueueKeys, settings: Se
     run_with_client(test, backend, settings)
 
 
-
 #: The asyncio connection's handshake method, which `connect()` awaits after the socket is open
 #: (redis-py 6 and later: `on_connect_check_health`; redis-py 5: `on_connect`).
-HANDSHAKE = ("on_connect_check_health"
-             if hasattr(redis.asyncio.Connection, "on_connect_check_health") else "on_connect")
+HANDSHAKE = (
+    "on_connect_check_health"
+    if hasattr(redis.asyncio.Connection, "on_connect_check_health")
+    else "on_connect"
+)
 
 
 async def cancel_inside_the_handshake(conn: Any, step: Awaitable[Any]) -> None:

@@ -8,8 +8,9 @@ from collections.abc import Iterator
 import click
 
 
-def walk(command: click.Command, ctx: click.Context) -> Iterator[tuple[str, click.Command,
-                                                                        click.Context]]:
+def walk(
+    command: click.Command, ctx: click.Context
+) -> Iterator[tuple[str, click.Command, click.Context]]:
     """(path, command, its context) for `command` and every subcommand below it, depth first.
     The group's `get_command` is what loads a lazy command (cli_errors.MappedErrors), so each is
     asked for by name, never read from `.commands` (which holds only the loaded ones)."""

@@ -8,13 +8,21 @@ import redis
 from taskcustody import QueueKeys
 
 
-def assert_every_task_committed_once(admin: redis.Redis, keys: QueueKeys, ids: list[str],
-                                     title: str, at_kill: int, inflight_at_kill: int) -> None:
+def assert_every_task_committed_once(
+    admin: redis.Redis,
+    keys: QueueKeys,
+    ids: list[str],
+    title: str,
+    at_kill: int,
+    inflight_at_kill: int,
+) -> None:
     commits = {k.decode(): int(v) for k, v in admin.hgetall(keys.commit_log).items()}
     executions = sum(int(v) for v in admin.hgetall("e2e:executions").values())
-    print(f"\n{title}: N={len(ids)}, committed before SIGKILL={at_kill}, in flight at kill="
-          f"{inflight_at_kill}, commits={sum(commits.values())}, distinct committed="
-          f"{len(commits)}, executions={executions}")
+    print(
+        f"\n{title}: N={len(ids)}, committed before SIGKILL={at_kill}, in flight at kill="
+        f"{inflight_at_kill}, commits={sum(commits.values())}, distinct committed="
+        f"{len(commits)}, executions={executions}"
+    )
     assert sorted(commits) == sorted(ids)
     assert set(commits.values()) == {1}
     assert int(admin.get(keys.committed) or 0) == len(ids)

@@ -21,15 +21,29 @@ OUTPUT_LIMIT = 60.0
 def enqueue_argv(queue_name: str, redis_url: str, *options: str) -> list[str]:
     """`taskcustody enqueue --queue QUEUE --redis-url URL OPTIONS... -` as a subprocess's
     arguments (this interpreter, the package's command module)."""
-    return [sys.executable, "-m", "taskcustody.cli", "enqueue", "--queue", queue_name,
-            "--redis-url", redis_url, *options, "-"]
+    return [
+        sys.executable,
+        "-m",
+        "taskcustody.cli",
+        "enqueue",
+        "--queue",
+        queue_name,
+        "--redis-url",
+        redis_url,
+        *options,
+        "-",
+    ]
 
 
 def start_enqueue(queue_name: str, redis_url: str, *options: str) -> subprocess.Popen[bytes]:
     """The command, its stdin, stdout and stderr pipes of ours."""
-    return subprocess.Popen(enqueue_argv(queue_name, redis_url, *options), env=worker_env(),
-                            stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE)
+    return subprocess.Popen(
+        enqueue_argv(queue_name, redis_url, *options),
+        env=worker_env(),
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
 
 
 def payload_lines(start: int, stop: int) -> bytes:
@@ -81,8 +95,9 @@ class Lines(threading.Thread):
             try:
                 line = self._arrived.get(timeout=OUTPUT_LIMIT)
             except queue.Empty:
-                raise AssertionError(f"{what}: {self._taken} line(s) printed, then nothing for "
-                                     f"{OUTPUT_LIMIT:g} s") from None
+                raise AssertionError(
+                    f"{what}: {self._taken} line(s) printed, then nothing for {OUTPUT_LIMIT:g} s"
+                ) from None
             if line is None:
                 raise AssertionError(f"{what}: the output ended after {self._taken} line(s)")
             self._taken += 1

@@ -50,8 +50,15 @@ def blocks(path: Path) -> list[Block]:
             body.append(lines[i])
             i += 1
         assert i < len(lines), f"{path}:{start + 1}: a fence that is never closed"
-        found.append(Block(path, start + 1, language, "\n".join(body) + "\n",
-                           reason.group(1) if reason else None))
+        found.append(
+            Block(
+                path,
+                start + 1,
+                language,
+                "\n".join(body) + "\n",
+                reason.group(1) if reason else None,
+            )
+        )
         i += 1
     return found
 
@@ -66,7 +73,11 @@ def documentation() -> list[Path]:
 def not_run_markers(path: Path) -> list[int]:
     """The lines (1-based) of every not-run marker outside a block (one inside a block is shown,
     not meant), to check that each one stands right above a block."""
-    inside = {block.line + k for block in blocks(path)
-              for k in range(1, block.body.count("\n") + 2)}
-    return [n for n, line in enumerate(path.read_text().splitlines(), 1)
-            if NOT_RUN.match(line.strip()) and n not in inside]
+    inside = {
+        block.line + k for block in blocks(path) for k in range(1, block.body.count("\n") + 2)
+    }
+    return [
+        n
+        for n, line in enumerate(path.read_text().splitlines(), 1)
+        if NOT_RUN.match(line.strip()) and n not in inside
+    ]

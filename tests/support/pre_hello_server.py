@@ -42,8 +42,9 @@ def _serve_connection(conn: socket.socket, version: str) -> None:
             else:
                 # Redis 5's wording, which redis-py raises as a ResponseError.
                 args = "".join(f"`{a.decode()}`, " for a in command[1:])
-                conn.sendall(f"-ERR unknown command `{name}`, with args beginning with: "
-                             f"{args}\r\n".encode())
+                conn.sendall(
+                    f"-ERR unknown command `{name}`, with args beginning with: {args}\r\n".encode()
+                )
 
 
 @contextlib.contextmanager

@@ -17,8 +17,14 @@ import redis
 from taskcustody.verify import local_cluster
 from taskcustody.verify.local_cluster import NODE_TIMEOUT_MS, cluster_info, free_cluster_port
 
-__all__ = ["NODE_TIMEOUT_MS", "LocalCluster", "cluster_info", "free_cluster_port",
-           "tags_on_distinct_masters", "throwaway_cluster"]
+__all__ = [
+    "NODE_TIMEOUT_MS",
+    "LocalCluster",
+    "cluster_info",
+    "free_cluster_port",
+    "tags_on_distinct_masters",
+    "throwaway_cluster",
+]
 
 
 class LocalCluster(local_cluster.LocalCluster):
@@ -111,8 +117,9 @@ class LocalCluster(local_cluster.LocalCluster):
                 if not keys:
                     break
                 for key in keys:
-                    source.execute_command("MIGRATE", "127.0.0.1", target_port, "", 0, 5000,
-                                           "KEYS", key)
+                    source.execute_command(
+                        "MIGRATE", "127.0.0.1", target_port, "", 0, 5000, "KEYS", key
+                    )
                     moved += 1
                     if pause:
                         time.sleep(pause)

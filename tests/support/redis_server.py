@@ -55,8 +55,9 @@ def replication_info(port: int) -> dict[str, object]:
         client.close()
 
 
-def wait_for_replication_link(primary: RedisServerProcess, replica: RedisServerProcess,
-                              timeout: float = 30.0) -> None:
+def wait_for_replication_link(
+    primary: RedisServerProcess, replica: RedisServerProcess, timeout: float = 30.0
+) -> None:
     """Until the replica's link is up and the primary counts it online (a setup wait, not an
     assertion about timing)."""
     deadline = time.monotonic() + timeout

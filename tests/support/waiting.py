@@ -6,8 +6,12 @@ import time
 from collections.abc import Callable
 
 
-def wait_for(predicate: Callable[[], object], what: str, limit: float = 120.0,
-             state: Callable[[], object] | None = None) -> None:
+def wait_for(
+    predicate: Callable[[], object],
+    what: str,
+    limit: float = 120.0,
+    state: Callable[[], object] | None = None,
+) -> None:
     """Poll `predicate` every 50 ms until it holds; give up with an AssertionError naming `what`
     (and what `state` returns then, to show where things stand) after `limit` seconds: a generous
     bound on a shared machine, not a claim about speed."""

@@ -12,8 +12,18 @@ from pathlib import Path
 def worker_argv(handler: str, queue: str, redis_url: str, *options: str) -> list[str]:
     """`taskcustody worker HANDLER --queue QUEUE --redis-url URL OPTIONS...` as a subprocess's
     arguments (this interpreter, the package's command module)."""
-    return [sys.executable, "-m", "taskcustody.cli", "worker", handler, "--queue", queue,
-            "--redis-url", redis_url, *options]
+    return [
+        sys.executable,
+        "-m",
+        "taskcustody.cli",
+        "worker",
+        handler,
+        "--queue",
+        queue,
+        "--redis-url",
+        redis_url,
+        *options,
+    ]
 
 
 def worker_env() -> dict[str, str]:
@@ -27,9 +37,15 @@ def write_handler_module(folder: Path, handler: str, source: str) -> None:
     (folder / f"{handler.partition(':')[0]}.py").write_text(source)
 
 
-def start_worker(folder: Path, handler: str, queue: str, redis_url: str,
-                 *options: str) -> subprocess.Popen[str]:
+def start_worker(
+    folder: Path, handler: str, queue: str, redis_url: str, *options: str
+) -> subprocess.Popen[str]:
     """`worker_argv(handler, queue, redis_url, *options)` started in `folder` (where the test
     wrote the handler's module) with `worker_env()`, its stderr a text pipe."""
-    return subprocess.Popen(worker_argv(handler, queue, redis_url, *options), cwd=folder,
-                            env=worker_env(), stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        worker_argv(handler, queue, redis_url, *options),
+        cwd=folder,
+        env=worker_env(),
+        stderr=subprocess.PIPE,
+        text=True,
+    )

@@ -54,15 +54,15 @@ def requests(packed: Any) -> list[list[bytes]]:
     at = 0
     try:
         while at < len(data):
-            if data[at:at + 1] != b"*":
+            if data[at : at + 1] != b"*":
                 return out
             end = data.index(b"\r\n", at)
-            count, at = int(data[at + 1:end]), end + 2
+            count, at = int(data[at + 1 : end]), end + 2
             args: list[bytes] = []
             for _ in range(count):
                 end = data.index(b"\r\n", at)
-                length = int(data[at + 1:end])
-                args.append(data[end + 2:end + 2 + length])
+                length = int(data[at + 1 : end])
+                args.append(data[end + 2 : end + 2 + length])
                 at = end + 2 + length + 2
             out.append(args)
     except ValueError:
@@ -80,8 +80,11 @@ def label(args: list[bytes]) -> str:
     name = args[0].decode(errors="replace").split(" ", 1)[0].upper()
     if name in ("EVAL", "EVALSHA", "EVAL_RO", "EVALSHA_RO") and len(args) >= 3:
         script = args[1]
-        sha = (hashlib.sha1(script).hexdigest() if name.startswith("EVAL") and
-               not name.startswith("EVALSHA") else script.decode(errors="replace"))
+        sha = (
+            hashlib.sha1(script).hexdigest()
+            if name.startswith("EVAL") and not name.startswith("EVALSHA")
+            else script.decode(errors="replace")
+        )
         parts = [name, sha[:8]]
         with contextlib.suppress(ValueError, IndexError):
             first = args[3 + int(args[2])]
@@ -131,8 +134,9 @@ def _should_drop(command: str, reply: Any) -> bool:
 
 
 def _log_drop(command: str, reply: Any) -> None:
-    line = json.dumps({"time": time.time(), "pid": os.getpid(), "command": command,
-                       "reply": repr(reply)[:4000]})
+    line = json.dumps(
+        {"time": time.time(), "pid": os.getpid(), "command": command, "reply": repr(reply)[:4000]}
+    )
     fd = os.open(os.path.join(_DIR, "faults.log"), os.O_WRONLY | os.O_CREAT | os.O_APPEND)
     try:
         os.write(fd, (line + "\n").encode())
@@ -149,10 +153,16 @@ def _install() -> None:
 
     sync_cls: Any = sconn.AbstractConnection  # patched in place: typed loosely
     async_cls: Any = aconn.AbstractConnection
-    s_send, s_read, s_disc = (sync_cls.send_packed_command, sync_cls.read_response,
-                              sync_cls.disconnect)
-    a_send, a_read, a_disc = (async_cls.send_packed_command, async_cls.read_response,
-                              async_cls.disconnect)
+    s_send, s_read, s_disc = (
+        sync_cls.send_packed_command,
+        sync_cls.read_response,
+        sync_cls.disconnect,
+    )
+    a_send, a_read, a_disc = (
+        async_cls.send_packed_command,
+        async_cls.read_response,
+        async_cls.disconnect,
+    )
 
     async def reading(conn: Any, read: Any, disconnect: Any) -> Any:
         """The one read path, for both connection classes: `read` and `disconnect` are

@@ -22,8 +22,9 @@ async def job(ctx: Any, task: str) -> None:
 
 class WorkerSettings:
     functions: ClassVar = [job]
-    redis_settings = RedisSettings.from_dsn(os.environ.get("AUDIT_REDIS_URL",
-                                                           "redis://127.0.0.1:1/0"))
+    redis_settings = RedisSettings.from_dsn(
+        os.environ.get("AUDIT_REDIS_URL", "redis://127.0.0.1:1/0")
+    )
     job_timeout = 2
     max_jobs = 1
 

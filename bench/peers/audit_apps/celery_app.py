@@ -29,8 +29,11 @@ app.conf.update(
     task_default_queue="audit",
     task_ignore_result=True,
     broker_connection_retry_on_startup=True,
-    broker_transport_options={"visibility_timeout": 5, "unacked_restore_interval": 1,
-                              "unacked_restore_throttle": 1},
+    broker_transport_options={
+        "visibility_timeout": 5,
+        "unacked_restore_interval": 1,
+        "unacked_restore_throttle": 1,
+    },
 )
 
 

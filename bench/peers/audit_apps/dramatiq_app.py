@@ -14,8 +14,11 @@ import dramatiq
 from _record import TASK_SECONDS, record, task_name
 from dramatiq.brokers.redis import RedisBroker
 
-broker = RedisBroker(url=os.environ.get("AUDIT_REDIS_URL", "redis://127.0.0.1:1/0"),
-                     heartbeat_timeout=3000, maintenance_chance=1_000_000)
+broker = RedisBroker(
+    url=os.environ.get("AUDIT_REDIS_URL", "redis://127.0.0.1:1/0"),
+    heartbeat_timeout=3000,
+    maintenance_chance=1_000_000,
+)
 dramatiq.set_broker(broker)
 
 

@@ -23,7 +23,8 @@ def enqueue(url: str, n: int) -> None:
 
     client = redis.Redis.from_url(url)
     taskcustody.Producer(client, taskcustody.QueueKeys("audit")).enqueue_many(
-        [task_name(i) for i in range(n)])
+        [task_name(i) for i in range(n)]
+    )
 
 
 if __name__ == "__main__" and sys.argv[1] == "enqueue":

@@ -22,8 +22,14 @@ def enqueue(url: str, n: int) -> None:
 
     queue = Queue("audit", connection=redis.Redis.from_url(url))
     for i in range(n):
-        queue.enqueue("rq_app.job", task_name(i), job_id=task_name(i), retry=Retry(max=3),
-                      job_timeout=5, result_ttl=600)
+        queue.enqueue(
+            "rq_app.job",
+            task_name(i),
+            job_id=task_name(i),
+            retry=Retry(max=3),
+            job_timeout=5,
+            result_ttl=600,
+        )
 
 
 if __name__ == "__main__" and sys.argv[1] == "enqueue":

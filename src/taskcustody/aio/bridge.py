@@ -22,8 +22,9 @@ import redis.asyncio
 class SyncBridge:
     """`redis.Redis`'s methods, run on `loop` by the asyncio client `client`."""
 
-    def __init__(self, client: redis.asyncio.Redis,
-                 loop: asyncio.AbstractEventLoop | None = None) -> None:
+    def __init__(
+        self, client: redis.asyncio.Redis, loop: asyncio.AbstractEventLoop | None = None
+    ) -> None:
         self._client = client
         self._loop = loop
 
@@ -35,8 +36,10 @@ class SyncBridge:
         """Run `coro` on the loop and wait for its result, from a thread other than the loop's."""
         if self._loop is None or self._on_loop_thread():
             coro.close()
-            raise RuntimeError("SyncBridge called before bind() or from its event loop's "
-                               "thread: use asyncio.to_thread, or the asyncio client itself")
+            raise RuntimeError(
+                "SyncBridge called before bind() or from its event loop's "
+                "thread: use asyncio.to_thread, or the asyncio client itself"
+            )
         return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
 
     def _on_loop_thread(self) -> bool:

@@ -26,11 +26,14 @@ def connect_async(url: str, settings: Settings | None = None) -> redis.asyncio.R
     asyncio API yet)."""
     settings = settings or Settings()
     client: redis.asyncio.Redis = redis.asyncio.Redis.from_url(
-        url, socket_timeout=settings.socket_timeout,
-        socket_connect_timeout=settings.socket_timeout, retry=no_retry(),
+        url,
+        socket_timeout=settings.socket_timeout,
+        socket_connect_timeout=settings.socket_timeout,
+        retry=no_retry(),
         decode_responses=False,
         # Maintenance notifications off, as for the threaded API's clients (redis_options.py).
-        **no_maint_notifications(redis.asyncio.ConnectionPool))
+        **no_maint_notifications(redis.asyncio.ConnectionPool),
+    )
     return client
 
 
@@ -41,8 +44,7 @@ def connect_fake_async(server: Any = None) -> redis.asyncio.Redis:
     import fakeredis.aioredis
 
     fake_server = server if server is not None else fakeredis.FakeServer()
-    client: redis.asyncio.Redis = fakeredis.aioredis.FakeRedis(server=fake_server,
-                                                               retry=no_retry())
+    client: redis.asyncio.Redis = fakeredis.aioredis.FakeRedis(server=fake_server, retry=no_retry())
     return client
 
 
@@ -60,7 +62,9 @@ def own_connection(client: redis.asyncio.Redis) -> redis.asyncio.Connection:
 def refuse_unsupported(client: redis.asyncio.Redis, settings: Settings) -> None:
     """What the asyncio API does not serve yet, refused at once rather than half-served."""
     if settings.min_replicas:
-        raise ValueError("min_replicas is not supported by the asyncio API yet: use the "
-                         "threaded API (taskcustody.Server) for WAIT after writes")
+        raise ValueError(
+            "min_replicas is not supported by the asyncio API yet: use the "
+            "threaded API (taskcustody.Server) for WAIT after writes"
+        )
     if isinstance(client, redis.asyncio.RedisCluster):  # pragma: no cover - refused by type
         raise ValueError("Redis Cluster is not supported by the asyncio API yet")

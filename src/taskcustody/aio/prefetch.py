@@ -99,8 +99,9 @@ class AsyncPrefetchingWorker(PrefetchCustody[AsyncWorker]):
         suspect = await self.take_suspect()
         if suspect is not None:
             return suspect
-        replies, error = await self._pipeline(self.take_commands(), scripts.TAKE_AND_RECORD,
-                                              take=True)
+        replies, error = await self._pipeline(
+            self.take_commands(), scripts.TAKE_AND_RECORD, take=True
+        )
         return self.taken(replies, error)
 
     async def handle(self, batch: Batch) -> list[Release]:
@@ -129,8 +130,9 @@ class AsyncPrefetchingWorker(PrefetchCustody[AsyncWorker]):
     async def release_all(self, batch: Batch) -> list[Release]:
         """One release per task of the batch, in one round trip."""
         plans, logged = self.release_plans(batch)
-        replies, error = await self._pipeline([(*RELEASE, *args) for _, _, args in plans],
-                                              scripts.RELEASE)
+        replies, error = await self._pipeline(
+            [(*RELEASE, *args) for _, _, args in plans], scripts.RELEASE
+        )
         return self.released_all(plans, logged, replies, error)
 
     # -- the production loop -----------------------------------------------------------------
@@ -169,8 +171,9 @@ class AsyncPrefetchingWorker(PrefetchCustody[AsyncWorker]):
 
     # -- plumbing ----------------------------------------------------------------------------
 
-    async def _pipeline(self, commands: list[tuple[Any, ...]], script: str,
-                        take: bool = False) -> tuple[list[Any], Exception | None]:
+    async def _pipeline(
+        self, commands: list[tuple[Any, ...]], script: str, take: bool = False
+    ) -> tuple[list[Any], Exception | None]:
         """Send `commands` (EVALSHA of `script`) in one write; read the replies in order until
         one is lost (`PrefetchingWorker._pipeline`). A command answered NOSCRIPT did not run, so
         it is sent again as EVAL. A `take` pipeline of a worker whose `takes_interrupted` raises
@@ -181,11 +184,12 @@ class AsyncPrefetchingWorker(PrefetchCustody[AsyncWorker]):
         retry = [i for i, r in enumerate(replies) if isinstance(r, redis.exceptions.NoScriptError)]
         if retry:
             again, error = await self._send_and_read(
-                [(_EVAL, script, *commands[i][2:]) for i in retry], take)
+                [(_EVAL, script, *commands[i][2:]) for i in retry], take
+            )
             for n, reply in enumerate(again):
                 replies[retry[n]] = reply
             if error is not None:
-                del replies[retry[len(again)]:]
+                del replies[retry[len(again)] :]
         return replies, error
 
     async def _send_and_read(

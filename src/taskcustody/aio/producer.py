@@ -34,8 +34,13 @@ class AsyncProducer:
         await handle.result(timeout=5)
     """
 
-    def __init__(self, client: redis.asyncio.Redis, keys: QueueKeys,
-                 clock: Clock | None = None, settings: Settings | None = None) -> None:
+    def __init__(
+        self,
+        client: redis.asyncio.Redis,
+        keys: QueueKeys,
+        clock: Clock | None = None,
+        settings: Settings | None = None,
+    ) -> None:
         self.client = client
         self.keys = keys
         self.clock = clock or WallClock()  # enqueue time is informational only
@@ -49,11 +54,11 @@ class AsyncProducer:
 
     async def submit(self, payload: Any, task_id: str | None = None) -> AsyncTaskHandle:
         """`enqueue`, returning a handle whose `result` awaits the task's result."""
-        return AsyncTaskHandle(await self.enqueue(payload, task_id), self.client, self.keys,
-                               enqueued=True)
+        return AsyncTaskHandle(
+            await self.enqueue(payload, task_id), self.client, self.keys, enqueued=True
+        )
 
-    async def enqueue_many(self, payloads: Iterable[Any],
-                           batch_size: int = 10_000) -> list[str]:
+    async def enqueue_many(self, payloads: Iterable[Any], batch_size: int = 10_000) -> list[str]:
         """Every payload encoded before anything is sent; one LPUSH per batch."""
         now = self.clock.now()
         tasks = [new_task(p, now) for p in payloads]
@@ -84,5 +89,11 @@ class AsyncTaskHandle:
     async def result(self, timeout: float | None = 30.0) -> Any:
         """`taskcustody.get_result` (the same polling, in a thread, through `SyncBridge`)."""
         bridge = SyncBridge(self.client, asyncio.get_running_loop())
-        return await asyncio.to_thread(get_result, bridge, self.keys,  # type: ignore[arg-type]
-                                       self.id, timeout, fail_if_unknown=not self.enqueued)
+        return await asyncio.to_thread(
+            get_result,
+            bridge,
+            self.keys,  # type: ignore[arg-type]
+            self.id,
+            timeout,
+            fail_if_unknown=not self.enqueued,
+        )

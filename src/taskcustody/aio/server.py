@@ -81,8 +81,15 @@ class AsyncServer:
         self.clock: Clock = clock if clock is not None else AsyncRedisClock(client)
         self.bridge = SyncBridge(client)
         #: The threaded server's identity, heartbeat and recovery, on the bridge.
-        self.control = Server(cast(redis.Redis, self.bridge), keys, server_id, handler,
-                              workers=workers, settings=self.settings, clock=self.clock)
+        self.control = Server(
+            cast(redis.Redis, self.bridge),
+            keys,
+            server_id,
+            handler,
+            workers=workers,
+            settings=self.settings,
+            clock=self.clock,
+        )
         self.stop_event = asyncio.Event()
         self.workers: list[Runner] = []
 
@@ -107,8 +114,7 @@ class AsyncServer:
 
     def _worker_named(self, worker_id: str) -> AsyncWorker:
         owner = ListOwner(self.server_id, self.control.identity.incarnation, worker_id)
-        worker = AsyncWorker(self.client, self.keys, owner, self.handler, self.clock,
-                             self.settings)
+        worker = AsyncWorker(self.client, self.keys, owner, self.handler, self.clock, self.settings)
         worker.suspects = self.control.suspect_slot  # one suspect per process
         return worker
 
@@ -119,7 +125,8 @@ class AsyncServer:
             return self.make_worker(index)
         prefix = f"w{index}p"
         return AsyncPrefetchingWorker(
-            [self._worker_named(w) for w in self.control.worker_ids() if w.startswith(prefix)])
+            [self._worker_named(w) for w in self.control.worker_ids() if w.startswith(prefix)]
+        )
 
     async def start(self, wait_for_id: float = 0.0) -> list[Runner]:
         """Check the server, claim the id, drain our debris, make and register the workers."""
@@ -139,8 +146,9 @@ class AsyncServer:
         self.control._banner(version)
         return self.workers
 
-    async def run(self, until_idle: bool = False, install_signals: bool = False,
-                  wait_for_id: float = 0.0) -> None:
+    async def run(
+        self, until_idle: bool = False, install_signals: bool = False, wait_for_id: float = 0.0
+    ) -> None:
         """Run until stopped (`stop`, SIGTERM/SIGINT with `install_signals`) or, with
         `until_idle`, until every worker found the queue empty. (`start`ed already: its
         workers are run.)"""
@@ -153,9 +161,12 @@ class AsyncServer:
         except StoppedBeforeStart as exc:
             log.info("%s: exiting", exc)
             return
-        loops = {asyncio.create_task(self._supervise(w, until_idle),
-                                     name=f"taskcustody-{w.owner.worker_id}"): w
-                 for w in workers}
+        loops = {
+            asyncio.create_task(
+                self._supervise(w, until_idle), name=f"taskcustody-{w.owner.worker_id}"
+            ): w
+            for w in workers
+        }
         background = asyncio.create_task(self._background(), name="taskcustody-heartbeat")
         waiting: list[asyncio.Future[Any]] = [asyncio.ensure_future(self.stop_event.wait())]
         if until_idle:
@@ -234,9 +245,11 @@ class AsyncServer:
         if pending:
             _, late = await asyncio.wait(pending, timeout=self.settings.shutdown_grace)
             if late:
-                log.warning("grace period over with tasks still running in %s; cancelling them "
-                            "(their tasks are released as failed attempts)",
-                            sorted(loops[t].list_key for t in late))
+                log.warning(
+                    "grace period over with tasks still running in %s; cancelling them "
+                    "(their tasks are released as failed attempts)",
+                    sorted(loops[t].list_key for t in late),
+                )
                 for task in late:
                     task.cancel()
                 await asyncio.wait(late)
@@ -253,8 +266,9 @@ class AsyncServer:
                 await asyncio.to_thread(self.control.sweep_lease.release)
             for worker in loops.values():
                 for list_key in worker.list_keys:
-                    await self.client.eval(scripts.FORGET_EMPTY_LIST, 2, list_key,
-                                           self.keys.inflight_registry)
+                    await self.client.eval(
+                        scripts.FORGET_EMPTY_LIST, 2, list_key, self.keys.inflight_registry
+                    )
                 await worker.close()
         except redis.RedisError as exc:
             log.warning("could not deregister cleanly: %s", exc)

@@ -78,8 +78,9 @@ async def complete(step: Awaitable[_T]) -> _T:
 def is_async_handler(handler: Callable[..., Any]) -> bool:
     """Whether calling `handler` returns a coroutine: an `async def` function, or an object whose
     `__call__` is one."""
-    return inspect.iscoroutinefunction(handler) or inspect.iscoroutinefunction(
-        getattr(handler, "__call__", None))  # noqa: B004 - a callable object's own method
+    # A callable object's own method: getattr, not callable(), which says nothing of coroutines.
+    method = getattr(handler, "__call__", None)  # noqa: B004
+    return inspect.iscoroutinefunction(handler) or inspect.iscoroutinefunction(method)
 
 
 class AsyncWorker(Custody):
@@ -148,8 +149,12 @@ class AsyncWorker(Custody):
 
     async def register(self) -> None:
         """Load the scripts our connection calls by hash (as `Worker.register`)."""
-        for script in (scripts.RECORD_SCRIPT, scripts.RELEASE_SCRIPT,
-                       scripts.TAKE_AND_RECORD_SCRIPT, scripts.RELEASE_AND_TAKE_SCRIPT):
+        for script in (
+            scripts.RECORD_SCRIPT,
+            scripts.RELEASE_SCRIPT,
+            scripts.TAKE_AND_RECORD_SCRIPT,
+            scripts.RELEASE_AND_TAKE_SCRIPT,
+        ):
             await self.client.script_load(script.source)
 
     async def reconcile(self) -> int:
@@ -161,9 +166,15 @@ class AsyncWorker(Custody):
             bridge = SyncBridge(self.client, asyncio.get_running_loop())
             recovering = Recovering(self.settings.max_recoveries, self.clock.now())
             moved = await asyncio.to_thread(
-                drain_inflight, bridge, self.keys, self.list_key,  # type: ignore[arg-type]
-                force=True, chunk=self.settings.drain_chunk, length=length,
-                recovering=recovering)
+                drain_inflight,
+                bridge,
+                self.keys,
+                self.list_key,  # type: ignore[arg-type]
+                force=True,
+                chunk=self.settings.drain_chunk,
+                length=length,
+                recovering=recovering,
+            )
         self.dirty = False
         self.suspects.release(self.list_key)
         if moved and self.settings.max_recoveries is not None:
@@ -201,8 +212,9 @@ class AsyncWorker(Custody):
             return None
         try:
             try:
-                reply = await self._call("EVALSHA", scripts.TAKE_AND_RECORD_SCRIPT.sha, *args,
-                                         take=True)
+                reply = await self._call(
+                    "EVALSHA", scripts.TAKE_AND_RECORD_SCRIPT.sha, *args, take=True
+                )
             except redis.exceptions.NoScriptError:
                 reply = await self._call("EVAL", scripts.TAKE_AND_RECORD, *args, take=True)
         except (redis.ResponseError, *UNKNOWN) as exc:
@@ -255,12 +267,18 @@ class AsyncWorker(Custody):
         """Give up custody, and commit, retry or dead-letter, only if we still held it."""
         action, data = self.verdict(task, outcome)
         done = await self._release_raw(task.raw, task.id, action, data)
-        log_release(self.list_key, task.id, done, data, outcome.error, self.settings.max_attempts,
-                    delayed=action == "later")
+        log_release(
+            self.list_key,
+            task.id,
+            done,
+            data,
+            outcome.error,
+            self.settings.max_attempts,
+            delayed=action == "later",
+        )
         return done
 
-    async def release_and_take(self, task: Task,
-                               outcome: Outcome) -> tuple[Release, Task | None]:
+    async def release_and_take(self, task: Task, outcome: Outcome) -> tuple[Release, Task | None]:
         """`Worker.release_and_take`: the release and the next take (with its record), in one
         script."""
         action, data = self.verdict(task, outcome)
@@ -269,8 +287,15 @@ class AsyncWorker(Custody):
         args = self.release_and_take_args(task.raw, task.id, action, data, extra)
         reply = list(await self._send_release(args, scripts.RELEASE_AND_TAKE_SCRIPT))
         done = self.released_and_taken(reply, action)
-        log_release(self.list_key, task.id, done, data, outcome.error, self.settings.max_attempts,
-                    delayed=action == "later")
+        log_release(
+            self.list_key,
+            task.id,
+            done,
+            data,
+            outcome.error,
+            self.settings.max_attempts,
+            delayed=action == "later",
+        )
         raw = self.after_release_and_take(reply, mode)
         return done, None if raw is None else await self._decoded(raw)
 
@@ -366,8 +391,9 @@ class AsyncWorker(Custody):
 
     # -- plumbing ----------------------------------------------------------------------------
 
-    async def _call(self, *args: Any, first: tuple[Any, ...] | None = None,
-                    take: bool = False) -> Any:
+    async def _call(
+        self, *args: Any, first: tuple[Any, ...] | None = None, take: bool = False
+    ) -> Any:
         """Send a command (with `first` before it in the same write: the take's registration,
         whose error is kept in `_registration_error`) and read its reply. Anything but an error
         reply leaves the connection `_broken`: it is dropped before the next command. A `take`
@@ -380,8 +406,9 @@ class AsyncWorker(Custody):
                 raise asyncio.CancelledError from exc
             raise
 
-    async def _send_and_read(self, args: tuple[Any, ...], first: tuple[Any, ...] | None,
-                             take: bool) -> Any:
+    async def _send_and_read(
+        self, args: tuple[Any, ...], first: tuple[Any, ...] | None, take: bool
+    ) -> Any:
         conn = self.conn
         if self._broken or not conn.is_connected:
             # Broken until the handshake is done: redis-py cleans up after a Redis error in its
@@ -439,11 +466,20 @@ async def run_until_stopped(unit: AsyncRunnable, stop: asyncio.Event, until_idle
     """The production loop (`taskcustody.core.loop.run_until_stopped`'s asyncio twin): `register`,
     then cycles until `stop` is set (or, with `until_idle`, a cycle finds the queue empty); Redis
     lost or out of memory is waited out, not a crash. Then `finish`."""
-    oom = OomSpell(log, f"worker {unit.list_key}", unit.clock, unit.settings.oom_log_interval,
-                   first_pause=min(1.0, unit.settings.block_timeout))
-    refusals = RefusedReleases(log, f"worker {unit.list_key}", unit.clock,
-                               unit.settings.oom_log_interval,
-                               first_pause=min(1.0, unit.settings.block_timeout))
+    oom = OomSpell(
+        log,
+        f"worker {unit.list_key}",
+        unit.clock,
+        unit.settings.oom_log_interval,
+        first_pause=min(1.0, unit.settings.block_timeout),
+    )
+    refusals = RefusedReleases(
+        log,
+        f"worker {unit.list_key}",
+        unit.clock,
+        unit.settings.oom_log_interval,
+        first_pause=min(1.0, unit.settings.block_timeout),
+    )
     await unit.register()
     while not stop.is_set():
         try:
@@ -471,8 +507,11 @@ async def run_until_stopped(unit: AsyncRunnable, stop: asyncio.Event, until_idle
     try:
         await unit.finish()
     except redis.RedisError as exc:
-        log.warning("worker %s: could not finish the task it held (%s); recovery will "
-                    "requeue it", unit.list_key, exc)
+        log.warning(
+            "worker %s: could not finish the task it held (%s); recovery will requeue it",
+            unit.list_key,
+            exc,
+        )
 
 
 def _cancel_pending() -> bool:
@@ -487,4 +526,3 @@ async def _wait(stop: asyncio.Event, seconds: float) -> None:
     """Wait `seconds`, or less if `stop` is set meanwhile."""
     with contextlib.suppress(asyncio.TimeoutError):
         await asyncio.wait_for(stop.wait(), seconds)
-

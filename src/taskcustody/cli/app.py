@@ -29,19 +29,32 @@ from .handler_import import import_failure
 DEFAULT_URL = "redis://127.0.0.1:6379/0"
 
 queue_option = click.option("--queue", "-q", required=True, help="Queue name.")
-prefix_option = click.option("--prefix", default="taskcustody", show_default=True,
-                             help="Key prefix shared by every key of the queue.")
-url_option = click.option("--redis-url", default=DEFAULT_URL, show_default=True,
-                          envvar="TASKCUSTODY_REDIS_URL",
-                          help="Redis URL (or $TASKCUSTODY_REDIS_URL).")
+prefix_option = click.option(
+    "--prefix",
+    default="taskcustody",
+    show_default=True,
+    help="Key prefix shared by every key of the queue.",
+)
+url_option = click.option(
+    "--redis-url",
+    default=DEFAULT_URL,
+    show_default=True,
+    envvar="TASKCUSTODY_REDIS_URL",
+    help="Redis URL (or $TASKCUSTODY_REDIS_URL).",
+)
 cluster_option = click.option(
-    "--cluster/--no-cluster", "cluster", default=None,
+    "--cluster/--no-cluster",
+    "cluster",
+    default=None,
     help="Talk to a Redis Cluster (any node of it as --redis-url, a replica too), or to a single "
-         "node. Default: ask the node (INFO cluster).")
+    "node. Default: ask the node (INFO cluster).",
+)
 allow_evicting_option = click.option(
-    "--allow-evicting-policy", is_flag=True,
+    "--allow-evicting-policy",
+    is_flag=True,
     help="Run even if Redis's maxmemory-policy is allkeys-* (it may evict a queue or an "
-         "in-flight list under memory pressure, losing tasks). Warned once per process.")
+    "in-flight list under memory pressure, losing tasks). Warned once per process.",
+)
 
 
 def _keys(queue: str, prefix: str) -> QueueKeys:
@@ -53,22 +66,33 @@ def _keys(queue: str, prefix: str) -> QueueKeys:
 
 def replication_options(fn: Callable[..., Any]) -> Callable[..., Any]:
     """--min-replicas / --replica-timeout (Settings.min_replicas, Settings.replica_timeout)."""
-    fn = click.option("--replica-timeout", default=1.0, show_default=True,
-                      type=click.FloatRange(min=0.001),
-                      help="Seconds a WAIT may wait for the replicas (must be shorter than the "
-                           "socket timeout, block timeout + 3 s).")(fn)
-    return click.option("--min-replicas", default=0, show_default=True,
-                        type=click.IntRange(min=0),
-                        help="Replicas that must acknowledge each write (Redis WAIT, in the same "
-                             "round trip). Enqueue fails (exit 1) when fewer do; a worker logs "
-                             "and carries on. See docs/guides/failover.md.")(fn)
+    fn = click.option(
+        "--replica-timeout",
+        default=1.0,
+        show_default=True,
+        type=click.FloatRange(min=0.001),
+        help="Seconds a WAIT may wait for the replicas (must be shorter than the "
+        "socket timeout, block timeout + 3 s).",
+    )(fn)
+    return click.option(
+        "--min-replicas",
+        default=0,
+        show_default=True,
+        type=click.IntRange(min=0),
+        help="Replicas that must acknowledge each write (Redis WAIT, in the same "
+        "round trip). Enqueue fails (exit 1) when fewer do; a worker logs "
+        "and carries on. See docs/guides/failover.md.",
+    )(fn)
 
 
 registry_grace_option = click.option(
-    "--registry-grace", default=Settings.registry_grace, show_default=True,
+    "--registry-grace",
+    default=Settings.registry_grace,
+    show_default=True,
     type=click.FloatRange(min=0, min_open=True),
     help="Seconds a dead, empty in-flight list stays registered before a sweep forgets it; "
-         "must exceed the take's block timeout plus the socket margin.")
+    "must exceed the take's block timeout plus the socket margin.",
+)
 
 
 def _settings(**kwargs: Any) -> Settings:
@@ -88,12 +112,14 @@ def option_flags(fields: Any) -> dict[str, str]:
     ctx = click.get_current_context(silent=True)
     if ctx is None:
         return {}
-    return {param.name: max(param.opts, key=len) for param in ctx.command.params
-            if isinstance(param, click.Option) and param.name in fields}
+    return {
+        param.name: max(param.opts, key=len)
+        for param in ctx.command.params
+        if isinstance(param, click.Option) and param.name in fields
+    }
 
 
-def _client(url: str, settings: Settings | None = None,
-            cluster: bool | None = None) -> redis.Redis:
+def _client(url: str, settings: Settings | None = None, cluster: bool | None = None) -> redis.Redis:
     check_url(url)
     try:
         return _run(lambda: connect(url, settings, cluster=cluster))  # type: ignore[no-any-return]
@@ -133,8 +159,9 @@ def _where(client: redis.Redis | None, keys: QueueKeys | None) -> str:
         return ""
 
 
-def _run(action: Callable[[], Any], client: redis.Redis | None = None,
-         keys: QueueKeys | None = None) -> Any:
+def _run(
+    action: Callable[[], Any], client: redis.Redis | None = None, keys: QueueKeys | None = None
+) -> Any:
     """Run a command's work, its errors mapped to one line and an exit code (errors.py);
     a cluster's redirects and resharding name the slot and its node."""
     try:
@@ -146,10 +173,14 @@ def _run(action: Callable[[], Any], client: redis.Redis | None = None,
             f"--redis-url{_where(client, keys)}: this is a Redis Cluster; drop --no-cluster (a "
             "cluster client follows the slot map) or point --redis-url at that node"
         ) from exc
-    except (redis.exceptions.AskError, redis.exceptions.TryAgainError,
-            redis.exceptions.ClusterDownError) as exc:
-        raise _Failure(f"the cluster is resharding or healing{_where(client, keys)}: {exc}; "
-                       "retry in a moment") from exc
+    except (
+        redis.exceptions.AskError,
+        redis.exceptions.TryAgainError,
+        redis.exceptions.ClusterDownError,
+    ) as exc:
+        raise _Failure(
+            f"the cluster is resharding or healing{_where(client, keys)}: {exc}; retry in a moment"
+        ) from exc
     except redis.exceptions.RedisClusterException as exc:
         raise _Failure(f"Redis Cluster error{_where(client, keys)}: {exc}") from exc
     except Exception as exc:
@@ -160,11 +191,16 @@ def _run(action: Callable[[], Any], client: redis.Redis | None = None,
 
 
 # `dead` and `result` live in dead.py, which imports this module's options: loaded when used.
-@click.group(cls=MappedErrors, context_settings={"help_option_names": ["-h", "--help"]},
-             lazy_commands={"dead": "taskcustody.cli.dead:dead",
-                            "result": "taskcustody.cli.dead:result",
-                            # the verify extra's command, or a stand-in naming the extra
-                            "verify": "taskcustody.cli.verify:verify_command"})
+@click.group(
+    cls=MappedErrors,
+    context_settings={"help_option_names": ["-h", "--help"]},
+    lazy_commands={
+        "dead": "taskcustody.cli.dead:dead",
+        "result": "taskcustody.cli.dead:result",
+        # the verify extra's command, or a stand-in naming the extra
+        "verify": "taskcustody.cli.verify:verify_command",
+    },
+)
 @click.version_option(package_name="taskcustody")
 def main() -> None:
     """A Redis task queue that never loses a task and never hands one task to two workers."""
@@ -177,12 +213,23 @@ def main() -> None:
 @allow_evicting_option
 @replication_options
 @cluster_option
-@click.option("--quiet", is_flag=True,
-              help="Print only the number of tasks enqueued, at the end, instead of their ids.")
+@click.option(
+    "--quiet",
+    is_flag=True,
+    help="Print only the number of tasks enqueued, at the end, instead of their ids.",
+)
 @click.argument("payloads", nargs=-1, required=True)
-def enqueue(queue: str, prefix: str, redis_url: str, allow_evicting_policy: bool,
-            min_replicas: int, replica_timeout: float, cluster: bool | None, quiet: bool,
-            payloads: tuple[str, ...]) -> None:
+def enqueue(
+    queue: str,
+    prefix: str,
+    redis_url: str,
+    allow_evicting_policy: bool,
+    min_replicas: int,
+    replica_timeout: float,
+    cluster: bool | None,
+    quiet: bool,
+    payloads: tuple[str, ...],
+) -> None:
     """Enqueue JSON PAYLOADS, or with `-` one JSON payload per line of stdin (blank lines skipped).
 
     Prints each task's id, one per line, as soon as Redis holds it (--quiet: only the count, at
@@ -225,9 +272,14 @@ def enqueue(queue: str, prefix: str, redis_url: str, allow_evicting_policy: bool
     stream = Stream(signals, quiet=quiet)
     with signals.installed(), stream.stopping():
         client = _client(redis_url, settings, cluster)
-        producer = _run(lambda: (check_server(client, keys,
-                                              allow_evicting_policy=allow_evicting_policy),
-                                 Producer(client, keys, settings=settings))[1], client, keys)
+        producer = _run(
+            lambda: (
+                check_server(client, keys, allow_evicting_policy=allow_evicting_policy),
+                Producer(client, keys, settings=settings),
+            )[1],
+            client,
+            keys,
+        )
         stream.enqueue(sources, producer, lambda action: _run(action, client, keys))
 
 
@@ -262,15 +314,26 @@ def _span(delta: float) -> str:
 @queue_option
 @prefix_option
 @url_option
-@click.option("--json", "as_json", is_flag=True,
-              help="Print the status as JSON (deadlines as epoch seconds of the server's clock).")
+@click.option(
+    "--json",
+    "as_json",
+    is_flag=True,
+    help="Print the status as JSON (deadlines as epoch seconds of the server's clock).",
+)
 @allow_evicting_option
 @cluster_option
-def status(queue: str, prefix: str, redis_url: str, as_json: bool,
-           allow_evicting_policy: bool, cluster: bool | None) -> None:
+def status(
+    queue: str,
+    prefix: str,
+    redis_url: str,
+    as_json: bool,
+    allow_evicting_policy: bool,
+    cluster: bool | None,
+) -> None:
     """Show queue depth, in-flight tasks per server and worker, servers, records, dead letters."""
     keys = _keys(queue, prefix)
     client = _client(redis_url, cluster=cluster)
+
     # Refused like the other commands: a queue on an evicting server (or too old a Redis, or a
     # key of the wrong type) is one to fix, not to watch. (The version, the policy and the clock
     # are those of the node that owns the queue's slot.) Deadlines are shown against that clock.
@@ -283,15 +346,19 @@ def status(queue: str, prefix: str, redis_url: str, as_json: bool,
     if as_json:
         click.echo(json.dumps(snap.to_dict(), indent=2, sort_keys=True))
         return
-    click.echo(f"queue {snap.queue}: {snap.depth} pending, {snap.committed} committed, "
-               f"{snap.processing} processing records, {snap.dead_letters} dead letters, "
-               f"{snap.suspects} suspects, {snap.scheduled} scheduled retries")
+    click.echo(
+        f"queue {snap.queue}: {snap.depth} pending, {snap.committed} committed, "
+        f"{snap.processing} processing records, {snap.dead_letters} dead letters, "
+        f"{snap.suspects} suspects, {snap.scheduled} scheduled retries"
+    )
     if not snap.servers:
         click.echo("no registered servers")
     for name, info in sorted(snap.servers.items()):
         state = "registered" if info["registered"] else "expired"
-        click.echo(f"server {name} (incarnation {info['incarnation']}): {state}, "
-                   f"deadline {_when(info['deadline'], now)}")
+        click.echo(
+            f"server {name} (incarnation {info['incarnation']}): {state}, "
+            f"deadline {_when(info['deadline'], now)}"
+        )
     for owner, per_worker in sorted(snap.inflight.items()):
         held = ", ".join(f"{w}={n}" for w, n in sorted(per_worker.items()))
         click.echo(f"in flight {owner}: {held}")
@@ -304,8 +371,14 @@ def status(queue: str, prefix: str, redis_url: str, as_json: bool,
 @allow_evicting_option
 @registry_grace_option
 @cluster_option
-def sweep(queue: str, prefix: str, redis_url: str, allow_evicting_policy: bool,
-          registry_grace: float, cluster: bool | None) -> None:
+def sweep(
+    queue: str,
+    prefix: str,
+    redis_url: str,
+    allow_evicting_policy: bool,
+    registry_grace: float,
+    cluster: bool | None,
+) -> None:
     """Run one recovery pass: prune expired servers, forget their empty in-flight lists once
     the grace has passed, drain the others, requeue stuck processing records. Never touches a
     live server's lists."""
@@ -317,15 +390,22 @@ def sweep(queue: str, prefix: str, redis_url: str, allow_evicting_policy: bool,
     # The CLI holds no server id of its own: nothing is "self" here.
     me = ServerIdentity("taskcustody-cli", 0)
     clock = RedisClock(client, key=keys.queue)
-    report, promoted = _run(lambda: (
-        check_server(client, keys, allow_evicting_policy=allow_evicting_policy),
-        recovery.sweep(client, keys, clock.now(), me, grace=registry_grace),
-        scheduled.promote(client, keys, clock.now()))[1:], client, keys)
-    click.echo(f"pruned {len(report.pruned)} server(s) {report.pruned}; forgot "
-               f"{len(report.forgotten_lists)} dead empty list(s); requeued "
-               f"{report.moved} task(s) from {len(report.drained_lists)} list(s); "
-               f"{report.requeued_stuck} stuck, {report.stale_records} stale record(s); "
-               f"promoted {promoted} due retr{'y' if promoted == 1 else 'ies'}")
+    report, promoted = _run(
+        lambda: (
+            check_server(client, keys, allow_evicting_policy=allow_evicting_policy),
+            recovery.sweep(client, keys, clock.now(), me, grace=registry_grace),
+            scheduled.promote(client, keys, clock.now()),
+        )[1:],
+        client,
+        keys,
+    )
+    click.echo(
+        f"pruned {len(report.pruned)} server(s) {report.pruned}; forgot "
+        f"{len(report.forgotten_lists)} dead empty list(s); requeued "
+        f"{report.moved} task(s) from {len(report.drained_lists)} list(s); "
+        f"{report.requeued_stuck} stuck, {report.stale_records} stale record(s); "
+        f"promoted {promoted} due retr{'y' if promoted == 1 else 'ies'}"
+    )
 
 
 def _mount_optional() -> None:

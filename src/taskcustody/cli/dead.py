@@ -72,10 +72,13 @@ def dead() -> None:
 @prefix_option
 @url_option
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON list.")
-@click.option("--limit", default=None, type=click.IntRange(min=1),
-              help="Show at most this many, newest first.")
-def list_command(queue: str, prefix: str, redis_url: str, as_json: bool,
-                 limit: int | None) -> None:
+@click.option(
+    "--limit",
+    default=None,
+    type=click.IntRange(min=1),
+    help="Show at most this many, newest first.",
+)
+def list_command(queue: str, prefix: str, redis_url: str, as_json: bool, limit: int | None) -> None:
     """List dead letters, newest first: task id, handler attempts, when, the error's last line,
     the payload (decoded when it is JSON)."""
     keys = _keys(queue, prefix)
@@ -88,9 +91,11 @@ def list_command(queue: str, prefix: str, redis_url: str, as_json: bool,
         click.echo(f"no dead letters in queue {queue}")
         return
     for letter in letters:
-        click.echo(f"{letter.task_id or '(no task id)'}  attempts={letter.attempts}  "
-                   f"at={_when(letter.at)}  error={_last_line(letter.error)}  "
-                   f"payload={_payload_text(letter)}")
+        click.echo(
+            f"{letter.task_id or '(no task id)'}  attempts={letter.attempts}  "
+            f"at={_when(letter.at)}  error={_last_line(letter.error)}  "
+            f"payload={_payload_text(letter)}"
+        )
 
 
 @dead.command()
@@ -109,8 +114,9 @@ def show(task_id: str, queue: str, prefix: str, redis_url: str, as_json: bool) -
     if as_json:
         click.echo(json.dumps(data, indent=2))
         return
-    click.echo(f"task {task_id}: dead-lettered at {_when(letter.at)} after "
-               f"{letter.attempts} attempt(s)")
+    click.echo(
+        f"task {task_id}: dead-lettered at {_when(letter.at)} after {letter.attempts} attempt(s)"
+    )
     click.echo("error:")
     for line in (letter.error or "-").splitlines():
         click.echo(f"  {line}")
@@ -120,8 +126,9 @@ def show(task_id: str, queue: str, prefix: str, redis_url: str, as_json: bool) -
             click.echo(f"  {line}")
     if "payload" in data:
         click.echo("payload:")
-        click.echo("\n".join(f"  {line}" for line in
-                             json.dumps(data["payload"], indent=2).splitlines()))
+        click.echo(
+            "\n".join(f"  {line}" for line in json.dumps(data["payload"], indent=2).splitlines())
+        )
     else:
         click.echo(f"raw (not a task envelope): {letter.raw!r}")
 
@@ -133,8 +140,14 @@ def show(task_id: str, queue: str, prefix: str, redis_url: str, as_json: bool) -
 @prefix_option
 @url_option
 @allow_evicting_option
-def requeue(task_ids: tuple[str, ...], every: bool, queue: str, prefix: str, redis_url: str,
-            allow_evicting_policy: bool) -> None:
+def requeue(
+    task_ids: tuple[str, ...],
+    every: bool,
+    queue: str,
+    prefix: str,
+    redis_url: str,
+    allow_evicting_policy: bool,
+) -> None:
     """Move the dead letters of TASK_IDS (or --all) back to the queue, oldest first, behind the
     tasks already queued. Each keeps its task id; its attempt count is reset to 0, so it gets
     --max-attempts runs again. Each entry moves in one atomic step: interrupted, a requeue has
@@ -148,27 +161,37 @@ def requeue(task_ids: tuple[str, ...], every: bool, queue: str, prefix: str, red
         raise UsageFailure("name the TASK_IDS to requeue, or pass --all (not both)")
     keys = _keys(queue, prefix)
     client = _client(redis_url)
-    report = _run(lambda: (
-        check_server(client, keys, allow_evicting_policy=allow_evicting_policy),
-        requeue_dead_letters(client, keys, None if every else task_ids))[1])
+    report = _run(
+        lambda: (
+            check_server(client, keys, allow_evicting_policy=allow_evicting_policy),
+            requeue_dead_letters(client, keys, None if every else task_ids),
+        )[1]
+    )
     # An id asked for whose letter someone else requeued or purged between our read and our
     # move (report.gone) is in the same state as a missing one: no dead letter by that id now.
     settled = {*report.requeued, *(letter.task_id for letter in report.not_tasks)}
     absent = [t for t in dict.fromkeys(task_ids) if t not in settled]
     if report.requeued or every:
-        click.echo(f"requeued {len(report.requeued)} task(s) to queue {queue}, attempts reset "
-                   "to 0" + (f": {' '.join(report.requeued)}" if report.requeued else ""))
+        click.echo(
+            f"requeued {len(report.requeued)} task(s) to queue {queue}, attempts reset "
+            "to 0" + (f": {' '.join(report.requeued)}" if report.requeued else "")
+        )
     if report.not_tasks:
         click.echo(f"left {len(report.not_tasks)} dead letter(s) that are not task envelopes")
     if every and report.gone:
-        click.echo(f"{report.gone} dead letter(s) were requeued or purged by someone else "
-                   "meanwhile")
+        click.echo(
+            f"{report.gone} dead letter(s) were requeued or purged by someone else meanwhile"
+        )
     if absent:
-        which = (f"no dead letter with id {absent[0]}" if len(absent) == 1
-                 else f"no dead letters with ids {' '.join(absent)}")
+        which = (
+            f"no dead letter with id {absent[0]}"
+            if len(absent) == 1
+            else f"no dead letters with ids {' '.join(absent)}"
+        )
         others = "; the other id(s) were requeued" if report.requeued else ""
-        raise Failure(f"{which} in queue {queue} (already requeued or purged, or never "
-                      f"dead-lettered){others}")
+        raise Failure(
+            f"{which} in queue {queue} (already requeued or purged, or never dead-lettered){others}"
+        )
 
 
 @dead.command()
@@ -180,8 +203,7 @@ def purge(queue: str, prefix: str, redis_url: str, yes: bool) -> None:
     """Delete every dead letter of the queue, for good (asks for --yes)."""
     keys = _keys(queue, prefix)
     if not yes:
-        raise UsageFailure(f"purge deletes every dead letter of queue {queue} for good: "
-                           "add --yes")
+        raise UsageFailure(f"purge deletes every dead letter of queue {queue} for good: add --yes")
     client = _client(redis_url)
     purged = _checked(client, keys, lambda: purge_dead_letters(client, keys))
     click.echo(f"purged {purged} dead letter(s) from queue {queue}")
@@ -192,8 +214,13 @@ def purge(queue: str, prefix: str, redis_url: str, yes: bool) -> None:
 @queue_option
 @prefix_option
 @url_option
-@click.option("--timeout", default=30.0, show_default=True, type=click.FloatRange(min=0),
-              help="Seconds to wait for the task to commit (0: look once).")
+@click.option(
+    "--timeout",
+    default=30.0,
+    show_default=True,
+    type=click.FloatRange(min=0),
+    help="Seconds to wait for the task to commit (0: look once).",
+)
 def result(task_id: str, queue: str, prefix: str, redis_url: str, timeout: float) -> None:
     """Wait for task TASK_ID to commit and print its result as JSON (null when the handler
     returned None). Exit 1 if the task was dead-lettered or the timeout passed first, and exit 1

@@ -214,12 +214,17 @@ class Progress:
     def summary(self, unsure: Sequence[Payload] = ()) -> str:
         """How many tasks were enqueued and the last one; `unsure`: the batch after them, which
         Redis may or may not have run (the connection failed before its reply)."""
-        done = (f"{self.count} task(s) enqueued, the last {self.last_id} ({self.last_where})"
-                if self.count else "no task was enqueued")
+        done = (
+            f"{self.count} task(s) enqueued, the last {self.last_id} ({self.last_where})"
+            if self.count
+            else "no task was enqueued"
+        )
         if not unsure:
             return f"{done}; nothing after it was enqueued" if self.count else done
-        return (f"{done}; the {len(unsure)} after it ({unsure[0].where} to {unsure[-1].where}) "
-                "may or may not have been (Redis did not answer), and nothing after those")
+        return (
+            f"{done}; the {len(unsure)} after it ({unsure[0].where} to {unsure[-1].where}) "
+            "may or may not have been (Redis did not answer), and nothing after those"
+        )
 
 
 @dataclass
@@ -241,8 +246,9 @@ class Stream:
             yield
             self._print_count()
         except Interrupted as interrupt:
-            self._stop(f"Interrupted ({signal.Signals(interrupt.signum).name})",
-                       128 + interrupt.signum)
+            self._stop(
+                f"Interrupted ({signal.Signals(interrupt.signum).name})", 128 + interrupt.signum
+            )
         except BrokenPipeError:
             self._silence_stdout()
             self._stop("stdout closed (not every id enqueued was printed)", EXIT_BROKEN_PIPE)
@@ -252,8 +258,12 @@ class Stream:
                 self._print_count()
             raise
 
-    def enqueue(self, sources: Sequence[Payload | BinaryIO], producer: Producer,
-                run: Callable[[Callable[[], Any]], Any]) -> None:
+    def enqueue(
+        self,
+        sources: Sequence[Payload | BinaryIO],
+        producer: Producer,
+        run: Callable[[Callable[[], Any]], Any],
+    ) -> None:
         """Every payload of `sources` in order: a Payload (an argument, parsed already), or a
         stream (stdin) read STREAM_BATCH lines at a time. `run` maps a push's errors to a
         ClickException (cli._run)."""
@@ -270,8 +280,9 @@ class Stream:
             self._enqueue_stream(source, producer, run)
         self._push(batch, producer, run)
 
-    def _enqueue_stream(self, stream: BinaryIO, producer: Producer,
-                        run: Callable[[Callable[[], Any]], Any]) -> None:
+    def _enqueue_stream(
+        self, stream: BinaryIO, producer: Producer, run: Callable[[Callable[[], Any]], Any]
+    ) -> None:
         lines = StdinLines(stream)
         while chunk := lines.batch(STREAM_BATCH):
             batch: list[Payload] = []
@@ -287,22 +298,23 @@ class Stream:
                     raise UsageFailure(one_line(f"{bad}; {self.progress.summary()}")) from bad
             self._push(batch, producer, run)
 
-    def _push(self, batch: Sequence[Payload], producer: Producer,
-              run: Callable[[Callable[[], Any]], Any]) -> None:
+    def _push(
+        self, batch: Sequence[Payload], producer: Producer, run: Callable[[Callable[[], Any]], Any]
+    ) -> None:
         """One LPUSH of `batch`, then its ids printed; no stop signal in between."""
         if not batch:
             return
         values = [p.value for p in batch]
         with self.signals.held():
             try:
-                ids: list[str] = run(lambda: producer.enqueue_many(values,
-                                                                   batch_size=len(values)))
+                ids: list[str] = run(lambda: producer.enqueue_many(values, batch_size=len(values)))
             except click.ClickException as failure:
                 raise self._failed(failure, batch) from failure.__cause__
             self._enqueued(ids, batch)
 
-    def _failed(self, failure: click.ClickException,
-                batch: Sequence[Payload]) -> click.ClickException:
+    def _failed(
+        self, failure: click.ClickException, batch: Sequence[Payload]
+    ) -> click.ClickException:
         """`failure`, saying what was enqueued: a short WAIT left the batch in the queue (its ids
         are printed); a lost connection may or may not have; anything else refused it whole."""
         short = failure.__cause__

@@ -61,8 +61,9 @@ class MappedErrors(click.Group):
     "module:attribute") are imported when first used: a module of commands may then import the
     options of the module that defines the group without an import cycle."""
 
-    def __init__(self, *args: Any, lazy_commands: dict[str, str] | None = None,
-                 **kwargs: Any) -> None:
+    def __init__(
+        self, *args: Any, lazy_commands: dict[str, str] | None = None, **kwargs: Any
+    ) -> None:
         super().__init__(*args, **kwargs)
         self.lazy_commands = dict(lazy_commands or {})
 
@@ -96,5 +97,7 @@ def check_url(url: str) -> None:
         return  # unix:// takes the database from ?db=; other schemes fail in redis-py itself
     path = parsed.path.strip("/")
     if path and not path.isdigit():
-        raise click.BadParameter(f"database {path!r} in {url!r} is not a number (want "
-                                 "redis://host:port/N)", param_hint="--redis-url")
+        raise click.BadParameter(
+            f"database {path!r} in {url!r} is not a number (want redis://host:port/N)",
+            param_hint="--redis-url",
+        )

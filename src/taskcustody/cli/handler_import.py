@@ -31,16 +31,17 @@ def _dirs(paths: list[str]) -> tuple[str, ...]:
 @cache
 def _machinery() -> tuple[str, ...]:
     """The import system and the CLI itself: never where a user's error is."""
-    return _dirs([os.path.dirname(importlib.__file__),
-                  os.path.dirname(taskcustody.__file__ or "")])
+    return _dirs([os.path.dirname(importlib.__file__), os.path.dirname(taskcustody.__file__ or "")])
 
 
 @cache
 def _installed() -> tuple[str, ...]:
     """The standard library and installed packages: the user's error is rarely there (a library
     raising at import is called from the user's line, which is the one to name)."""
-    paths = [sysconfig.get_paths().get(name, "")
-             for name in ("stdlib", "platstdlib", "purelib", "platlib")]
+    paths = [
+        sysconfig.get_paths().get(name, "")
+        for name in ("stdlib", "platstdlib", "purelib", "platlib")
+    ]
     # Some virtualenv layouts have no getsitepackages.
     paths += list(getattr(site, "getsitepackages", list)())
     paths.append(site.getusersitepackages())
@@ -66,8 +67,11 @@ def culprit(tb: TracebackType | None) -> traceback.FrameSummary | None:
 
 def _exception_text(exc: BaseException) -> str:
     kind = type(exc)
-    name = kind.__qualname__ if kind.__module__ == "builtins" else \
-        f"{kind.__module__}.{kind.__qualname__}"
+    name = (
+        kind.__qualname__
+        if kind.__module__ == "builtins"
+        else f"{kind.__module__}.{kind.__qualname__}"
+    )
     text = one_line(str(exc))
     return f"{name}: {text}" if text else name
 
@@ -79,25 +83,34 @@ def _is_the_module_itself(module_name: str, exc: Exception) -> bool:
         return False
     named = module_name == exc.name or module_name.startswith(exc.name + ".")
     frames = traceback.extract_tb(exc.__traceback__)
-    return named and all(f.filename.startswith("<frozen ") or _inside(f.filename, _machinery())
-                         for f in frames)
+    return named and all(
+        f.filename.startswith("<frozen ") or _inside(f.filename, _machinery()) for f in frames
+    )
 
 
 def import_failure(module_name: str, exc: Exception) -> str:
     """The one line that reports `exc`, raised by importing the handler module `module_name`."""
     if _is_the_module_itself(module_name, exc):
-        return (f"no handler module {module_name!r} ({one_line(str(exc))}): not in the current "
-                f"directory {os.getcwd()} nor on the Python path")
+        return (
+            f"no handler module {module_name!r} ({one_line(str(exc))}): not in the current "
+            f"directory {os.getcwd()} nor on the Python path"
+        )
     if isinstance(exc, SyntaxError) and exc.filename and not exc.filename.startswith("<"):
         # The file that does not compile may be the handler module or one it imports.
-        return (f"handler module {module_name!r} does not compile: {exc.filename}:{exc.lineno}: "
-                f"{type(exc).__name__}: {one_line(exc.msg or str(exc))}")
+        return (
+            f"handler module {module_name!r} does not compile: {exc.filename}:{exc.lineno}: "
+            f"{type(exc).__name__}: {one_line(exc.msg or str(exc))}"
+        )
     frame = culprit(exc.__traceback__)
     where = "" if frame is None else f"{frame.filename}:{frame.lineno}: "
     inside = "" if frame is None or frame.name == "<module>" else f" (in {frame.name})"
     hint = ""
     if isinstance(exc, ModuleNotFoundError) and exc.name:
-        hint = (f" (module {exc.name!r} is missing where the handler imports it: is it installed "
-                "in the environment taskcustody runs in?)")
-    return (f"handler module {module_name!r} failed at import: {where}{_exception_text(exc)}"
-            f"{inside}{hint}")
+        hint = (
+            f" (module {exc.name!r} is missing where the handler imports it: is it installed "
+            "in the environment taskcustody runs in?)"
+        )
+    return (
+        f"handler module {module_name!r} failed at import: {where}{_exception_text(exc)}"
+        f"{inside}{hint}"
+    )

@@ -27,12 +27,17 @@ def _missing() -> str | None:
 
 
 def _stand_in(missing: str) -> click.Command:
-    message = (f"taskcustody verify needs the verify extra ({missing} is not installed): "
-               "pip install 'taskcustody[verify]'")
+    message = (
+        f"taskcustody verify needs the verify extra ({missing} is not installed): "
+        "pip install 'taskcustody[verify]'"
+    )
 
-    @click.command(name="verify", add_help_option=False,
-                   context_settings={"ignore_unknown_options": True, "allow_extra_args": True},
-                   short_help="Verify the protocol (needs: pip install 'taskcustody[verify]').")
+    @click.command(
+        name="verify",
+        add_help_option=False,
+        context_settings={"ignore_unknown_options": True, "allow_extra_args": True},
+        short_help="Verify the protocol (needs: pip install 'taskcustody[verify]').",
+    )
     @click.argument("args", nargs=-1, type=click.UNPROCESSED)
     def verify(args: tuple[str, ...]) -> None:
         raise Failure(message)

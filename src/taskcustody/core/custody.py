@@ -59,7 +59,8 @@ def _attempts(data: str | bytes) -> int:
 #: next record, now). tests/test_wire.py checks that these are the positions that change.
 RELEASE_CHANGING = frozenset({7, 11, 12, 13, 14, 17})
 RELEASE_AND_TAKE_CHANGING = frozenset(
-    {i if i < 11 else i + 1 for i in RELEASE_CHANGING} | {19, 20, 21})
+    {i if i < 11 else i + 1 for i in RELEASE_CHANGING} | {19, 20, 21}
+)
 
 
 class Custody:
@@ -68,8 +69,16 @@ class Custody:
     (asyncio) both inherit it, so the two build the same take, the same release arguments and the
     same verdicts, and read replies the same way; each only sends them its own way."""
 
-    def __init__(self, client: Any, keys: QueueKeys, owner: ListOwner, handler: Any,
-                 clock: Clock, settings: Settings | None, fake: bool) -> None:
+    def __init__(
+        self,
+        client: Any,
+        keys: QueueKeys,
+        owner: ListOwner,
+        handler: Any,
+        clock: Clock,
+        settings: Settings | None,
+        fake: bool,
+    ) -> None:
         self.client = client
         self.keys = keys
         self.owner = owner
@@ -109,8 +118,9 @@ class Custody:
         meanwhile (a task no recovery can find); 0 would block forever."""
         grace, margin = self.settings.registry_grace, self.settings.socket_timeout_margin
         if not math.isfinite(timeout) or timeout <= 0:
-            raise ValueError(f"take timeout must be a finite number > 0 (0 would block forever), "
-                             f"not {timeout}")
+            raise ValueError(
+                f"take timeout must be a finite number > 0 (0 would block forever), not {timeout}"
+            )
         if grace and timeout + margin >= grace:
             raise ValueError(
                 f"take timeout {timeout:g} s must be shorter than registry_grace - "
@@ -135,8 +145,10 @@ class Custody:
         if task.attempts + 1 < self.settings.max_attempts:
             # with a retry delay, "later": the release schedules it (`release_args` draws the
             # due time); without, "retry": straight back on the queue
-            return ("later" if self.settings.retry_backoff > 0 else "retry",
-                    task.retried().raw.decode())
+            return (
+                "later" if self.settings.retry_backoff > 0 else "retry",
+                task.retried().raw.decode(),
+            )
         return "dead", self._dead_letter(task.raw, outcome.error, task.id, outcome.traceback)
 
     def record_value(self) -> str:
@@ -154,11 +166,24 @@ class Custody:
         if action == "later":
             due = repr(self.clock.now() + scheduled.retry_delay(_attempts(data), self.settings))
         return (
-            10, self.list_key, keys.processing, keys.queue, keys.dead_letters, keys.committed,
-            keys.commit_log, keys.result(task_id or "-"), keys.recoveries, keys.suspects,
+            10,
+            self.list_key,
+            keys.processing,
+            keys.queue,
+            keys.dead_letters,
+            keys.committed,
+            keys.commit_log,
+            keys.result(task_id or "-"),
+            keys.recoveries,
+            keys.suspects,
             keys.scheduled,
-            raw, task_id, action, data, self.settings.result_ttl,
-            1 if self.settings.track_commits else 0, due,
+            raw,
+            task_id,
+            action,
+            data,
+            self.settings.result_ttl,
+            1 if self.settings.track_commits else 0,
+            due,
         )
 
     def released(self, reply: Any, action: Verdict, keep_slot: bool = False) -> Release:
@@ -175,8 +200,7 @@ class Custody:
             return Release(False, int(remaining), "lost-custody")
         return Release(True, int(remaining), ACTIONS[action])
 
-    def _dead_letter(self, raw: bytes, error: str, task_id: str | None,
-                     trace: str = "") -> str:
+    def _dead_letter(self, raw: bytes, error: str, task_id: str | None, trace: str = "") -> str:
         """The dead-letter entry (deadletters.py reads it). RELEASE pushes these bytes as they
         are, so a field added here needs no change to the script. The traceback is a field of its
         own, not folded into `error`: `error` stays the one line that logs, `dead list` and
@@ -235,8 +259,7 @@ class Custody:
     def _handled(self, started: float) -> None:
         """The `handled` event (the handler's time since `started`), when anyone listens."""
         if events.listeners:
-            events.emit("handled", list_key=self.list_key,
-                        seconds=time.perf_counter() - started)
+            events.emit("handled", list_key=self.list_key, seconds=time.perf_counter() - started)
 
     def _raise_wrong_type(self, exc: redis.ResponseError, *keys: str) -> None:
         if "WRONGTYPE" in str(exc):
@@ -250,8 +273,15 @@ class Custody:
         process holds the slot (then no take is sent)."""
         if not self.suspects.maybe_waiting or not self.suspects.acquire(self.list_key):
             return None
-        return (4, self.keys.suspects, self.list_key, self.keys.processing,
-                self.keys.inflight_registry, self.record_value(), repr(self.clock.now()))
+        return (
+            4,
+            self.keys.suspects,
+            self.list_key,
+            self.keys.processing,
+            self.keys.inflight_registry,
+            self.record_value(),
+            repr(self.clock.now()),
+        )
 
     def take_mode(self) -> TakeMode:
         """What a `release_and_take` takes after its release: 'suspect' while our process holds
@@ -264,13 +294,13 @@ class Custody:
             return "suspect"
         return "queue"
 
-    def release_and_take_args(self, raw: bytes, task_id: str, action: Verdict, data: str,
-                              take: tuple[TakeMode, str, str]) -> tuple[Any, ...]:
+    def release_and_take_args(
+        self, raw: bytes, task_id: str, action: Verdict, data: str, take: tuple[TakeMode, str, str]
+    ) -> tuple[Any, ...]:
         """RELEASE_AND_TAKE's arguments: RELEASE's with the registry after the keys, and `take`
         (mode, next record, now) as its last three ARGV."""
         numkeys, *rest = self.release_args(raw, task_id, action, data)
-        return (numkeys + 1, *rest[:numkeys], self.keys.inflight_registry, *rest[numkeys:],
-                *take)
+        return (numkeys + 1, *rest[:numkeys], self.keys.inflight_registry, *rest[numkeys:], *take)
 
     def released_and_taken(self, reply: list[Any], action: Verdict) -> Release:
         """Read the release half of RELEASE_AND_TAKE's reply (a suspect taken in the step keeps
@@ -287,4 +317,3 @@ class Custody:
             return None
         raw: bytes = reply[3]
         return raw
-

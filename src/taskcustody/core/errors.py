@@ -84,9 +84,16 @@ class ReplicationTimeout(TaskCustodyError):
     are in the primary's queue and may run, or may be lost if the primary fails over to a replica
     that missed them. Enqueueing them again may run them twice."""
 
-    def __init__(self, acknowledged: int, wanted: int, timeout: float,
-                 unconfirmed: list[str], confirmed: list[str] | None = None,
-                 unsent: list[str] | None = None, reason: str = "") -> None:
+    def __init__(
+        self,
+        acknowledged: int,
+        wanted: int,
+        timeout: float,
+        unconfirmed: list[str],
+        confirmed: list[str] | None = None,
+        unsent: list[str] | None = None,
+        reason: str = "",
+    ) -> None:
         self.acknowledged = acknowledged
         self.wanted = wanted
         self.timeout = timeout
@@ -142,8 +149,9 @@ class TaskFailed(TaskCustodyError):
 
     def __init__(self, task_id: str, error: str, attempts: int) -> None:
         first = error.strip().splitlines()[-1] if error.strip() else "no error text"
-        super().__init__(f"task {task_id} failed after {attempts} attempt(s) and was "
-                         f"dead-lettered: {first}")
+        super().__init__(
+            f"task {task_id} failed after {attempts} attempt(s) and was dead-lettered: {first}"
+        )
         self.task_id = task_id
         self.error = error
         self.attempts = attempts
@@ -164,7 +172,8 @@ class UnknownTask(TaskCustodyError, LookupError):
         super().__init__(
             f"no task {task_id} in queue {queue_name!r}: it is not queued, scheduled, in flight "
             "or dead-lettered, and no result is stored (never enqueued on this queue, or its "
-            "result expired or was not kept: result_ttl)")
+            "result expired or was not kept: result_ttl)"
+        )
         self.task_id = task_id
         self.queue_name = queue_name
 

@@ -42,19 +42,29 @@ class Stop(Protocol):
     def wait(self, timeout: float | None = None) -> bool: ...
 
 
-def run_until_stopped(unit: Runnable, stop: Stop, until_idle: bool,
-                      register: Callable[[], None] | None = None) -> None:
+def run_until_stopped(
+    unit: Runnable, stop: Stop, until_idle: bool, register: Callable[[], None] | None = None
+) -> None:
     """The production loop: `register`, then cycles until `stop` is set (or, with `until_idle`,
     until a cycle finds the queue empty). Losing Redis is not a crash: the unit reconciles when it
     is back. Nor is Redis out of memory: the unit waits, logging at most once per
     `oom_log_interval`, and carries on when memory frees. Nor a release Redis refuses
     (`ReleaseRefused`): the same back-off and throttled line, and a reconcile before the next
     take."""
-    oom = OomSpell(log, f"worker {unit.list_key}", unit.clock, unit.settings.oom_log_interval,
-                   first_pause=min(1.0, unit.settings.block_timeout))
-    refusals = RefusedReleases(log, f"worker {unit.list_key}", unit.clock,
-                               unit.settings.oom_log_interval,
-                               first_pause=min(1.0, unit.settings.block_timeout))
+    oom = OomSpell(
+        log,
+        f"worker {unit.list_key}",
+        unit.clock,
+        unit.settings.oom_log_interval,
+        first_pause=min(1.0, unit.settings.block_timeout),
+    )
+    refusals = RefusedReleases(
+        log,
+        f"worker {unit.list_key}",
+        unit.clock,
+        unit.settings.oom_log_interval,
+        first_pause=min(1.0, unit.settings.block_timeout),
+    )
     redirected = cluster.Backoff()
     if register is not None:
         # The unit's set-up (loading its scripts) comes before any take, whatever: the first
@@ -86,8 +96,11 @@ def run_until_stopped(unit: Runnable, stop: Stop, until_idle: bool,
             unit.dirty = True
             stop.wait(refusals.refused(exc))
             continue
-        except (redis.ResponseError, redis.exceptions.ClusterError,
-                redis.exceptions.RedisClusterException) as exc:
+        except (
+            redis.ResponseError,
+            redis.exceptions.ClusterError,
+            redis.exceptions.RedisClusterException,
+        ) as exc:
             kind = cluster.redirect_kind(exc)
             if kind is not None:
                 # The redirected command did not run (cluster.py); whatever ran before it in
@@ -121,8 +134,11 @@ def run_until_stopped(unit: Runnable, stop: Stop, until_idle: bool,
     try:
         unit.finish()
     except (redis.RedisError, redis.exceptions.RedisClusterException) as exc:
-        log.warning("worker %s: could not finish the task it held (%s); recovery will requeue it",
-                    unit.list_key, exc)
+        log.warning(
+            "worker %s: could not finish the task it held (%s); recovery will requeue it",
+            unit.list_key,
+            exc,
+        )
 
 
 def _follow(unit: Runnable) -> None:

@@ -30,7 +30,11 @@ Verdict = Literal["ok", "retry", "later", "dead"]
 Action = Literal["committed", "retried", "dead-lettered", "lost-custody"]
 #: The action a held task's release reports for each verdict.
 ACTIONS: dict[Verdict, Action] = {
-    "ok": "committed", "retry": "retried", "later": "retried", "dead": "dead-lettered"}
+    "ok": "committed",
+    "retry": "retried",
+    "later": "retried",
+    "dead": "dead-lettered",
+}
 
 
 @dataclass(frozen=True)
@@ -68,8 +72,12 @@ MAX_TRACEBACK = 4096
 #: through (`asyncio.to_thread`).
 _ABOVE_THE_HANDLER = tuple(
     os.path.dirname(path) + os.sep
-    for path in (os.path.dirname(os.path.dirname(__file__)) + os.sep, asyncio.__file__,
-                 concurrent.futures.__file__))
+    for path in (
+        os.path.dirname(os.path.dirname(__file__)) + os.sep,
+        asyncio.__file__,
+        concurrent.futures.__file__,
+    )
+)
 
 
 def bounded_traceback(exc: BaseException, limit: int = MAX_TRACEBACK) -> str:
@@ -77,12 +85,16 @@ def bounded_traceback(exc: BaseException, limit: int = MAX_TRACEBACK) -> str:
     say nothing about the failure), at most `limit` characters: past that, the head line, a line
     saying how much was left out, and the tail -- the innermost frames and the error itself."""
     tb = exc.__traceback__
-    while tb is not None and tb.tb_next is not None and \
-            tb.tb_frame.f_code.co_filename.startswith(_ABOVE_THE_HANDLER):
+    while (
+        tb is not None
+        and tb.tb_next is not None
+        and tb.tb_frame.f_code.co_filename.startswith(_ABOVE_THE_HANDLER)
+    ):
         tb = tb.tb_next
     text = "".join(traceback.format_exception(type(exc), exc, tb)).rstrip("\n")
     if len(text) <= limit:
         return text
+
     def marker(cut: int) -> str:
         return f"  ... {cut} characters of the traceback left out (at most {limit} kept) ..."
 
@@ -97,8 +109,11 @@ def failed(exc: BaseException) -> Outcome:
     """The outcome of a handler that raised `exc`: its one-line text is the error, and its
     traceback goes with it. The one place every worker (threaded, asyncio, prefetching) builds a
     failed outcome."""
-    return Outcome(False, error="".join(traceback.format_exception_only(exc)).strip(),
-                   traceback=bounded_traceback(exc))
+    return Outcome(
+        False,
+        error="".join(traceback.format_exception_only(exc)).strip(),
+        traceback=bounded_traceback(exc),
+    )
 
 
 #: The outcome of a handler interrupted before it returned (a crash of the cycle, a cancellation):
@@ -109,8 +124,15 @@ INTERRUPTED = Outcome(False, error="worker interrupted")
 NOT_REACHED = "not run: the worker stopped before it reached this task"
 
 
-def log_release(list_key: str, task_id: str, done: Release, data: str | bytes, error: str,
-                max_attempts: int, delayed: bool = False) -> None:
+def log_release(
+    list_key: str,
+    task_id: str,
+    done: Release,
+    data: str | bytes,
+    error: str,
+    max_attempts: int,
+    delayed: bool = False,
+) -> None:
     """One log line per release: a retry and a lost custody (warning), a dead letter (error), a
     commit (debug), each with the task's id (also as the `task_id` field of a JSON line).
     `delayed`: a failed task's retry went to the scheduled set (`Settings.retry_backoff`)."""
@@ -127,9 +149,15 @@ def log_release(list_key: str, task_id: str, done: Release, data: str | bytes, e
         if error == NOT_REACHED:
             log.info("task %s requeued as it was: %s", task_id, error, extra=extra)
         else:
-            log.warning("task %s failed (attempt %d of %d), %s: %s", task_id, attempts,
-                        max_attempts, "scheduled for a retry after its backoff" if delayed
-                        else "requeued for a retry", error or "worker interrupted", extra=extra)
+            log.warning(
+                "task %s failed (attempt %d of %d), %s: %s",
+                task_id,
+                attempts,
+                max_attempts,
+                "scheduled for a retry after its backoff" if delayed else "requeued for a retry",
+                error or "worker interrupted",
+                extra=extra,
+            )
     elif done.action == "dead-lettered":
         if not error:
             try:
@@ -138,6 +166,10 @@ def log_release(list_key: str, task_id: str, done: Release, data: str | bytes, e
                 error = "?"
         log.error("task %s dead-lettered: %s", task_id, error, extra=extra)
     else:
-        log.warning("task %s: lost custody in %s (judged dead meanwhile: recovery took it "
-                    "back): this run's result is not committed", task_id, list_key, extra=extra)
-
+        log.warning(
+            "task %s: lost custody in %s (judged dead meanwhile: recovery took it "
+            "back): this run's result is not committed",
+            task_id,
+            list_key,
+            extra=extra,
+        )

@@ -59,7 +59,8 @@ class PrefetchingWorker(PrefetchCustody[Worker]):
         super().__init__(slots)
         # Our pipelines' connection, to the node that owns the queue's slot (cluster.py).
         self._conn: redis.connection.ConnectionInterface = cluster.own_connection(
-            self.lead.client, self.lead.keys.queue)
+            self.lead.client, self.lead.keys.queue
+        )
         # Settings.min_replicas: each pipeline ends with one WAIT (replication.py).
         self.replicas = replication.Shortfalls(self.settings, self.lead.clock, self.list_key)
 
@@ -87,8 +88,9 @@ class PrefetchingWorker(PrefetchCustody[Worker]):
         suspect = self.take_suspect()
         if suspect is not None:
             return suspect
-        replies, error = self._pipeline(self.take_commands(), scripts.TAKE_AND_RECORD,
-                                        replication.TAKE)
+        replies, error = self._pipeline(
+            self.take_commands(), scripts.TAKE_AND_RECORD, replication.TAKE
+        )
         return self.taken(replies, error)
 
     def handle(self, batch: Batch) -> list[Release]:
@@ -152,8 +154,9 @@ class PrefetchingWorker(PrefetchCustody[Worker]):
     def follow_slot(self, refresh: bool = True) -> None:
         """`Worker.follow_slot` for our pipelines' connection and every slot's (the lead's
         blocking take uses its own): one refresh of the slot map, then each reconnects."""
-        self._conn = cluster.reconnect(self._conn, self.lead.client, self.lead.keys.queue,
-                                       refresh_map=refresh)
+        self._conn = cluster.reconnect(
+            self._conn, self.lead.client, self.lead.keys.queue, refresh_map=refresh
+        )
         for slot in self.slots:
             slot.follow_slot(refresh=False)
 
@@ -168,17 +171,25 @@ class PrefetchingWorker(PrefetchCustody[Worker]):
         backoff = cluster.Backoff()
         replies = list(replies)
         while backoff.count < REDIRECT_ATTEMPTS:
-            refused = [i for i, r in enumerate(replies) if isinstance(r, Exception)
-                       and cluster.redirect_kind(r) is not None]
+            refused = [
+                i
+                for i, r in enumerate(replies)
+                if isinstance(r, Exception) and cluster.redirect_kind(r) is not None
+            ]
             if not refused:
                 break
-            log.info("prefetching worker %s: %d release(s) redirected (%s); sending them again",
-                     self.list_key, len(refused), replies[refused[0]])
+            log.info(
+                "prefetching worker %s: %d release(s) redirected (%s); sending them again",
+                self.list_key,
+                len(refused),
+                replies[refused[0]],
+            )
             self.lead.pause(backoff.next())
             if any(cluster.redirect_kind(replies[i]) == cluster.MOVED for i in refused):
                 self.follow_slot()
-            again, error = self._pipeline([(*RELEASE, *plans[i][2]) for i in refused],
-                                          scripts.RELEASE, replication.RELEASE)
+            again, error = self._pipeline(
+                [(*RELEASE, *plans[i][2]) for i in refused], scripts.RELEASE, replication.RELEASE
+            )
             for n, reply in enumerate(again):
                 replies[refused[n]] = reply
             if error is not None:
@@ -206,7 +217,7 @@ class PrefetchingWorker(PrefetchCustody[Worker]):
                 replies[retry[n]] = reply
             if error is not None:
                 # Lost with the connection: that resend and every reply after it are unread.
-                del replies[retry[len(again)]:]
+                del replies[retry[len(again)] :]
         return replies, error
 
     def _send_and_read(

@@ -82,8 +82,9 @@ class PrefetchCustody(Generic[Slot]):
         args = self.lead.acquire_suspect_take()
         return None if args is None else (*TAKE[:2], *args)
 
-    def suspect_taken(self, replies: list[Any],
-                      error: Exception | None) -> tuple[Batch, Exception | None] | None:
+    def suspect_taken(
+        self, replies: list[Any], error: Exception | None
+    ) -> tuple[Batch, Exception | None] | None:
         """Read the suspect take's pipeline: a batch of one in the lead slot, or None when no
         suspect waited (the slot is freed)."""
         lead = self.lead
@@ -106,8 +107,15 @@ class PrefetchCustody(Generic[Slot]):
         keys = self.lead.keys
         now = repr(self.lead.clock.now())
         return [
-            (*TAKE, keys.queue, slot.list_key, keys.processing, keys.inflight_registry,
-             slot.record_value(), now)
+            (
+                *TAKE,
+                keys.queue,
+                slot.list_key,
+                keys.processing,
+                keys.inflight_registry,
+                slot.record_value(),
+                now,
+            )
             for slot in self.slots
         ]
 
@@ -123,7 +131,7 @@ class PrefetchCustody(Generic[Slot]):
             elif reply:
                 raw, task_id = reply
                 batch.raws.append((slot, raw, task_id.decode()))
-        for slot in self.slots[len(replies):]:
+        for slot in self.slots[len(replies) :]:
             slot.dirty = True
         return batch, error
 
@@ -157,12 +165,14 @@ class PrefetchCustody(Generic[Slot]):
         for i, (slot, raw, recorded_id) in enumerate(batch.raws):
             action, data = batch.verdicts[i] if i < len(batch.verdicts) else ("retry", raw)
             plans.append((slot, action, slot.release_args(raw, recorded_id, action, data)))
-            logged.append((recorded_id, data, batch.errors[i] if i < len(batch.errors)
-                           else NOT_REACHED))
+            logged.append(
+                (recorded_id, data, batch.errors[i] if i < len(batch.errors) else NOT_REACHED)
+            )
         return plans, logged
 
-    def released_all(self, plans: list[Plan], logged: list[Logged], replies: list[Any],
-                     error: Exception | None) -> list[Release]:
+    def released_all(
+        self, plans: list[Plan], logged: list[Logged], replies: list[Any], error: Exception | None
+    ) -> list[Release]:
         """Read the release pipeline's replies (raising `error`, or the first refusal, once
         every reply read is accounted for). A slot whose reply is missing may have released or
         not: dirty, it reconciles later (a release is idempotent)."""
@@ -175,9 +185,16 @@ class PrefetchCustody(Generic[Slot]):
             else:
                 releases.append(slot.released(reply, action))
                 task_id, data, failure = logged[k]
-                log_release(slot.list_key, task_id, releases[-1], data, failure,
-                            slot.settings.max_attempts, delayed=action == "later")
-        for slot, _, _ in plans[len(replies):]:
+                log_release(
+                    slot.list_key,
+                    task_id,
+                    releases[-1],
+                    data,
+                    failure,
+                    slot.settings.max_attempts,
+                    delayed=action == "later",
+                )
+        for slot, _, _ in plans[len(replies) :]:
             # The release may have run: we cannot know whether we committed. It is idempotent,
             # so the slot reconciles later.
             slot.dirty = True

@@ -29,7 +29,9 @@ def out_of_memory(exc: redis.RedisError, refused: int, before: list[str]) -> Red
     done = f"; {len(before)} earlier task(s) were enqueued" if before else ""
     return RedisOutOfMemory(
         f"Redis is out of memory ({exc}): {refused} task(s) not enqueued{done}; retry once "
-        "memory frees", before)
+        "memory frees",
+        before,
+    )
 
 
 class Producer:
@@ -51,8 +53,13 @@ class Producer:
         ids = producer.enqueue_many(payloads)     # one LPUSH per 10,000 tasks
     """
 
-    def __init__(self, client: redis.Redis, keys: QueueKeys, clock: Clock | None = None,
-                 settings: Settings | None = None) -> None:
+    def __init__(
+        self,
+        client: redis.Redis,
+        keys: QueueKeys,
+        clock: Clock | None = None,
+        settings: Settings | None = None,
+    ) -> None:
         self.client = client
         self.keys = keys
         # Enqueue time is informational only; no protocol decision reads it.
@@ -81,12 +88,15 @@ class Producer:
         tasks = [new_task(p, now) for p in payloads]
         for start in range(0, len(tasks), batch_size):
             batch = tasks[start : start + batch_size]
-            self._push([t.raw for t in batch], [t.id for t in batch],
-                       [t.id for t in tasks[:start]], [t.id for t in tasks[start + batch_size :]])
+            self._push(
+                [t.raw for t in batch],
+                [t.id for t in batch],
+                [t.id for t in tasks[:start]],
+                [t.id for t in tasks[start + batch_size :]],
+            )
         return [t.id for t in tasks]
 
-    def _push(self, raws: list[bytes], ids: list[str], before: list[str],
-              after: list[str]) -> None:
+    def _push(self, raws: list[bytes], ids: list[str], before: list[str], after: list[str]) -> None:
         """One LPUSH (and WAIT, with `min_replicas`). Redis out of memory refuses the LPUSH whole
         (nothing of it is enqueued): that is RedisOutOfMemory, naming what earlier batches did
         enqueue, so the caller can retry."""
@@ -102,8 +112,9 @@ class Producer:
                 raise ours from exc
             raise out_of_memory(exc, len(raws), before) from exc
 
-    def _lpush(self, raws: list[bytes], ids: list[str], before: list[str],
-               after: list[str]) -> None:
+    def _lpush(
+        self, raws: list[bytes], ids: list[str], before: list[str], after: list[str]
+    ) -> None:
         if wait_command(self.settings) is None:
             self.client.lpush(self.keys.queue, *raws)
             return
@@ -114,9 +125,15 @@ class Producer:
             raise pushed  # e.g. WRONGTYPE: nothing was enqueued
         acks, reason = acknowledged(reply)
         if acks < self.settings.min_replicas:
-            raise ReplicationTimeout(acks, self.settings.min_replicas,
-                                     self.settings.replica_timeout, unconfirmed=ids,
-                                     confirmed=before, unsent=after, reason=reason)
+            raise ReplicationTimeout(
+                acks,
+                self.settings.min_replicas,
+                self.settings.replica_timeout,
+                unconfirmed=ids,
+                confirmed=before,
+                unsent=after,
+                reason=reason,
+            )
 
     def _push_and_wait(self, raws: list[bytes]) -> tuple[Any, Any]:
         """LPUSH + WAIT on the node that serves the queue. On a cluster WAIT names no key, so

@@ -45,11 +45,18 @@ NOT_COUNTING = Recovering()
 
 def _log_poison_pills(reply: list[object], list_key: str) -> None:
     for i in range(1, len(reply), 3):
-        task_id, recoveries, holders = (_text(x) if isinstance(x, (bytes, str)) else x
-                                        for x in reply[i : i + 3])
-        log.error("poison pill: task %s dead-lettered from %s: recovered %s times from holders "
-                  "that died (%s)", task_id, list_key, recoveries, holders,
-                  extra={"task_id": task_id, "action": "poison-pill"})
+        task_id, recoveries, holders = (
+            _text(x) if isinstance(x, (bytes, str)) else x for x in reply[i : i + 3]
+        )
+        log.error(
+            "poison pill: task %s dead-lettered from %s: recovered %s times from holders "
+            "that died (%s)",
+            task_id,
+            list_key,
+            recoveries,
+            holders,
+            extra={"task_id": task_id, "action": "poison-pill"},
+        )
 
 
 def _task_id(raw: object) -> str:
@@ -60,17 +67,24 @@ def _task_id(raw: object) -> str:
     return str(task_id)
 
 
-def _log_requeued(reply: list[object], peek: list[bytes | str], step: int, list_key: str,
-                  how: str, where: str) -> None:
+def _log_requeued(
+    reply: list[object], peek: list[bytes | str], step: int, list_key: str, how: str, where: str
+) -> None:
     """One line per task a drain chunk moved (the last `step` of `peek`, taken from the right)
     to `where` (the queue, or the suspects list when recovery counts), poison pills left out
     (they have a line of their own)."""
     dead = {_text(x) for x in reply[1::3] if isinstance(x, (bytes, str))}
-    for raw in reversed(peek[len(peek) - step:] if step <= len(peek) else peek):
+    for raw in reversed(peek[len(peek) - step :] if step <= len(peek) else peek):
         task_id = _task_id(raw)
         if task_id not in dead:
-            log.info("recovery (%s): task %s moved from %s to %s", how, task_id, list_key,
-                     where, extra={"task_id": task_id, "action": "recovered"})
+            log.info(
+                "recovery (%s): task %s moved from %s to %s",
+                how,
+                task_id,
+                list_key,
+                where,
+                extra={"task_id": task_id, "action": "recovered"},
+            )
 
 
 @dataclass(frozen=True)
@@ -100,8 +114,9 @@ def _text(value: bytes | str) -> str:
 
 def prune_inactive_servers(client: redis.Redis, keys: QueueKeys, now: float) -> list[str]:
     """Deregister every server whose heartbeat deadline is not in the future."""
-    expired = client.eval(scripts.PRUNE_INACTIVE_SERVERS, 2, keys.servers, keys.incarnations,
-                          repr(now))
+    expired = client.eval(
+        scripts.PRUNE_INACTIVE_SERVERS, 2, keys.servers, keys.incarnations, repr(now)
+    )
     return [_text(s) for s in expired]
 
 
@@ -142,9 +157,20 @@ def drain_inflight(
         # the chunk moves them (exact unless a stalled owner releases one in between).
         peek = client.lrange(list_key, -limit, -1) if logging_tasks else []
         reply = client.eval(
-            scripts.DRAIN_CHUNK, 8, list_key, keys.queue, keys.processing, keys.servers,
-            keys.incarnations, keys.recoveries, keys.dead_letters, keys.suspects, limit,
-            owner.server_id, owner.incarnation, "force" if force else "dead-only",
+            scripts.DRAIN_CHUNK,
+            8,
+            list_key,
+            keys.queue,
+            keys.processing,
+            keys.servers,
+            keys.incarnations,
+            keys.recoveries,
+            keys.dead_letters,
+            keys.suspects,
+            limit,
+            owner.server_id,
+            owner.incarnation,
+            "force" if force else "dead-only",
             *recovering.argv(),
         )
         step = int(reply[0])
@@ -156,8 +182,14 @@ def drain_inflight(
             events.emit("recovered", list_key=list_key, count=step - pills)
             events.emit("poison-pill", list_key=list_key, count=pills)
         if logging_tasks:
-            _log_requeued(reply, peek, step, list_key, "startup drain" if force else "sweep",
-                          "the queue" if recovering.max_recoveries is None else keys.suspects)
+            _log_requeued(
+                reply,
+                peek,
+                step,
+                list_key,
+                "startup drain" if force else "sweep",
+                "the queue" if recovering.max_recoveries is None else keys.suspects,
+            )
         moved += step
         if between_drain_chunks is not None:
             between_drain_chunks(list_key)
@@ -171,17 +203,14 @@ def live_owners(client: redis.Redis, keys: QueueKeys) -> set[ServerIdentity]:
     pipe.zrange(keys.servers, 0, -1)
     pipe.hgetall(keys.incarnations)
     registered, incarnations = pipe.execute()
-    return {
-        ServerIdentity(_text(s), int(incarnations[s]))
-        for s in registered
-        if s in incarnations
-    }
+    return {ServerIdentity(_text(s), int(incarnations[s])) for s in registered if s in incarnations}
 
 
 def registrations(client: redis.Redis, keys: QueueKeys) -> dict[str, float]:
     """The registry: every registered in-flight list with the time of its last registration."""
     entries: list[tuple[bytes | str, float]] = client.zrange(  # type: ignore[assignment]
-        keys.inflight_registry, 0, -1, withscores=True)
+        keys.inflight_registry, 0, -1, withscores=True
+    )
     return {_text(k): float(t) for k, t in entries}
 
 
@@ -192,8 +221,15 @@ def registered_lists(client: redis.Redis, keys: QueueKeys) -> list[str]:
 def migrate_legacy_registry(client: redis.Redis, keys: QueueKeys, now: float) -> int:
     """Move the lists of version 0.1's registry (a set) into the registry, in one atomic step;
     returns how many. A no-op once done."""
-    return int(client.eval(scripts.MIGRATE_LEGACY_REGISTRY, 2, keys.inflight_registry,
-                           keys.legacy_inflight_registry, repr(now)))
+    return int(
+        client.eval(
+            scripts.MIGRATE_LEGACY_REGISTRY,
+            2,
+            keys.inflight_registry,
+            keys.legacy_inflight_registry,
+            repr(now),
+        )
+    )
 
 
 def lengths(client: redis.Redis, lists: list[str]) -> dict[str, int]:
@@ -222,7 +258,8 @@ def forget_dead_empty_lists(
     what the caller read; each is re-checked inside the atomic step that forgets it, `BATCH` per
     round trip. Never our own lists."""
     candidates = [
-        k for k, at in sorted(registered.items())
+        k
+        for k, at in sorted(registered.items())
         if at <= cutoff and _identity(keys.owner_of(k)) not in live | {me}
     ]
     forgotten: list[str] = []
@@ -232,8 +269,15 @@ def forget_dead_empty_lists(
         argv: list[str | int | float] = [repr(cutoff)]
         for owner in owners:
             argv += [owner.server_id, owner.incarnation]
-        gone = client.eval(scripts.FORGET_DEAD_EMPTY_LISTS, 3 + len(batch),
-                           keys.inflight_registry, keys.servers, keys.incarnations, *batch, *argv)
+        gone = client.eval(
+            scripts.FORGET_DEAD_EMPTY_LISTS,
+            3 + len(batch),
+            keys.inflight_registry,
+            keys.servers,
+            keys.incarnations,
+            *batch,
+            *argv,
+        )
         forgotten.extend(_text(k) for k in gone)
     return forgotten
 
@@ -292,8 +336,15 @@ def recover_inflight(
     for list_key, length in lengths(client, selected).items():
         if length == 0:
             continue
-        moved = drain_inflight(client, keys, list_key, force=include_self, chunk=chunk,
-                               length=length, recovering=recovering)
+        moved = drain_inflight(
+            client,
+            keys,
+            list_key,
+            force=include_self,
+            chunk=chunk,
+            length=length,
+            recovering=recovering,
+        )
         if moved:
             drained[list_key] = moved
     return drained
@@ -316,16 +367,25 @@ def sweep(
     report.pruned = prune_inactive_servers(client, keys, now)
     live = live_owners(client, keys)
     registered = registrations(client, keys)
-    report.forgotten_lists = forget_dead_empty_lists(client, keys, registered, live, me,
-                                                     now - grace)
+    report.forgotten_lists = forget_dead_empty_lists(
+        client, keys, registered, live, me, now - grace
+    )
     for k in report.forgotten_lists:
         del registered[k]
     recovering = Recovering(max_recoveries, now)
-    report.drained_lists = recover_inflight(client, keys, me, include_self=False, chunk=chunk,
-                                            registered=registered, live=live,
-                                            recovering=recovering)
+    report.drained_lists = recover_inflight(
+        client,
+        keys,
+        me,
+        include_self=False,
+        chunk=chunk,
+        registered=registered,
+        live=live,
+        recovering=recovering,
+    )
     report.requeued_stuck, report.stale_records = requeue_stuck_processing_tasks(
-        client, keys, me, recovering)
+        client, keys, me, recovering
+    )
     return report
 
 
@@ -335,7 +395,9 @@ def parse_record(value: bytes | str) -> tuple[str, float]:
 
 
 def requeue_stuck_processing_tasks(
-    client: redis.Redis, keys: QueueKeys, me: ServerIdentity,
+    client: redis.Redis,
+    keys: QueueKeys,
+    me: ServerIdentity,
     recovering: Recovering = NOT_COUNTING,
 ) -> tuple[int, int]:
     """The older recovery path: tasks whose processing record names a list that is not live.
@@ -351,24 +413,40 @@ def requeue_stuck_processing_tasks(
             continue
         result = int(
             client.eval(
-                scripts.REQUEUE_STUCK, 8, keys.processing, keys.queue, list_key, keys.servers,
-                keys.incarnations, keys.recoveries, keys.dead_letters, keys.suspects,
+                scripts.REQUEUE_STUCK,
+                8,
+                keys.processing,
+                keys.queue,
+                list_key,
+                keys.servers,
+                keys.incarnations,
+                keys.recoveries,
+                keys.dead_letters,
+                keys.suspects,
                 _text(task_id),
-                owner.server_id, owner.incarnation, *recovering.argv(),
+                owner.server_id,
+                owner.incarnation,
+                *recovering.argv(),
             )
         )
         requeued += result == 1
         if events.listeners and result in (1, 3):
-            events.emit("recovered" if result == 1 else "poison-pill", list_key=list_key,
-                        count=1)
+            events.emit("recovered" if result == 1 else "poison-pill", list_key=list_key, count=1)
         if result == 1:
-            log.info("recovery (sweep): task %s moved from %s to %s (stuck processing record)",
-                     _text(task_id), list_key,
-                     "the queue" if recovering.max_recoveries is None else keys.suspects,
-                     extra={"task_id": _text(task_id), "action": "recovered"})
+            log.info(
+                "recovery (sweep): task %s moved from %s to %s (stuck processing record)",
+                _text(task_id),
+                list_key,
+                "the queue" if recovering.max_recoveries is None else keys.suspects,
+                extra={"task_id": _text(task_id), "action": "recovered"},
+            )
         stale += result == 2
         if result == 3:
-            log.error("poison pill: task %s dead-lettered from %s: recovered once too often "
-                      "from holders that died", _text(task_id), list_key,
-                      extra={"task_id": _text(task_id), "action": "poison-pill"})
+            log.error(
+                "poison pill: task %s dead-lettered from %s: recovered once too often "
+                "from holders that died",
+                _text(task_id),
+                list_key,
+                extra={"task_id": _text(task_id), "action": "poison-pill"},
+            )
     return requeued, stale

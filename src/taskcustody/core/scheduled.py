@@ -31,11 +31,12 @@ def backoff_cap(attempt: int, settings: Settings) -> float:
     exponent = max(0, attempt - 1)
     if exponent >= 64:  # 2**64 seconds exceeds any sane maximum
         return settings.retry_backoff_max
-    return min(settings.retry_backoff_max, settings.retry_backoff * 2.0 ** exponent)
+    return min(settings.retry_backoff_max, settings.retry_backoff * 2.0**exponent)
 
 
-def retry_delay(attempt: int, settings: Settings,
-                uniform: Callable[[float, float], float] = random.uniform) -> float:
+def retry_delay(
+    attempt: int, settings: Settings, uniform: Callable[[float, float], float] = random.uniform
+) -> float:
     """The delay before retrying after failed attempt `attempt`, with *full jitter*: uniform in
     [0, cap]. Full rather than equal jitter: tasks that fail together (a dependency went down)
     spread over the whole window instead of coming back in a block at cap/2, and the expected
@@ -46,13 +47,20 @@ def retry_delay(attempt: int, settings: Settings,
     return min(cap, max(0.0, uniform(0.0, cap)))
 
 
-def promote(client: redis.Redis, keys: QueueKeys, now: float,
-            batch: int = PROMOTE_BATCH) -> int:
+def promote(client: redis.Redis, keys: QueueKeys, now: float, batch: int = PROMOTE_BATCH) -> int:
     """Move every retry due by `now` (at most `batch`) from the scheduled set to the queue, or to
     the suspects list if it has a recovery count, in one atomic script. Needs no lease: two
     promoters race only on each member's ZREM. Returns how many moved."""
-    moved = client.eval(scripts.PROMOTE, 4, keys.scheduled, keys.queue, keys.suspects,
-                        keys.recoveries, repr(float(now)), batch)
+    moved = client.eval(
+        scripts.PROMOTE,
+        4,
+        keys.scheduled,
+        keys.queue,
+        keys.suspects,
+        keys.recoveries,
+        repr(float(now)),
+        batch,
+    )
     return int(moved)
 
 

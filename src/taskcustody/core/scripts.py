@@ -71,8 +71,7 @@ def compose(text: str, read: Callable[[str], str]) -> str:
 #: that starts with `--` is a comment. Its line stays, empty, so that the line numbers Redis gives
 #: in an error are the composed file's.
 _COMMENT_LINE = re.compile(r"^[ \t]*--.*$", re.MULTILINE)
-_DECLARATION_COMMENT = re.compile(r"^(local \w+ = (?:KEYS|ARGV)\[\d+\])[ \t]+--.*$",
-                                  re.MULTILINE)
+_DECLARATION_COMMENT = re.compile(r"^(local \w+ = (?:KEYS|ARGV)\[\d+\])[ \t]+--.*$", re.MULTILINE)
 
 
 def without_comments(text: str) -> str:

@@ -56,6 +56,7 @@ def new_incarnation() -> int:
 #: stack; past this, more processes (each its own server id) serve a fleet better than one.
 MAX_WORKER_THREADS = 1024
 
+
 class Server:
     """A server process's part in the protocol: it holds a server id exclusively, keeps it alive
     with heartbeats, recovers the tasks of dead holders, and runs `workers` worker threads.
@@ -102,7 +103,8 @@ class Server:
     ) -> None:
         if not 1 <= workers <= MAX_WORKER_THREADS:
             raise ValueError(
-                f"a server runs 1 to {MAX_WORKER_THREADS} worker threads, not {workers}")
+                f"a server runs 1 to {MAX_WORKER_THREADS} worker threads, not {workers}"
+            )
         self.client = client
         self.keys = keys
         self.server_id = check_name("server id", server_id)
@@ -122,8 +124,9 @@ class Server:
         # prefetch slot) takes it (suspects.py).
         self.suspect_slot = SuspectSlot()
         # Redis out of memory during start and in the heartbeat loop: back-off and throttled log.
-        self.oom = OomSpell(log, f"server {self.server_id}", self.clock,
-                            self.settings.oom_log_interval)
+        self.oom = OomSpell(
+            log, f"server {self.server_id}", self.clock, self.settings.oom_log_interval
+        )
 
     # -- identity ----------------------------------------------------------------------------
 
@@ -140,9 +143,16 @@ class Server:
         candidate = new_incarnation()
         lists = self.list_keys(candidate)
         incarnation, deadline = self.client.eval(
-            scripts.CLAIM, 3 + len(lists), self.keys.servers, self.keys.incarnations,
-            self.keys.inflight_registry, *lists, self.server_id, repr(now),
-            repr(now + self.settings.server_ttl), candidate,
+            scripts.CLAIM,
+            3 + len(lists),
+            self.keys.servers,
+            self.keys.incarnations,
+            self.keys.inflight_registry,
+            *lists,
+            self.server_id,
+            repr(now),
+            repr(now + self.settings.server_ttl),
+            candidate,
         )
         if int(incarnation) < 0:
             raise ServerIdHeld(
@@ -161,9 +171,16 @@ class Server:
         now = self.clock.now()
         lists = self.list_keys()
         ok = self.client.eval(
-            scripts.HEARTBEAT, 3 + len(lists), self.keys.servers, self.keys.incarnations,
-            self.keys.inflight_registry, *lists, self.server_id, self.identity.incarnation,
-            repr(now + self.settings.server_ttl), repr(now),
+            scripts.HEARTBEAT,
+            3 + len(lists),
+            self.keys.servers,
+            self.keys.incarnations,
+            self.keys.inflight_registry,
+            *lists,
+            self.server_id,
+            self.identity.incarnation,
+            repr(now + self.settings.server_ttl),
+            repr(now),
         )
         if not int(ok):
             self.superseded = True
@@ -176,17 +193,28 @@ class Server:
 
     def deregister(self) -> None:
         if self.incarnation is not None:
-            self.client.eval(scripts.DEREGISTER, 2, self.keys.servers, self.keys.incarnations,
-                             self.server_id, self.incarnation)
+            self.client.eval(
+                scripts.DEREGISTER,
+                2,
+                self.keys.servers,
+                self.keys.incarnations,
+                self.server_id,
+                self.incarnation,
+            )
 
     # -- recovery ----------------------------------------------------------------------------
 
     def startup_drain(self) -> dict[str, int]:
         """Before taking work: drain our own server id's lists (include_self=True), debris of
         earlier runs of this id. Other servers' dead lists are the periodic sweep's."""
-        drained = recovery.recover_inflight(self.client, self.keys, self.identity,
-                                            include_self=True, chunk=self.settings.drain_chunk,
-                                            recovering=self.recovering())
+        drained = recovery.recover_inflight(
+            self.client,
+            self.keys,
+            self.identity,
+            include_self=True,
+            chunk=self.settings.drain_chunk,
+            recovering=self.recovering(),
+        )
         if any(drained.values()):
             self.suspect_slot.maybe_waiting = True  # what we recovered waits as suspects
         return drained
@@ -198,10 +226,15 @@ class Server:
     def sweep(self) -> RecoveryReport:
         """The periodic pass: prune, forget dead empty lists older than the grace, then drain
         lists of dead owners (include_self=False), then the processing sweep."""
-        report = recovery.sweep(self.client, self.keys, self.clock.now(), self.identity,
-                                chunk=self.settings.drain_chunk,
-                                grace=self.settings.registry_grace,
-                                max_recoveries=self.settings.max_recoveries)
+        report = recovery.sweep(
+            self.client,
+            self.keys,
+            self.clock.now(),
+            self.identity,
+            chunk=self.settings.drain_chunk,
+            grace=self.settings.registry_grace,
+            max_recoveries=self.settings.max_recoveries,
+        )
         if any(report.drained_lists.values()) or report.requeued_stuck:
             self.suspect_slot.maybe_waiting = True  # what we recovered waits as suspects
         return report
@@ -223,15 +256,15 @@ class Server:
         the queue (or the suspects list), in one script; run at every tick of the background
         loop (no lease needed: the ZREM of each member decides who moves it). Returns how many
         moved."""
-        moved = scheduled.promote(self.client, self.keys,
-                                  self.clock.now() if now is None else now)
+        moved = scheduled.promote(self.client, self.keys, self.clock.now() if now is None else now)
         if moved:
             self.suspect_slot.maybe_waiting = True  # a promoted suspect may wait
         return moved
 
     def requeue_stuck_processing_tasks(self) -> tuple[int, int]:
-        return recovery.requeue_stuck_processing_tasks(self.client, self.keys, self.identity,
-                                                       self.recovering())
+        return recovery.requeue_stuck_processing_tasks(
+            self.client, self.keys, self.identity, self.recovering()
+        )
 
     # -- workers -----------------------------------------------------------------------------
 
@@ -242,8 +275,11 @@ class Server:
         """The worker ids of our in-flight lists: `w<i>`, or `w<i>p<slot>` when prefetching."""
         if self.settings.prefetch == 1:
             return [f"w{i}" for i in range(self.worker_count)]
-        return [f"w{i}p{slot}" for i in range(self.worker_count)
-                for slot in range(self.settings.prefetch)]
+        return [
+            f"w{i}p{slot}"
+            for i in range(self.worker_count)
+            for slot in range(self.settings.prefetch)
+        ]
 
     def list_keys(self, incarnation: int | None = None) -> list[str]:
         """The in-flight lists of our incarnation (or of the one given)."""
@@ -281,8 +317,12 @@ class Server:
                 if waited >= patience:
                     raise
                 if waited == 0:
-                    log.info("server id %r is held by a live process: waiting up to %gs for its "
-                             "lease to lapse", self.server_id, patience)
+                    log.info(
+                        "server id %r is held by a live process: waiting up to %gs for its "
+                        "lease to lapse",
+                        self.server_id,
+                        patience,
+                    )
             except redis.ResponseError as exc:
                 self._wait_out_oom(exc, "claiming the server id")
                 continue
@@ -292,7 +332,8 @@ class Server:
             self.stop_event.wait(step)
             if self.stop_event.is_set():
                 raise StoppedBeforeStart(
-                    f"stopped while waiting for server id {self.server_id!r} to be free")
+                    f"stopped while waiting for server id {self.server_id!r} to be free"
+                )
             waited += step
 
     def _wait_out_oom(self, exc: redis.ResponseError, doing: str) -> None:
@@ -303,7 +344,8 @@ class Server:
         self.stop_event.wait(self.oom.refused(exc))
         if self.stop_event.is_set():
             raise RedisOutOfMemory(
-                f"stopped while {doing}: Redis is out of memory ({exc})") from exc
+                f"stopped while {doing}: Redis is out of memory ({exc})"
+            ) from exc
 
     def start(self, wait_for_id: float = 0.0) -> list[Worker | PrefetchingWorker]:
         """Check the server, claim the id, drain our debris, register our lists."""
@@ -328,8 +370,9 @@ class Server:
     def prepare(self, wait_for_id: float = 0.0) -> str:
         """`start` but for the workers (the asyncio server makes its own): check the server,
         claim the id, drain our debris. Returns the server's version."""
-        version = check_server(self.client, self.keys,
-                               allow_evicting_policy=self.settings.allow_evicting_policy)
+        version = check_server(
+            self.client, self.keys, allow_evicting_policy=self.settings.allow_evicting_policy
+        )
         migrated = recovery.migrate_legacy_registry(self.client, self.keys, self.clock.now())
         if migrated:
             log.info("moved %d in-flight list(s) from the version 0.1 registry", migrated)
@@ -342,12 +385,18 @@ class Server:
             # Nothing is lost by going on: what the drain did not move sits in lists of an
             # earlier incarnation of our id, which is not live, so the periodic sweep (the first
             # runs at once) drains them once memory frees.
-            log.warning("startup drain refused: Redis is out of memory (%s); the periodic sweep "
-                        "requeues this id's earlier in-flight lists once memory frees", exc)
+            log.warning(
+                "startup drain refused: Redis is out of memory (%s); the periodic sweep "
+                "requeues this id's earlier in-flight lists once memory frees",
+                exc,
+            )
             drained = {}
         if drained:
-            log.info("startup drain requeued %d task(s) from %s", sum(drained.values()),
-                     ", ".join(drained))
+            log.info(
+                "startup drain requeued %d task(s) from %s",
+                sum(drained.values()),
+                ", ".join(drained),
+            )
         return version
 
     def _banner(self, version: str) -> None:
@@ -355,9 +404,12 @@ class Server:
         (no password) and, on a cluster, the node that serves the queue's slot (the one its
         workers talk to, whichever node the URL names)."""
         fields: dict[str, object] = {
-            "queue": self.keys.queue_name, "server_id": self.server_id,
-            "incarnation": self.incarnation, "workers": self.worker_count,
-            "prefetch": self.settings.prefetch, "redis_version": version,
+            "queue": self.keys.queue_name,
+            "server_id": self.server_id,
+            "incarnation": self.incarnation,
+            "workers": self.worker_count,
+            "prefetch": self.settings.prefetch,
+            "redis_version": version,
             "redis_url": client_url(self.client),
             "shutdown_grace": self.settings.shutdown_grace,
         }
@@ -366,13 +418,23 @@ class Server:
             slot, node = slot_owner(self.client, self.keys.queue)
             fields.update(cluster_slot=slot, slot_node=node)
             where += f" (Redis Cluster: the queue's slot {slot} is served by {node})"
-        log.info("started: queue %s, server id %s, incarnation %s, %d worker(s), prefetch %d, "
-                 "Redis %s at %s, shutdown grace %gs", self.keys.queue_name, self.server_id,
-                 self.incarnation, self.worker_count, self.settings.prefetch, version, where,
-                 self.settings.shutdown_grace, extra=fields)
+        log.info(
+            "started: queue %s, server id %s, incarnation %s, %d worker(s), prefetch %d, "
+            "Redis %s at %s, shutdown grace %gs",
+            self.keys.queue_name,
+            self.server_id,
+            self.incarnation,
+            self.worker_count,
+            self.settings.prefetch,
+            version,
+            where,
+            self.settings.shutdown_grace,
+            extra=fields,
+        )
 
-    def run(self, until_idle: bool = False, install_signals: bool = False,
-            wait_for_id: float = 0.0) -> None:
+    def run(
+        self, until_idle: bool = False, install_signals: bool = False, wait_for_id: float = 0.0
+    ) -> None:
         """Run until stopped (SIGTERM/SIGINT with `install_signals`, or `stop_event`).
 
         The signal handlers come first: a SIGTERM while we wait for the id (`wait_for_id`) or
@@ -385,12 +447,17 @@ class Server:
             log.info("%s: exiting", exc)
             return
         threads = [
-            threading.Thread(target=self._supervise, args=(w, until_idle),
-                             name=f"taskcustody-{w.owner.worker_id}", daemon=True)
+            threading.Thread(
+                target=self._supervise,
+                args=(w, until_idle),
+                name=f"taskcustody-{w.owner.worker_id}",
+                daemon=True,
+            )
             for w in workers
         ]
-        background = threading.Thread(target=self._background, name="taskcustody-heartbeat",
-                                      daemon=True)
+        background = threading.Thread(
+            target=self._background, name="taskcustody-heartbeat", daemon=True
+        )
         background.start()
         for t in threads:
             t.start()
@@ -414,14 +481,21 @@ class Server:
         if self.stop_event.is_set():
             # A second signal: exit at once, as a crash would. The tasks being run stay in
             # custody (in our in-flight lists) and are recovered once our lease lapses.
-            log.warning("signal %d again: exiting now; the tasks in flight stay in custody "
-                        "and are recovered as after a crash", signum)
+            log.warning(
+                "signal %d again: exiting now; the tasks in flight stay in custody "
+                "and are recovered as after a crash",
+                signum,
+            )
             for handler in logging.getLogger().handlers:
                 handler.flush()
             self.force_exit(128 + signum)
             return
-        log.info("signal %d: stop taking, finish current tasks within %gs (a second signal "
-                 "exits at once)", signum, self.settings.shutdown_grace)
+        log.info(
+            "signal %d: stop taking, finish current tasks within %gs (a second signal "
+            "exits at once)",
+            signum,
+            self.settings.shutdown_grace,
+        )
         self.stop_event.set()
 
     def _install_signal_handlers(self) -> None:
@@ -452,18 +526,26 @@ class Server:
                 self.promote_due()
                 if waited >= next_sweep:
                     report = self.periodic_sweep()
-                    if report is not None and (report.pruned or report.moved
-                                               or report.requeued_stuck):
-                        log.info("sweep: pruned %s, moved %d, requeued stuck %d", report.pruned,
-                                 report.moved, report.requeued_stuck)
+                    if report is not None and (
+                        report.pruned or report.moved or report.requeued_stuck
+                    ):
+                        log.info(
+                            "sweep: pruned %s, moved %d, requeued stuck %d",
+                            report.pruned,
+                            report.moved,
+                            report.requeued_stuck,
+                        )
                     next_sweep = waited + self.settings.sweep_interval
             except Superseded:
                 log.error("server id %s superseded; stopping", self.server_id)
                 return
             except (redis.ConnectionError, redis.TimeoutError) as exc:
                 log.warning("heartbeat/sweep failed: %s", exc)
-            except (redis.ResponseError, redis.exceptions.ClusterError,
-                    redis.exceptions.RedisClusterException) as exc:
+            except (
+                redis.ResponseError,
+                redis.exceptions.ClusterError,
+                redis.exceptions.RedisClusterException,
+            ) as exc:
                 if redirect_kind(exc) is not None:
                     # A cluster failing over or resharding (the command did not run; the
                     # cluster client re-reads its slot map): the next beat tries again.
@@ -491,8 +573,11 @@ class Server:
             t.join(timeout=per_thread)
         stuck = [t.name for t in threads if t.is_alive()]
         if stuck:
-            log.warning("grace period over with tasks still running in %s; their tasks stay in "
-                        "custody and are recovered once we are deregistered", stuck)
+            log.warning(
+                "grace period over with tasks still running in %s; their tasks stay in "
+                "custody and are recovered once we are deregistered",
+                stuck,
+            )
         try:
             if not self.superseded:
                 self.deregister()
@@ -501,8 +586,9 @@ class Server:
             for worker, thread in zip(workers, threads, strict=True):
                 if not thread.is_alive():
                     for list_key in worker.list_keys:
-                        self.client.eval(scripts.FORGET_EMPTY_LIST, 2, list_key,
-                                         self.keys.inflight_registry)
+                        self.client.eval(
+                            scripts.FORGET_EMPTY_LIST, 2, list_key, self.keys.inflight_registry
+                        )
                     worker.close()
         except (redis.ConnectionError, redis.TimeoutError) as exc:
             log.warning("could not deregister cleanly: %s", exc)

@@ -46,9 +46,20 @@ MAX_COUNT = 2**53
 MAX_PREFETCH = 1_000
 
 # The fields checked as durations (seconds) and as counts (whole numbers).
-_DURATIONS = ("block_timeout", "socket_timeout_margin", "heartbeat_interval", "server_ttl",
-              "sweep_interval", "sweep_lease_ttl", "retry_backoff", "retry_backoff_max",
-              "shutdown_grace", "registry_grace", "oom_log_interval", "replica_timeout")
+_DURATIONS = (
+    "block_timeout",
+    "socket_timeout_margin",
+    "heartbeat_interval",
+    "server_ttl",
+    "sweep_interval",
+    "sweep_lease_ttl",
+    "retry_backoff",
+    "retry_backoff_max",
+    "shutdown_grace",
+    "registry_grace",
+    "oom_log_interval",
+    "replica_timeout",
+)
 _COUNTS = ("max_attempts", "max_recoveries", "drain_chunk", "prefetch", "min_replicas")
 
 
@@ -62,15 +73,20 @@ class SettingsError(ValueError):
     def __init__(self, template: str, **values: str) -> None:
         self.template = template
         self.values = values
-        self.fields = tuple(dict.fromkeys(
-            name for _, name, _, _ in string.Formatter().parse(template)
-            if name and name not in values))
+        self.fields = tuple(
+            dict.fromkeys(
+                name
+                for _, name, _, _ in string.Formatter().parse(template)
+                if name and name not in values
+            )
+        )
         self.given: dict[str, object] = {}
         super().__init__(self.render({}))
 
     def render(self, names: Mapping[str, str]) -> str:
         return self.template.format(
-            **{field: names.get(field, field) for field in self.fields}, **self.values)
+            **{field: names.get(field, field) for field in self.fields}, **self.values
+        )
 
 
 def _number(name: str, value: object, optional: bool = False) -> None:
@@ -78,14 +94,17 @@ def _number(name: str, value: object, optional: bool = False) -> None:
     the field's own check)."""
     if value is None and optional:
         return
-    if (isinstance(value, bool) or not isinstance(value, (int, float))
-            or not math.isfinite(value)):
-        raise SettingsError(f"{{{name}}} must be a finite number of seconds, not {{value}}",
-                            value=repr(value))
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise SettingsError(
+            f"{{{name}}} must be a finite number of seconds, not {{value}}", value=repr(value)
+        )
     if value > MAX_SECONDS:
         raise SettingsError(
             f"{{{name}}} must be at most {{limit}} s (some 24.8 days: no socket or thread waits "
-            "longer), not {value}", limit=_seconds(MAX_SECONDS), value=_seconds(value))
+            "longer), not {value}",
+            limit=_seconds(MAX_SECONDS),
+            value=_seconds(value),
+        )
 
 
 def _seconds(value: float) -> str:
@@ -99,11 +118,13 @@ def _whole(name: str, value: object, optional: bool = False) -> None:
     if value is None and optional:
         return
     if isinstance(value, bool) or not isinstance(value, int):
-        raise SettingsError(f"{{{name}}} must be a whole number, not {{value}}",
-                            value=repr(value))
+        raise SettingsError(f"{{{name}}} must be a whole number, not {{value}}", value=repr(value))
     if value > MAX_COUNT and name != "result_ttl":
-        raise SettingsError(f"{{{name}}} must be at most 2**53 (= {{limit}}), not {{value}}",
-                            limit=f"{MAX_COUNT}", value=f"{value}")
+        raise SettingsError(
+            f"{{{name}}} must be at most 2**53 (= {{limit}}), not {{value}}",
+            limit=f"{MAX_COUNT}",
+            value=f"{value}",
+        )
 
 
 @dataclass(frozen=True)
@@ -172,8 +193,9 @@ class Settings:
         try:
             self._check()
         except SettingsError as exc:
-            exc.given = {field: getattr(self, field) for field in exc.fields
-                         if hasattr(self, field)}
+            exc.given = {
+                field: getattr(self, field) for field in exc.fields if hasattr(self, field)
+            }
             raise
 
     def _check(self) -> None:
@@ -193,7 +215,9 @@ class Settings:
                 "{block_timeout} + {socket_timeout_margin} (the socket timeout, {total} s) must "
                 "be at most {limit} s: a socket waits in poll(2), whose timeout (a C int of "
                 "milliseconds) wraps around past that",
-                total=_seconds(self.socket_timeout), limit=_seconds(MAX_SOCKET_TIMEOUT))
+                total=_seconds(self.socket_timeout),
+                limit=_seconds(MAX_SOCKET_TIMEOUT),
+            )
         if self.heartbeat_interval <= 0:
             raise SettingsError("{heartbeat_interval} must be > 0")
         if self.server_ttl <= self.heartbeat_interval:
@@ -213,7 +237,9 @@ class Settings:
         if self.prefetch > MAX_PREFETCH:
             raise SettingsError(
                 "{prefetch} must be at most {limit}: each slot is an in-flight list that the "
-                "claim and every heartbeat name in one script", limit=f"{MAX_PREFETCH}")
+                "claim and every heartbeat name in one script",
+                limit=f"{MAX_PREFETCH}",
+            )
         if self.oom_log_interval <= 0:
             raise SettingsError("{oom_log_interval} must be > 0")
         if self.result_ttl < 0:
@@ -221,7 +247,9 @@ class Settings:
         if self.result_ttl > MAX_RESULT_TTL:
             raise SettingsError(
                 "{result_ttl} must be at most {limit} s (some 31 million years): the result's "
-                "SET EX must stay within the expiry Redis accepts", limit=f"{MAX_RESULT_TTL}")
+                "SET EX must stay within the expiry Redis accepts",
+                limit=f"{MAX_RESULT_TTL}",
+            )
         if self.drain_chunk < 1:
             raise SettingsError("{drain_chunk} must be >= 1")
         if self.shutdown_grace < 0:
@@ -239,7 +267,8 @@ class Settings:
             raise SettingsError("{min_replicas} must be >= 0")
         if self.replica_timeout <= 0:
             raise SettingsError(
-                "{replica_timeout} must be > 0 (a WAIT with timeout 0 blocks forever)")
+                "{replica_timeout} must be > 0 (a WAIT with timeout 0 blocks forever)"
+            )
         if self.min_replicas and self.replica_timeout >= self.socket_timeout:
             # The WAIT's reply is read with the connection's socket timeout: a WAIT allowed to
             # block longer would look like a dead connection. (No WAIT is sent without
@@ -247,13 +276,16 @@ class Settings:
             raise SettingsError(
                 "{replica_timeout} must be shorter than the socket timeout "
                 "({block_timeout} + {socket_timeout_margin} = {total} s)",
-                total=_seconds(self.socket_timeout))
+                total=_seconds(self.socket_timeout),
+            )
         # The holder renews once per sweep it runs, every sweep_period: a lease no longer than
         # that would lapse between two renewals of a live holder.
         if self.sweep_lease_ttl is not None and self.sweep_lease_ttl <= self.sweep_period:
-            raise SettingsError("{sweep_lease_ttl} must exceed the sweep period "
-                                "({sweep_interval}, rounded up to a multiple of "
-                                "{heartbeat_interval})")
+            raise SettingsError(
+                "{sweep_lease_ttl} must exceed the sweep period "
+                "({sweep_interval}, rounded up to a multiple of "
+                "{heartbeat_interval})"
+            )
 
     @property
     def socket_timeout(self) -> float:

@@ -46,8 +46,7 @@ class SweepLease:
 
     def acquire_or_renew(self) -> bool:
         """Whether we hold the lease now: renewed if it was ours, taken if nobody held it."""
-        return bool(int(self.client.eval(ACQUIRE_OR_RENEW, 1, self.key, self.holder,
-                                         self.ttl_ms)))
+        return bool(int(self.client.eval(ACQUIRE_OR_RENEW, 1, self.key, self.holder, self.ttl_ms)))
 
     def release(self) -> bool:
         """Give the lease up if we hold it (clean shutdown), so the next sweeper need not wait

@@ -41,7 +41,6 @@ Handler = Callable[[Any], Any]
 _T = TypeVar("_T")
 
 
-
 class Worker(Custody):
     """One worker of a server: it moves tasks from the queue into an in-flight list of its own,
     runs the handler on each, and gives each task up by one atomic release.
@@ -98,7 +97,8 @@ class Worker(Custody):
         # would otherwise count against the pool's limit forever. On a cluster it goes to the
         # master that owns the queue's slot (`follow_slot` moves it when the slot moves).
         self._conn: redis.connection.ConnectionInterface = cluster.own_connection(
-            client, keys.queue)
+            client, keys.queue
+        )
         # Redirects (cluster.py): a release refused by MOVED/ASK/TRYAGAIN did not run and is sent
         # again, after `pause` (injected by tests) for ASK/TRYAGAIN. A deferred record refused
         # the same way is sent again before it.
@@ -119,17 +119,25 @@ class Worker(Custody):
     def register(self) -> None:
         """Load the scripts our own connection calls by hash. (The list itself is registered by
         every take, in the same round trip: see `take`.)"""
-        for script in (scripts.RECORD_SCRIPT, scripts.RELEASE_SCRIPT,
-                       scripts.TAKE_AND_RECORD_SCRIPT, scripts.RELEASE_AND_TAKE_SCRIPT):
+        for script in (
+            scripts.RECORD_SCRIPT,
+            scripts.RELEASE_SCRIPT,
+            scripts.TAKE_AND_RECORD_SCRIPT,
+            scripts.RELEASE_AND_TAKE_SCRIPT,
+        ):
             script.load(self.client)
 
     def reconcile(self) -> int:
         """Drain our own list back to the queue. Only called while we hold nothing, so whatever
         is there is debris nobody else will release."""
-        moved = drain_inflight(self.client, self.keys, self.list_key, force=True,
-                               chunk=self.settings.drain_chunk,
-                               recovering=Recovering(self.settings.max_recoveries,
-                                                     self.clock.now()))
+        moved = drain_inflight(
+            self.client,
+            self.keys,
+            self.list_key,
+            force=True,
+            chunk=self.settings.drain_chunk,
+            recovering=Recovering(self.settings.max_recoveries, self.clock.now()),
+        )
         self.dirty = False
         # our list is empty: the suspect we held, if any, is gone
         self.suspects.release(self.list_key)
@@ -208,8 +216,16 @@ class Worker(Custody):
 
         Sent now; its reply is read with the next command's (the release), so the record costs no
         round trip of its own. `flush()` reads it at once."""
-        self._deferred = ("EVAL", scripts.RECORD, 2, self.list_key, self.keys.processing,
-                          task.raw, task.id, self.record_value())
+        self._deferred = (
+            "EVAL",
+            scripts.RECORD,
+            2,
+            self.list_key,
+            self.keys.processing,
+            task.raw,
+            task.id,
+            self.record_value(),
+        )
         self._record_refused = False  # an earlier task's refused record is moot now
         self._send("EVALSHA", scripts.RECORD_SCRIPT.sha, *self._deferred[2:])
 
@@ -244,8 +260,15 @@ class Worker(Custody):
         """Give up custody, and commit, retry or dead-letter -- only if we still held it."""
         action, data = self.verdict(task, outcome)
         done = self._release_raw(task.raw, task.id, action, data)
-        log_release(self.list_key, task.id, done, data, outcome.error, self.settings.max_attempts,
-                    delayed=action == "later")
+        log_release(
+            self.list_key,
+            task.id,
+            done,
+            data,
+            outcome.error,
+            self.settings.max_attempts,
+            delayed=action == "later",
+        )
         return done
 
     def release_and_take(self, task: Task, outcome: Outcome) -> tuple[Release, Task | None]:
@@ -260,8 +283,15 @@ class Worker(Custody):
         mode = self.take_mode()
         extra = (mode, self.record_value(), repr(self.clock.now()))
         done, reply = self._release_and_take_raw(task.raw, task.id, action, data, extra)
-        log_release(self.list_key, task.id, done, data, outcome.error, self.settings.max_attempts,
-                    delayed=action == "later")
+        log_release(
+            self.list_key,
+            task.id,
+            done,
+            data,
+            outcome.error,
+            self.settings.max_attempts,
+            delayed=action == "later",
+        )
         raw = self.after_release_and_take(reply, mode)
         if raw is None:
             return done, None
@@ -334,19 +364,22 @@ class Worker(Custody):
         the connection is dropped (it reconnects on the next command)."""
         self.dirty = True
         self._unread_replies = 0
-        self._conn = cluster.reconnect(self._conn, self.client, self.keys.queue,
-                                       refresh_map=refresh)
+        self._conn = cluster.reconnect(
+            self._conn, self.client, self.keys.queue, refresh_map=refresh
+        )
 
     # -- plumbing ----------------------------------------------------------------------------
 
     def _release_raw(self, raw: bytes, task_id: str, action: Verdict, data: str) -> Release:
         """Release (RELEASE), sent again while Redis redirects it (`_redirected`)."""
         args = self.release_args(raw, task_id, action, data)
-        return self._redirected(lambda: self.released(
-            self._send_release(args, scripts.RELEASE_SCRIPT), action))
+        return self._redirected(
+            lambda: self.released(self._send_release(args, scripts.RELEASE_SCRIPT), action)
+        )
 
-    def _release_and_take_raw(self, raw: bytes, task_id: str, action: Verdict, data: str,
-                              take: tuple[TakeMode, str, str]) -> tuple[Release, list[Any]]:
+    def _release_and_take_raw(
+        self, raw: bytes, task_id: str, action: Verdict, data: str, take: tuple[TakeMode, str, str]
+    ) -> tuple[Release, list[Any]]:
         """RELEASE_AND_TAKE (`take`: its last three ARGV), sent again while Redis redirects it:
         the release's reading and the whole reply."""
         args = self.release_and_take_args(raw, task_id, action, data, take)
@@ -371,8 +404,7 @@ class Worker(Custody):
                 kind = cluster.redirect_kind(exc)
                 if kind is None or backoff.count >= REDIRECT_ATTEMPTS:
                     raise
-                log.info("worker %s: release redirected (%s); sending it again", self.list_key,
-                         exc)
+                log.info("worker %s: release redirected (%s); sending it again", self.list_key, exc)
                 self.pause(backoff.next())
                 if kind == cluster.MOVED:
                     self.follow_slot()
@@ -414,12 +446,16 @@ class Worker(Custody):
         template = self._templates.get(numkeys)
         if template is None:
             changing = RELEASE_CHANGING if numkeys == 10 else RELEASE_AND_TAKE_CHANGING
-            template = self._templates[numkeys] = wire.Template(
-                command, {2 + i for i in changing})
+            template = self._templates[numkeys] = wire.Template(command, {2 + i for i in changing})
         return template.pack(command)
 
-    def _send(self, *args: Any, first: tuple[Any, ...] | None = None,
-              then: tuple[Any, ...] | None = None, packed: bytes | None = None) -> None:
+    def _send(
+        self,
+        *args: Any,
+        first: tuple[Any, ...] | None = None,
+        then: tuple[Any, ...] | None = None,
+        packed: bytes | None = None,
+    ) -> None:
         """Send a command, with `first` before it and `then` after it, in ONE write: the take's
         registration must reach Redis with its BLMOVE (a stall between two writes could let the
         registration age past the registry's grace before the BLMOVE is even sent), and a WAIT
@@ -447,8 +483,9 @@ class Worker(Custody):
         (replication.py). Without, nothing changes."""
         self._wait_after = step if self.settings.min_replicas else None
 
-    def _call(self, *args: Any, first: tuple[Any, ...] | None = None,
-              packed: bytes | None = None) -> Any:
+    def _call(
+        self, *args: Any, first: tuple[Any, ...] | None = None, packed: bytes | None = None
+    ) -> Any:
         """Send a command and return its reply, first reading the replies of deferred commands.
         `first` goes just before it, in the same write (the take's registration): its error, if
         any, is kept in `_registration_error`."""
@@ -502,4 +539,3 @@ class Worker(Custody):
             return False
         log.warning("worker %s: deferred command failed: %s", self.list_key, exc)
         return False
-

@@ -118,12 +118,18 @@ def own_connection(client: redis.Redis, key: str) -> redis.connection.Connection
     connection.py): a blind retry of a BLMOVE takes a second task."""
     pool = node_client(client, key).connection_pool
     # (The type by name: redis-py 5.0 has no ConnectionInterface at run time.)
-    return cast("redis.connection.ConnectionInterface",
-                pool.connection_class(**pool.connection_kwargs))
+    return cast(
+        "redis.connection.ConnectionInterface", pool.connection_class(**pool.connection_kwargs)
+    )
 
 
-def reconnect(conn: redis.connection.ConnectionInterface, client: redis.Redis, key: str, *,
-              refresh_map: bool = True) -> redis.connection.ConnectionInterface:
+def reconnect(
+    conn: redis.connection.ConnectionInterface,
+    client: redis.Redis,
+    key: str,
+    *,
+    refresh_map: bool = True,
+) -> redis.connection.ConnectionInterface:
     """The own connection to use after MOVED, UNBLOCKED or a lost connection: `conn` is dropped;
     on a cluster, the slot map is re-read (unless `refresh_map` is False: the caller did) and a
     new own connection goes to the master that owns `key`'s slot now; on a single node `conn`
@@ -147,8 +153,10 @@ def redirect_kind(exc: BaseException) -> Redirect | None:
     """MOVED, BUSY or None (not a redirect). In each redirect case the command did not run."""
     if isinstance(exc, redis.exceptions.MovedError):
         return MOVED
-    if isinstance(exc, redis.exceptions.AskError | redis.exceptions.TryAgainError
-                  | redis.exceptions.ClusterError):
+    if isinstance(
+        exc,
+        redis.exceptions.AskError | redis.exceptions.TryAgainError | redis.exceptions.ClusterError,
+    ):
         # ClusterError: CLUSTERDOWN (a failover under way), or the cluster client gave up
         # following redirects (its TTL): in both the command did not run.
         return BUSY
@@ -211,5 +219,7 @@ def tag_keys(client: redis.Redis, any_key: str, prefix: str) -> list[bytes]:
         found = [k if isinstance(k, bytes) else str(k).encode() for k in batch]
         return [k for k in found if k.startswith(want)]
     pattern = prefix.replace("[", "\\[").replace("]", "\\]").replace("*", "\\*") + "*"
-    return [k if isinstance(k, bytes) else str(k).encode()
-            for k in node.scan_iter(match=pattern, count=1000)]
+    return [
+        k if isinstance(k, bytes) else str(k).encode()
+        for k in node.scan_iter(match=pattern, count=1000)
+    ]

@@ -32,8 +32,7 @@ def no_retry() -> Retry:
     return Retry(NoBackoff(), 0)
 
 
-def connect(url: str, settings: Settings | None = None,
-            cluster: bool | None = None) -> redis.Redis:
+def connect(url: str, settings: Settings | None = None, cluster: bool | None = None) -> redis.Redis:
     """A client for `url`. A Redis Cluster node (`cluster_enabled:1`, asked with `INFO cluster`)
     gets a cluster client seeded by it (any node works, a replica too); `cluster` True/False
     overrides the detection. Retries are off either way (`no_retry`); a cluster client still
@@ -66,7 +65,8 @@ def connect(url: str, settings: Settings | None = None,
             raise
         except Exception as exc:  # redis-py 5 fails on a cluster that serves no slot (IndexError)
             raise redis.exceptions.RedisClusterException(
-                f"the Redis Cluster at {url} cannot be used: {exc!r}") from exc
+                f"the Redis Cluster at {url} cannot be used: {exc!r}"
+            ) from exc
     else:
         client = redis.Redis.from_url(url, **plain)
     # The start banner names the URL the user gave (logs.client_url), not a node the client picked.
@@ -112,12 +112,19 @@ def _info_over_resp2(client: redis.Redis) -> dict[str, Any]:
     # Same address, credentials and timeouts; not redis-py 8's maintenance notifications, which
     # it refuses on a RESP2 connection: any the client's pool carries are left out, and the
     # probe's pool is told to have none, as `connect` tells every client (redis_options.py).
-    kwargs = {key: value for key, value in pool.connection_kwargs.items()
-              if not key.startswith("maint_notifications")}
+    kwargs = {
+        key: value
+        for key, value in pool.connection_kwargs.items()
+        if not key.startswith("maint_notifications")
+    }
     kwargs["protocol"] = 2
-    probe = redis.Redis(connection_pool=redis.ConnectionPool(
-        connection_class=pool.connection_class, **kwargs,
-        **no_maint_notifications(redis.ConnectionPool)))
+    probe = redis.Redis(
+        connection_pool=redis.ConnectionPool(
+            connection_class=pool.connection_class,
+            **kwargs,
+            **no_maint_notifications(redis.ConnectionPool),
+        )
+    )
     try:
         info: dict[str, Any] = probe.info("server")
         return info
@@ -158,8 +165,9 @@ def check_version(client: redis.Redis) -> str:
     return version
 
 
-def check_server(client: redis.Redis, keys: QueueKeys, *,
-                 allow_evicting_policy: bool = False) -> str:
+def check_server(
+    client: redis.Redis, keys: QueueKeys, *, allow_evicting_policy: bool = False
+) -> str:
     """Refuse to work against a server or a keyspace that would break the protocol: Redis < 6.2,
     a replica, an eviction policy that may delete our keys (unless allowed), keys of the wrong
     type. A URL that reaches no Redis database is named first (redis_errors.reachable). On a
@@ -185,4 +193,5 @@ def check_key_types(client: redis.Redis, keys: QueueKeys) -> None:
         if kind not in ("none", want):
             where = f" ({route(client, key)})" if is_cluster(client) else ""
             raise WrongKeyType(
-                f"key {key!r}{where} holds a {kind}, but taskcustody needs a {want} there")
+                f"key {key!r}{where} holds a {kind}, but taskcustody needs a {want} there"
+            )

@@ -80,16 +80,22 @@ def check_eviction_policy(client: redis.Redis, *, allow_evicting_policy: bool = 
     policy = read_policy(client)
     server = server_name(client)
     if policy is None:
-        warn_once(server, UNREADABLE,
-                  f"cannot read maxmemory-policy of Redis at {server} (CONFIG GET and INFO "
-                  "refused); taskcustody needs noeviction or a volatile-* policy: an allkeys-* "
-                  "policy may evict a queue or an in-flight list and lose tasks")
+        warn_once(
+            server,
+            UNREADABLE,
+            f"cannot read maxmemory-policy of Redis at {server} (CONFIG GET and INFO "
+            "refused); taskcustody needs noeviction or a volatile-* policy: an allkeys-* "
+            "policy may evict a queue or an in-flight list and lose tasks",
+        )
         return UNREADABLE
     if is_evicting(policy):
         if not allow_evicting_policy:
             raise EvictingPolicy(policy)
-        warn_once(server, policy,
-                  f"Redis at {server} has maxmemory-policy {policy}: under memory pressure it "
-                  "may evict a queue or an in-flight list and lose tasks; going on because the "
-                  "evicting policy was allowed explicitly")
+        warn_once(
+            server,
+            policy,
+            f"Redis at {server} has maxmemory-policy {policy}: under memory pressure it "
+            "may evict a queue or an in-flight list and lose tasks; going on because the "
+            "evicting policy was allowed explicitly",
+        )
     return policy

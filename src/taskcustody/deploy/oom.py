@@ -53,8 +53,14 @@ class OomSpell:
     """Back-off and log throttling for one loop (a worker, the heartbeat loop) while Redis refuses
     writes. `refused()` returns how long to wait; `recovered()` ends the spell."""
 
-    def __init__(self, logger: logging.Logger, who: str, clock: Clock, interval: float,
-                 first_pause: float = FIRST_PAUSE) -> None:
+    def __init__(
+        self,
+        logger: logging.Logger,
+        who: str,
+        clock: Clock,
+        interval: float,
+        first_pause: float = FIRST_PAUSE,
+    ) -> None:
         self.logger = logger
         self.who = who
         self.clock = clock
@@ -92,11 +98,16 @@ class OomSpell:
         self.logger.warning(
             "%s: Redis is out of memory (%s); nothing was written, waiting for memory to "
             "free (%d refusal(s) in this spell; logged at most every %g s)",
-            self.who, exc, self.refusals, self.interval)
+            self.who,
+            exc,
+            self.refusals,
+            self.interval,
+        )
 
     def _recovered_line(self) -> None:
-        self.logger.info("%s: Redis accepts writes again after %d refusal(s)", self.who,
-                         self.refusals)
+        self.logger.info(
+            "%s: Redis accepts writes again after %d refusal(s)", self.who, self.refusals
+        )
 
     def _now(self) -> float | None:
         try:

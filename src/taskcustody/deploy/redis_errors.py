@@ -33,8 +33,11 @@ from .oom import is_oom
 
 # Redis's error codes for the cluster errors (MovedError first: it is a kind of AskError).
 _CLUSTER_ERRORS: tuple[tuple[type[Exception], str], ...] = (
-    (rx.MovedError, "MOVED"), (rx.AskError, "ASK"), (rx.ClusterDownError, "CLUSTERDOWN"),
-    (rx.ClusterCrossSlotError, "CROSSSLOT"), (rx.TryAgainError, "TRYAGAIN"),
+    (rx.MovedError, "MOVED"),
+    (rx.AskError, "ASK"),
+    (rx.ClusterDownError, "CLUSTERDOWN"),
+    (rx.ClusterCrossSlotError, "CROSSSLOT"),
+    (rx.TryAgainError, "TRYAGAIN"),
 )
 
 
@@ -83,8 +86,9 @@ def expected_type(keys: QueueKeys, key: str) -> str | None:
     return None
 
 
-def name_wrong_type(client: redis.Redis | None, keys: QueueKeys | None,
-                    touched: Iterable[str], exc: BaseException) -> WrongKeyType:
+def name_wrong_type(
+    client: redis.Redis | None, keys: QueueKeys | None, touched: Iterable[str], exc: BaseException
+) -> WrongKeyType:
     """WRONGTYPE names no key: ask the keys the failed step touched which one it was."""
     touched = list(touched)
     if client is not None and keys is not None:
@@ -99,13 +103,18 @@ def name_wrong_type(client: redis.Redis | None, keys: QueueKeys | None,
             kind = got.decode() if isinstance(got, bytes) else str(got)
             if kind not in ("none", want):
                 return WrongKeyType(
-                    f"key {key!r} holds a {kind}, but taskcustody needs a {want} there")
+                    f"key {key!r} holds a {kind}, but taskcustody needs a {want} there"
+                )
     scope = f"one of {', '.join(touched)}" if touched else "a key of the queue"
     return WrongKeyType(f"{scope} holds the wrong Redis type ({exc})")
 
 
-def translate(exc: BaseException, client: redis.Redis | None = None,
-              keys: QueueKeys | None = None, touched: Iterable[str] = ()) -> BaseException:
+def translate(
+    exc: BaseException,
+    client: redis.Redis | None = None,
+    keys: QueueKeys | None = None,
+    touched: Iterable[str] = (),
+) -> BaseException:
     """Our exception for `exc` if we can name its case, else `exc` itself."""
     if isinstance(exc, TaskCustodyError):
         return exc
@@ -113,33 +122,46 @@ def translate(exc: BaseException, client: redis.Redis | None = None,
     text = reply_text(exc)
     db: Any = _kwargs(client).get("db", "?")
     if isinstance(exc, rx.InvalidResponse):
-        return NotRedis(f"{server} does not speak the Redis protocol ({text}): is the URL's "
-                        "port that of a Redis server?")
+        return NotRedis(
+            f"{server} does not speak the Redis protocol ({text}): is the URL's "
+            "port that of a Redis server?"
+        )
     if isinstance(exc, (rx.AuthenticationError, rx.AuthenticationWrongNumberOfArgsError)):
         settings = _kwargs(client)
         if settings and settings.get("password") is None:
             # redis-py's text here is about HELLO, which the user never sent.
-            return AuthenticationFailed(f"{server} requires a password and the URL gives none: "
-                                        "redis://[USER]:PASSWORD@host:port/db")
-        return AuthenticationFailed(f"{server} refused the credentials ({text}): check the "
-                                    "user and password in the URL")
+            return AuthenticationFailed(
+                f"{server} requires a password and the URL gives none: "
+                "redis://[USER]:PASSWORD@host:port/db"
+            )
+        return AuthenticationFailed(
+            f"{server} refused the credentials ({text}): check the user and password in the URL"
+        )
     if isinstance(exc, rx.NoPermissionError):
-        return NoPermission(f"the Redis user may not run a command taskcustody needs ({text}): "
-                            "grant it, or use another user")
+        return NoPermission(
+            f"the Redis user may not run a command taskcustody needs ({text}): "
+            "grant it, or use another user"
+        )
     if isinstance(exc, rx.ReadOnlyError) or (
-            # Redis 6.2 refuses a write inside a script with a script error quoting READONLY
-            isinstance(exc, redis.ResponseError) and "-READONLY " in str(exc)):
-        return ReadOnlyReplica(f"{server} is a replica and refuses writes ({text}): point the "
-                               "URL at the primary")
+        # Redis 6.2 refuses a write inside a script with a script error quoting READONLY
+        isinstance(exc, redis.ResponseError) and "-READONLY " in str(exc)
+    ):
+        return ReadOnlyReplica(
+            f"{server} is a replica and refuses writes ({text}): point the URL at the primary"
+        )
     for kind, code in _CLUSTER_ERRORS:
         if not isinstance(exc, kind):
             continue
-        return ClusterRedirect(f"{server} is a Redis Cluster node ({code} {text}): connect to "
-                               "the cluster in cluster mode, or check that it is up")
+        return ClusterRedirect(
+            f"{server} is a Redis Cluster node ({code} {text}): connect to "
+            "the cluster in cluster mode, or check that it is up"
+        )
     if isinstance(exc, redis.ResponseError):
         if "DB index is out of range" in text or "invalid DB index" in text:
-            return NoSuchDatabase(f"{server} has no database {db} ({text}): use an index below "
-                                  "its 'databases' setting (16 by default)")
+            return NoSuchDatabase(
+                f"{server} has no database {db} ({text}): use an index below "
+                "its 'databases' setting (16 by default)"
+            )
         if is_wrong_type(exc):
             return name_wrong_type(client, keys, touched, exc)
         if is_oom(exc):
@@ -148,8 +170,9 @@ def translate(exc: BaseException, client: redis.Redis | None = None,
 
 
 @contextmanager
-def named_errors(client: redis.Redis | None = None, keys: QueueKeys | None = None,
-                 *touched: str) -> Iterator[None]:
+def named_errors(
+    client: redis.Redis | None = None, keys: QueueKeys | None = None, *touched: str
+) -> Iterator[None]:
     """Run a block, raising our named exception for any redis-py error we can name. `touched`:
     the keys the block uses, so that a WRONGTYPE names the culprit."""
     try:
@@ -170,8 +193,9 @@ def refuse_replica(client: redis.Redis) -> None:
     except redis.ResponseError:
         return
     if role in ("slave", "replica", b"slave"):
-        raise ReadOnlyReplica(f"{where(client)} is a replica: taskcustody writes, point the URL "
-                              "at the primary")
+        raise ReadOnlyReplica(
+            f"{where(client)} is a replica: taskcustody writes, point the URL at the primary"
+        )
 
 
 def reachable(client: redis.Redis) -> None:

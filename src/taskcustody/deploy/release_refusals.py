@@ -35,8 +35,14 @@ class RefusedReleases(OomSpell):
     """`OomSpell`'s back-off for a worker whose releases Redis refuses, with its own lines: one
     per refusal text, again at most once per interval while it lasts."""
 
-    def __init__(self, logger: logging.Logger, who: str, clock: Clock, interval: float,
-                 first_pause: float = FIRST_PAUSE) -> None:
+    def __init__(
+        self,
+        logger: logging.Logger,
+        who: str,
+        clock: Clock,
+        interval: float,
+        first_pause: float = FIRST_PAUSE,
+    ) -> None:
         super().__init__(logger, who, clock, interval, first_pause)
         self._last_text = ""  # of the refusal logged last
 
@@ -49,8 +55,13 @@ class RefusedReleases(OomSpell):
             "%s: Redis refused a release (%s); its task stays in this worker's in-flight list, "
             "not committed, and goes back to the queue before the next take; backing off "
             "(%d refusal(s) in a row; logged again when the error changes, or after %g s)",
-            self.who, exc, self.refusals, self.interval)
+            self.who,
+            exc,
+            self.refusals,
+            self.interval,
+        )
 
     def _recovered_line(self) -> None:
-        self.logger.info("%s: Redis accepts releases again after %d refusal(s)", self.who,
-                         self.refusals)
+        self.logger.info(
+            "%s: Redis accepts releases again after %d refusal(s)", self.who, self.refusals
+        )

@@ -92,7 +92,13 @@ class Shortfalls:
             "worker %s: %d WAIT(s) returned short since the last warning; the last, after a %s, "
             "got %d of %d replica(s) within %g s%s. The %s stands on the primary (a failover "
             "to a replica that missed it may run a task twice); carrying on",
-            self.name, self._unlogged, step, acks, self.settings.min_replicas,
-            self.settings.replica_timeout, why, step,
+            self.name,
+            self._unlogged,
+            step,
+            acks,
+            self.settings.min_replicas,
+            self.settings.replica_timeout,
+            why,
+            step,
         )
         self._unlogged = 0

@@ -75,8 +75,12 @@ class DeadLetter:
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready: the payload decoded when the dead letter holds an envelope; otherwise the
         raw bytes, as text when they are UTF-8, else base64."""
-        out: dict[str, Any] = {"task_id": self.task_id, "error": self.error, "at": self.at,
-                               "attempts": self.attempts}
+        out: dict[str, Any] = {
+            "task_id": self.task_id,
+            "error": self.error,
+            "at": self.at,
+            "attempts": self.attempts,
+        }
         if self.traceback:
             out["traceback"] = self.traceback
         if self.recoveries is not None:
@@ -107,14 +111,21 @@ def parse(entry: bytes) -> DeadLetter:
         task = None
     recoveries = body.get("recoveries") if body.get("poison") else None
     trace = body.get("traceback")
-    return DeadLetter(entry, raw, error, task_id if isinstance(task_id, str) else None,
-                      float(at) if isinstance(at, (int, float)) else None, task,
-                      recoveries if isinstance(recoveries, int) else None,
-                      trace if isinstance(trace, str) else "")
+    return DeadLetter(
+        entry,
+        raw,
+        error,
+        task_id if isinstance(task_id, str) else None,
+        float(at) if isinstance(at, (int, float)) else None,
+        task,
+        recoveries if isinstance(recoveries, int) else None,
+        trace if isinstance(trace, str) else "",
+    )
 
 
-def list_dead_letters(client: redis.Redis, keys: QueueKeys,
-                      limit: int | None = None) -> list[DeadLetter]:
+def list_dead_letters(
+    client: redis.Redis, keys: QueueKeys, limit: int | None = None
+) -> list[DeadLetter]:
     """The dead letters, newest first (at most `limit`), read in one LRANGE."""
     if limit is not None and limit <= 0:
         return []
@@ -136,8 +147,9 @@ def requeue_one(client: redis.Redis, keys: QueueKeys, letter: DeadLetter) -> boo
     """Move one dead letter to the queue in one atomic step. False: the entry was no longer in
     the dead-letter list (requeued or purged meanwhile), and nothing was enqueued."""
     with named_errors(client, keys, keys.dead_letters, keys.queue):
-        moved = client.eval(REQUEUE_DEAD, 2, keys.dead_letters, keys.queue, letter.entry,
-                            letter.requeued_envelope())
+        moved = client.eval(
+            REQUEUE_DEAD, 2, keys.dead_letters, keys.queue, letter.entry, letter.requeued_envelope()
+        )
     return bool(moved)
 
 
@@ -149,10 +161,13 @@ class RequeueReport:
     gone: int = 0  # entries requeued or purged by someone else between our read and our move
 
 
-def requeue_dead_letters(client: redis.Redis, keys: QueueKeys,
-                         task_ids: Iterable[str] | None = None, *,
-                         on_requeued: Callable[[DeadLetter], None] | None = None
-                         ) -> RequeueReport:
+def requeue_dead_letters(
+    client: redis.Redis,
+    keys: QueueKeys,
+    task_ids: Iterable[str] | None = None,
+    *,
+    on_requeued: Callable[[DeadLetter], None] | None = None,
+) -> RequeueReport:
     """Requeue the dead letters of `task_ids` (every one of them when None), oldest first, each
     in its own atomic step (`requeue_one`): a crash part-way leaves every entry either in the
     dead-letter list or in the queue, once. `on_requeued` is called after each move."""

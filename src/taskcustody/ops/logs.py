@@ -33,7 +33,8 @@ class JsonFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         out: dict[str, Any] = {
             "time": datetime.fromtimestamp(record.created, timezone.utc).isoformat(
-                timespec="milliseconds"),
+                timespec="milliseconds"
+            ),
             "level": record.levelname.lower(),
             "logger": record.name,
             "message": record.getMessage(),
@@ -86,8 +87,11 @@ def redact_url(url: str) -> str:
     parts = urlsplit(url)
     query = parse_qsl(parts.query, keep_blank_values=True)
     if any(key == "password" for key, _ in query):
-        parts = parts._replace(query=urlencode(
-            [(key, "***" if key == "password" else value) for key, value in query], safe="*"))
+        parts = parts._replace(
+            query=urlencode(
+                [(key, "***" if key == "password" else value) for key, value in query], safe="*"
+            )
+        )
     if parts.password is None:
         return urlunsplit(parts)
     user = parts.username or ""

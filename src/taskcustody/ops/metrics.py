@@ -26,20 +26,31 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("taskcustody.metrics")
 
-EXTRA_MESSAGE = ("--metrics-port needs the metrics extra (prometheus-client is not installed): "
-                 "pip install 'taskcustody[metrics]'")
+EXTRA_MESSAGE = (
+    "--metrics-port needs the metrics extra (prometheus-client is not installed): "
+    "pip install 'taskcustody[metrics]'"
+)
 
 #: The `outcome` label of each release action (Prometheus label values use underscores).
-OUTCOMES: dict[Action, str] = {"committed": "committed", "retried": "retried",
-                               "dead-lettered": "dead_lettered", "lost-custody": "lost_custody"}
+OUTCOMES: dict[Action, str] = {
+    "committed": "committed",
+    "retried": "retried",
+    "dead-lettered": "dead_lettered",
+    "lost-custody": "lost_custody",
+}
 
 
 class Metrics:
     """The metrics of one queue in a registry of their own (`registry`), counting from now on.
     `server` (optional) gives the heartbeat age. `close()` stops counting."""
 
-    def __init__(self, client: redis.Redis, keys: QueueKeys, server: Server | None = None,
-                 registry: Any = None) -> None:
+    def __init__(
+        self,
+        client: redis.Redis,
+        keys: QueueKeys,
+        server: Server | None = None,
+        registry: Any = None,
+    ) -> None:
         from prometheus_client import CollectorRegistry, Counter, Histogram
 
         self.client = client
@@ -48,19 +59,32 @@ class Metrics:
         self.registry = registry if registry is not None else CollectorRegistry()
         self._lists = f"{keys.base}:inflight:"
         queue = keys.queue_name
-        self.tasks = Counter("taskcustody_tasks", "Tasks released, by outcome.",
-                             ["queue", "outcome"], registry=self.registry)
+        self.tasks = Counter(
+            "taskcustody_tasks",
+            "Tasks released, by outcome.",
+            ["queue", "outcome"],
+            registry=self.registry,
+        )
         for outcome in OUTCOMES.values():
             self.tasks.labels(queue, outcome)  # exported at 0 before the first of each
-        self.recovered = Counter("taskcustody_recovered_tasks",
-                                 "Tasks requeued by recovery (startup drain or sweep).",
-                                 ["queue"], registry=self.registry).labels(queue)
-        self.poison_pills = Counter("taskcustody_poison_pills",
-                                    "Tasks dead-lettered by recovery as poison pills.",
-                                    ["queue"], registry=self.registry).labels(queue)
-        self.duration = Histogram("taskcustody_handler_duration_seconds",
-                                  "Handler run time, successful or not.", ["queue"],
-                                  registry=self.registry).labels(queue)
+        self.recovered = Counter(
+            "taskcustody_recovered_tasks",
+            "Tasks requeued by recovery (startup drain or sweep).",
+            ["queue"],
+            registry=self.registry,
+        ).labels(queue)
+        self.poison_pills = Counter(
+            "taskcustody_poison_pills",
+            "Tasks dead-lettered by recovery as poison pills.",
+            ["queue"],
+            registry=self.registry,
+        ).labels(queue)
+        self.duration = Histogram(
+            "taskcustody_handler_duration_seconds",
+            "Handler run time, successful or not.",
+            ["queue"],
+            registry=self.registry,
+        ).labels(queue)
         self.registry.register(_RedisState(self))
         events.listeners.append(self.on_event)
 
@@ -113,8 +137,11 @@ class _RedisState:
             return
         for name, doc, value in (
             ("taskcustody_queue_depth", "Tasks waiting in the queue.", snap.depth),
-            ("taskcustody_in_flight", "Tasks in custody in registered in-flight lists.",
-             sum(n for per_worker in snap.inflight.values() for n in per_worker.values())),
+            (
+                "taskcustody_in_flight",
+                "Tasks in custody in registered in-flight lists.",
+                sum(n for per_worker in snap.inflight.values() for n in per_worker.values()),
+            ),
             ("taskcustody_dead_letters", "Entries in the dead-letter list.", snap.dead_letters),
         ):
             gauge = GaugeMetricFamily(name, doc, labels=["queue"])
@@ -124,6 +151,7 @@ class _RedisState:
             gauge = GaugeMetricFamily(
                 "taskcustody_heartbeat_age_seconds",
                 "Seconds since this server's last heartbeat that Redis accepted.",
-                labels=["queue", "server_id"])
+                labels=["queue", "server_id"],
+            )
             gauge.add_metric([queue, server.server_id], max(0.0, now - server.last_heartbeat))
             yield gauge

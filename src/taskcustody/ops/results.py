@@ -111,8 +111,16 @@ def _look(client: redis.Redis, keys: QueueKeys, task_id: str, lists: set[str]) -
     The places are read whole: the look costs one round trip, but moves the queue, the scheduled
     set and the dead letters over the wire."""
     result_key = keys.result(task_id)
-    fixed = (keys.inflight_registry, keys.legacy_inflight_registry, result_key, keys.commit_log,
-             keys.dead_letters, keys.scheduled, keys.queue, keys.suspects)
+    fixed = (
+        keys.inflight_registry,
+        keys.legacy_inflight_registry,
+        result_key,
+        keys.commit_log,
+        keys.dead_letters,
+        keys.scheduled,
+        keys.queue,
+        keys.suspects,
+    )
     for _ in range(LOOK_ROUNDS):
         ordered = sorted(lists)
         with named_errors(client, keys, *fixed, *ordered):
@@ -142,10 +150,16 @@ def _look(client: redis.Redis, keys: QueueKeys, task_id: str, lists: set[str]) -
     return Look(True)  # lists kept being registered: not proven unknown, so wait
 
 
-def get_result(client: redis.Redis, keys: QueueKeys, task_id: str,
-               timeout: float | None = 30.0, *, clock: Clock | None = None,
-               sleep: Callable[[float], None] = time.sleep,
-               fail_if_unknown: bool = True) -> Any:
+def get_result(
+    client: redis.Redis,
+    keys: QueueKeys,
+    task_id: str,
+    timeout: float | None = 30.0,
+    *,
+    clock: Clock | None = None,
+    sleep: Callable[[float], None] = time.sleep,
+    fail_if_unknown: bool = True,
+) -> Any:
     """Block until task `task_id` commits and return its handler's return value.
 
     Raises TaskFailed if the task was dead-lettered, ResultTimeout if `timeout` seconds pass first
@@ -191,8 +205,7 @@ def get_result(client: redis.Redis, keys: QueueKeys, task_id: str,
             look = False
             queued, registered, legacy = first
             if not _holds(queued, task_id):
-                found = _look(client, keys, task_id,
-                              {_text(k) for k in chain(registered, legacy)})
+                found = _look(client, keys, task_id, {_text(k) for k in chain(registered, legacy)})
                 if found.stored is not None:
                     return decode_result(found.stored)
                 if found.failure is not None:
@@ -206,7 +219,8 @@ def get_result(client: redis.Redis, keys: QueueKeys, task_id: str,
                 raise failure
             raise ResultTimeout(
                 f"no result for task {task_id} within {timeout:g} s: it is still queued or "
-                "running, or its result expired (result_ttl), or no such task committed")
+                "running, or its result expired (result_ttl), or no such task committed"
+            )
         sleep(pause if deadline is None else min(pause, deadline - now))
         pause = min(pause * 2, MAX_PAUSE)
 
@@ -222,8 +236,20 @@ class TaskHandle:
     #: `result` then skips `get_result`'s look for an unknown id, and its reads of the queue.
     enqueued: bool = False
 
-    def result(self, timeout: float | None = 30.0, *, clock: Clock | None = None,
-               sleep: Callable[[float], None] = time.sleep) -> Any:
+    def result(
+        self,
+        timeout: float | None = 30.0,
+        *,
+        clock: Clock | None = None,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> Any:
         """`get_result` for this task."""
-        return get_result(self.client, self.keys, self.id, timeout, clock=clock, sleep=sleep,
-                          fail_if_unknown=not self.enqueued)
+        return get_result(
+            self.client,
+            self.keys,
+            self.id,
+            timeout,
+            clock=clock,
+            sleep=sleep,
+            fail_if_unknown=not self.enqueued,
+        )

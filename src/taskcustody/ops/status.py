@@ -46,8 +46,9 @@ def _snapshot(client: redis.Redis, keys: QueueKeys, now: float) -> QueueStatus:
     pipe.get(keys.committed)
     pipe.llen(keys.suspects)
     pipe.zcard(keys.scheduled)
-    (depth, servers, incarnations, processing, dead, committed, suspects,
-     scheduled) = pipe.execute()
+    (depth, servers, incarnations, processing, dead, committed, suspects, scheduled) = (
+        pipe.execute()
+    )
     # Live = registered with that incarnation (what live_owners reads; derived from the same
     # replies here rather than read twice).
     live = {
@@ -55,9 +56,15 @@ def _snapshot(client: redis.Redis, keys: QueueKeys, now: float) -> QueueStatus:
         for server, _ in servers
         if server in incarnations
     }
-    status = QueueStatus(keys.queue_name, int(depth), processing=int(processing),
-                         dead_letters=int(dead), committed=int(committed or 0),
-                         suspects=int(suspects), scheduled=int(scheduled))
+    status = QueueStatus(
+        keys.queue_name,
+        int(depth),
+        processing=int(processing),
+        dead_letters=int(dead),
+        committed=int(committed or 0),
+        suspects=int(suspects),
+        scheduled=int(scheduled),
+    )
     for server, deadline in servers:
         name = _text(server)
         status.servers[name] = {

@@ -43,8 +43,15 @@ MAX_STATES = 1_500
 #: reply (every one of them is a kind aimed at in its own right: walks that lose a take's reply
 #: on the way to a reconcile's would make the take's count the sum of both), and the mid-pass
 #: steps, which run inside a pass.
-_NOT_ON_A_WALK = ("redis_wipe", "dropped_reply", "drain_step", "arm", "count_recovery", "promote",
-                  "retry")
+_NOT_ON_A_WALK = (
+    "redis_wipe",
+    "dropped_reply",
+    "drain_step",
+    "arm",
+    "count_recovery",
+    "promote",
+    "retry",
+)
 
 
 class Shot(NamedTuple):
@@ -57,8 +64,11 @@ class Shot(NamedTuple):
 
 def harness_actions(state: State, config: Config) -> list[Action]:
     """The steps the harness performs in `state` (its `enabled`, without mid-pass steps)."""
-    return [a for a in enabled_actions(state, config)
-            if a.name not in ("drain_step", "arm") and a.command != "drain_step"]
+    return [
+        a
+        for a in enabled_actions(state, config)
+        if a.name not in ("drain_step", "arm") and a.command != "drain_step"
+    ]
 
 
 def after(state: State, action: Action, config: Config) -> State:
@@ -81,23 +91,29 @@ def shots(state: State, config: Config, kind: str) -> list[Shot]:
     actions = harness_actions(state, config)
     if not kind.startswith(DROPPED):
         return [Shot(a) for a in actions if a.name == kind]
-    command = kind[len(DROPPED):]
+    command = kind[len(DROPPED) :]
     if command == "drain_step":
         # the first move of a pass loses its reply (`Stepping._pass`, drop_at=1)
         out = []
         for a in actions:
             if a.name in ("sweep", "startup_drain"):
                 mid = apply(state, a, config)
-                if any(b.name == "dropped_reply" and b.command == "drain_step"
-                       for b in enabled_actions(mid, config)):
+                if any(
+                    b.name == "dropped_reply" and b.command == "drain_step"
+                    for b in enabled_actions(mid, config)
+                ):
                     out.append(Shot(a, drop_at=1))
         return out
     if command == "heartbeat":
         # the model has no action for it (the script ran); the harness drops it with variant 2
         # of a heartbeat that does not supersede (`Stepping._heartbeat`)
-        return [Shot(a, variant=2) for a in actions if a.name == "heartbeat"
-                and (reg := state.registry[a.server]) is not None
-                and reg.inc == state.processes[a.server][a.proc].inc]
+        return [
+            Shot(a, variant=2)
+            for a in actions
+            if a.name == "heartbeat"
+            and (reg := state.registry[a.server]) is not None
+            and reg.inc == state.processes[a.server][a.proc].inc
+        ]
     return [Shot(a) for a in actions if a.name == "dropped_reply" and a.command == command]
 
 
@@ -105,12 +121,16 @@ def walk_to(state: State, config: Config, kind: str) -> list[Action] | None:
     """A shortest walk of harness steps from `state` to a state where a fault of `kind` can be
     injected ([] if it can be now); None if there is none within the planner's bounds."""
     return shortest_walk(
-        state, config, lambda s: bool(shots(s, config, kind)),
-        lambda a: not (a.name in _NOT_ON_A_WALK or (a.name in FAULTS and kind == a.name)))
+        state,
+        config,
+        lambda s: bool(shots(s, config, kind)),
+        lambda a: not (a.name in _NOT_ON_A_WALK or (a.name in FAULTS and kind == a.name)),
+    )
 
 
-def with_aimed_faults(base: type[RuleBasedStateMachine], kinds: Sequence[str],
-                      copies: int = 1) -> type[RuleBasedStateMachine]:
+def with_aimed_faults(
+    base: type[RuleBasedStateMachine], kinds: Sequence[str], copies: int = 1
+) -> type[RuleBasedStateMachine]:
     """`base` and a rule that aims at the next fault kind of `kinds`: it walks (`walk_to`) to a
     state where that fault can be injected, each step of the walk performed on the
     implementation and checked, and injects it. `copies`: how many such rules (Hypothesis draws a
@@ -173,10 +193,13 @@ def with_aimed_faults(base: type[RuleBasedStateMachine], kinds: Sequence[str],
             fired = self.h.injector.counts[DROPPED_REPLY]
             if counted != fired:
                 self.failed = True
-                raise Mismatch("fault-count", f"the harness counted {counted} lost replies; the "
-                                              f"injector dropped {fired}")
+                raise Mismatch(
+                    "fault-count",
+                    f"the harness counted {counted} lost replies; the injector dropped {fired}",
+                )
 
     for n in range(copies):
+
         def aim(self: Any, data: st.DataObject) -> None:
             self._aim(data)
 
@@ -188,8 +211,9 @@ def with_aimed_faults(base: type[RuleBasedStateMachine], kinds: Sequence[str],
     return AimingMachine
 
 
-def with_faults_also_aimed(base: type[RuleBasedStateMachine], kinds: Sequence[str],
-                           copies: int = 1) -> type[RuleBasedStateMachine]:
+def with_faults_also_aimed(
+    base: type[RuleBasedStateMachine], kinds: Sequence[str], copies: int = 1
+) -> type[RuleBasedStateMachine]:
     """`with_aimed_faults`, with the base's own fault rules left on: the base's run as it is
     (every fault kind drawn), and on top of it rules that aim at each kind of `kinds` in turn, so
     that a test asserting that these kinds fired does not depend on which examples the base's
@@ -212,9 +236,14 @@ def with_faults_also_aimed(base: type[RuleBasedStateMachine], kinds: Sequence[st
 _DRAIN_WALK = ("take", "record", "stall_server", "advance_clock")
 
 
-def shortest_walk(state: State, config: Config, goal: Callable[[State], bool],
-                  allowed: Callable[[Action], bool], max_depth: int = MAX_DEPTH,
-                  max_states: int = MAX_STATES) -> list[Action] | None:
+def shortest_walk(
+    state: State,
+    config: Config,
+    goal: Callable[[State], bool],
+    allowed: Callable[[Action], bool],
+    max_depth: int = MAX_DEPTH,
+    max_states: int = MAX_STATES,
+) -> list[Action] | None:
     """A shortest walk (breadth first) of harness steps that `allowed` accepts from `state` to
     one where `goal` holds ([] if it holds now); None if there is none within `max_depth` steps
     and `max_states` states."""
@@ -258,10 +287,12 @@ def drain_with_owner_steps(state: State, config: Config) -> Action | None:
             held = len(list_of(mid, key))
             mid = apply(mid, Action("drain_step", s, i), config)
             if len(list_of(mid, key)) < held and any(
-                    b.name in ("take", "record", "release") and (b.server, b.worker)
-                    == (key[0], key[2]) and mid.processes[b.server][b.proc].inc == key[1]
-                    and mid.processes[b.server][b.proc].phase == RUNNING
-                    for b in enabled_actions(mid, config)):
+                b.name in ("take", "record", "release")
+                and (b.server, b.worker) == (key[0], key[2])
+                and mid.processes[b.server][b.proc].inc == key[1]
+                and mid.processes[b.server][b.proc].phase == RUNNING
+                for b in enabled_actions(mid, config)
+            ):
                 return a
     return None
 
@@ -271,9 +302,12 @@ def aim_at_a_drain(machine: Any) -> None:
     whose owner can step right then (`drain_with_owner_steps`), each step of the walk performed
     on the implementation and checked, and performs that sweep with the owner stepping between
     its moves (the first step it may take, each time, up to the harness's bound)."""
-    walk = shortest_walk(machine.h.state, machine.h.config,
-                         lambda s: drain_with_owner_steps(s, machine.h.config) is not None,
-                         lambda a: a.name in _DRAIN_WALK)
+    walk = shortest_walk(
+        machine.h.state,
+        machine.h.config,
+        lambda s: drain_with_owner_steps(s, machine.h.config) is not None,
+        lambda a: a.name in _DRAIN_WALK,
+    )
     if walk is None:
         machine._no_drain_walk = True  # (not again in this example)
         return
@@ -307,8 +341,11 @@ def with_drain_aimed(base: type[RuleBasedStateMachine]) -> type[RuleBasedStateMa
     class DrainAimingMachine(base):  # type: ignore[valid-type, misc]
         """... and aims at a drain with its owner stepping."""
 
-        @precondition(lambda self: not self.h.steps_during_drains
-                      and not getattr(self, "_no_drain_walk", False))
+        @precondition(
+            lambda self: (
+                not self.h.steps_during_drains and not getattr(self, "_no_drain_walk", False)
+            )
+        )
         @rule()
         def aim_at_a_drain_with_its_owner_stepping(self) -> None:
             aim_at_a_drain(self)

@@ -74,16 +74,22 @@ def async_client_like(client: redis.Redis) -> redis.asyncio.Redis:
     if "server" in kwargs:  # fakeredis: the sync client's keyspace
         import fakeredis.aioredis
 
-        fake: redis.asyncio.Redis = fakeredis.aioredis.FakeRedis(server=kwargs["server"],
-                                                                 retry=no_retry())
+        fake: redis.asyncio.Redis = fakeredis.aioredis.FakeRedis(
+            server=kwargs["server"], retry=no_retry()
+        )
         return fake
     return redis.asyncio.Redis(
-        host=kwargs.get("host", "localhost"), port=kwargs.get("port", 6379),
-        db=kwargs.get("db", 0), username=kwargs.get("username"),
-        password=kwargs.get("password"), socket_timeout=kwargs.get("socket_timeout"),
-        socket_connect_timeout=kwargs.get("socket_connect_timeout"), retry=no_retry(),
+        host=kwargs.get("host", "localhost"),
+        port=kwargs.get("port", 6379),
+        db=kwargs.get("db", 0),
+        username=kwargs.get("username"),
+        password=kwargs.get("password"),
+        socket_timeout=kwargs.get("socket_timeout"),
+        socket_connect_timeout=kwargs.get("socket_connect_timeout"),
+        retry=no_retry(),
         # Without maintenance notifications, like every client of ours (redis_options.py).
-        **no_maint_notifications(redis.asyncio.Redis))
+        **no_maint_notifications(redis.asyncio.Redis),
+    )
 
 
 class SteppedAsyncWorker:
@@ -190,31 +196,40 @@ class SteppedAsyncPrefetchingWorker:
 
     def take_all(self) -> tuple[Batch, Exception | None]:
         result: tuple[Batch, Exception | None] = self.loop.run_until_complete(
-            self.loop.create_task(self.apw.take_all()))
+            self.loop.create_task(self.apw.take_all())
+        )
         return result
 
     def release_all(self, batch: Batch) -> list[Release]:
         """The batch's releases; its slots may be the stepped workers (their asyncio ones
         release)."""
         theirs = Batch()
-        theirs.raws = [(getattr(slot, "aw", slot), raw, task_id)
-                       for slot, raw, task_id in batch.raws]
+        theirs.raws = [
+            (getattr(slot, "aw", slot), raw, task_id) for slot, raw, task_id in batch.raws
+        ]
         theirs.verdicts, theirs.errors = batch.verdicts, batch.errors
         releases: list[Release] = self.loop.run_until_complete(
-            self.loop.create_task(self.apw.release_all(theirs)))
+            self.loop.create_task(self.apw.release_all(theirs))
+        )
         return releases
 
     def disconnect(self) -> None:
         self.loop.run_until_complete(self.apw.conn.disconnect())
 
 
-def async_server_factory(base: ServerFactory,
-                         loop: asyncio.AbstractEventLoop) -> ServerFactory:
+def async_server_factory(base: ServerFactory, loop: asyncio.AbstractEventLoop) -> ServerFactory:
     """A harness server factory: the server `base` builds, whose workers are asyncio workers on
     an asyncio client of their process (with the process's fault label), stepped on `loop`."""
 
-    def make(client: redis.Redis, keys: QueueKeys, server_id: str, *, settings: Settings,
-             clock: Clock, workers: int) -> Server:
+    def make(
+        client: redis.Redis,
+        keys: QueueKeys,
+        server_id: str,
+        *,
+        settings: Settings,
+        clock: Clock,
+        workers: int,
+    ) -> Server:
         server = base(client, keys, server_id, settings=settings, clock=clock, workers=workers)
         conn_class = client.connection_pool.connection_class
         injector = getattr(conn_class, "injector", None)
@@ -264,14 +279,18 @@ class AsyncHarness(Harness):
         `cancels_before_send` and where the model enables it, else a dropped reply)."""
         if action.name != "dropped_reply":
             return DROP
-        if (variant % 3 == 2 and self.bounds.cancels_before_send
-                and action.command in CANCELLABLE
-                and action._replace(name="cancel_before_send") in self.enabled()):
+        if (
+            variant % 3 == 2
+            and self.bounds.cancels_before_send
+            and action.command in CANCELLABLE
+            and action._replace(name="cancel_before_send") in self.enabled()
+        ):
             return BEFORE_SEND
         return IN_FLIGHT if variant % 3 == 1 else DROP
 
-    def step(self, action: Action, *, drop_at: int = 0, variant: int = 0,
-             interleave: Any = None) -> None:
+    def step(
+        self, action: Action, *, drop_at: int = 0, variant: int = 0, interleave: Any = None
+    ) -> None:
         # (decided in the state before the step, where the machine drew it)
         if self.way(action, variant) == BEFORE_SEND:
             action = action._replace(name="cancel_before_send")
@@ -287,8 +306,9 @@ class AsyncHarness(Harness):
         self._way = BEFORE_SEND
         try:
             # the stepping code's lost reply of the same step, armed to cancel before the send
-            Harness._real_worker_step(self, action._replace(name="dropped_reply"), command,
-                                      True, variant)
+            Harness._real_worker_step(
+                self, action._replace(name="dropped_reply"), command, True, variant
+            )
         finally:
             self._way = DROP
             self.injector.disarm_all()

@@ -45,8 +45,15 @@ class BlpopTakeWorker(Worker):
         return None if reply is None else decode(reply[1])
 
     def release(self, task: Task, outcome: Any) -> Release:
-        self._call("EVAL", _COMMIT_WITHOUT_CUSTODY, 3, self.keys.processing, self.keys.committed,
-                   self.keys.commit_log, task.id)
+        self._call(
+            "EVAL",
+            _COMMIT_WITHOUT_CUSTODY,
+            3,
+            self.keys.processing,
+            self.keys.committed,
+            self.keys.commit_log,
+            task.id,
+        )
         return Release(True, 0, "committed")
 
     def release_and_take(self, task: Task, outcome: Any) -> tuple[Release, Task | None]:
@@ -67,8 +74,9 @@ class NoReleaseWorker(Worker):
 
     def _send_release(self, args: tuple[Any, ...], script: scripts.Script) -> Any:
         # (RELEASE and RELEASE_AND_TAKE share the release's text)
-        source = script.source.replace("local held = redis.call('LREM', own, 1, raw)",
-                                       "local held = 1")
+        source = script.source.replace(
+            "local held = redis.call('LREM', own, 1, raw)", "local held = 1"
+        )
         return self._call("EVAL", source, *args)
 
 
@@ -77,8 +85,13 @@ def _collect_garbage(server: Server) -> list[str]:
     (a demonstration changes one thing, not this)."""
     client, keys = server.client, server.keys
     return recovery.forget_dead_empty_lists(
-        client, keys, recovery.registrations(client, keys), recovery.live_owners(client, keys),
-        server.identity, server.clock.now() - server.settings.registry_grace)
+        client,
+        keys,
+        recovery.registrations(client, keys),
+        recovery.live_owners(client, keys),
+        server.identity,
+        server.clock.now() - server.settings.registry_grace,
+    )
 
 
 class _DemoServer(Server):
@@ -88,8 +101,9 @@ class _DemoServer(Server):
         from ..core.keys import ListOwner
 
         owner = ListOwner(self.server_id, self.identity.incarnation, f"w{index}")
-        worker = self.worker_class(self.client, self.keys, owner, self.handler, self.clock,
-                                   self.settings)
+        worker = self.worker_class(
+            self.client, self.keys, owner, self.handler, self.clock, self.settings
+        )
         worker.suspects = self.suspect_slot
         return worker
 
@@ -112,9 +126,14 @@ class SweepDrainsLiveServer(Server):
         report.pruned = recovery.prune_inactive_servers(self.client, self.keys, self.clock.now())
         report.forgotten_lists = _collect_garbage(self)
         for key in recovery.registered_lists(self.client, self.keys):
-            moved = recovery.drain_inflight(self.client, self.keys, key, force=True,
-                                            chunk=self.settings.drain_chunk,
-                                            recovering=self.recovering())
+            moved = recovery.drain_inflight(
+                self.client,
+                self.keys,
+                key,
+                force=True,
+                chunk=self.settings.drain_chunk,
+                recovering=self.recovering(),
+            )
             if moved:
                 report.drained_lists[key] = moved
         report.requeued_stuck, report.stale_records = self.requeue_stuck_processing_tasks()
@@ -143,20 +162,40 @@ class ProcessingSweepNoCustodyServer(Server):
             return super().requeue_stuck_processing_tasks()
 
 
-def _unbounded_drain(client: redis.Redis, keys: QueueKeys, list_key: str, *,
-                     force: bool, chunk: int = 100, length: int | None = None,
-                     recovering: recovery.Recovering = recovery.NOT_COUNTING) -> int:
+def _unbounded_drain(
+    client: redis.Redis,
+    keys: QueueKeys,
+    list_key: str,
+    *,
+    force: bool,
+    chunk: int = 100,
+    length: int | None = None,
+    recovering: recovery.Recovering = recovery.NOT_COUNTING,
+) -> int:
     """6. Drains until the list is empty, whatever length was read up front: no end while
     something keeps appending."""
     owner = keys.owner_of(list_key)
     moved = 0
     while int(client.llen(list_key)) > 0:
-        step = int(client.eval(
-            scripts.DRAIN_CHUNK, 8, list_key, keys.queue, keys.processing, keys.servers,
-            keys.incarnations, keys.recoveries, keys.dead_letters, keys.suspects, chunk,
-            owner.server_id,
-            owner.incarnation, "force" if force else "dead-only", *recovering.argv(),
-        )[0])
+        step = int(
+            client.eval(
+                scripts.DRAIN_CHUNK,
+                8,
+                list_key,
+                keys.queue,
+                keys.processing,
+                keys.servers,
+                keys.incarnations,
+                keys.recoveries,
+                keys.dead_letters,
+                keys.suspects,
+                chunk,
+                owner.server_id,
+                owner.incarnation,
+                "force" if force else "dead-only",
+                *recovering.argv(),
+            )[0]
+        )
         if step <= 0:
             break
         moved += step
@@ -236,8 +275,9 @@ class RecoveriesNotCountedServer(Server):
     process that runs it is recovered, and run again, for ever."""
 
     def __init__(self, *args: Any, settings: Settings, **kwargs: Any) -> None:
-        super().__init__(*args, settings=dataclasses.replace(settings, max_recoveries=None),
-                         **kwargs)
+        super().__init__(
+            *args, settings=dataclasses.replace(settings, max_recoveries=None), **kwargs
+        )
 
 
 _DRAIN_TO_QUEUE = scripts.DRAIN_CHUNK.replace(
@@ -272,8 +312,10 @@ class RecoveredToQueueServer(_DemoServer):
             return super().startup_drain()
 
     def sweep(self) -> RecoveryReport:
-        with _swapped(scripts, "DRAIN_CHUNK", _DRAIN_TO_QUEUE), \
-                _swapped(scripts, "REQUEUE_STUCK", _REQUEUE_TO_QUEUE):
+        with (
+            _swapped(scripts, "DRAIN_CHUNK", _DRAIN_TO_QUEUE),
+            _swapped(scripts, "REQUEUE_STUCK", _REQUEUE_TO_QUEUE),
+        ):
             return super().sweep()
 
     def requeue_stuck_processing_tasks(self) -> tuple[int, int]:
@@ -288,8 +330,13 @@ class DrainBeforePruneServer(Server):
     def sweep(self) -> RecoveryReport:
         report = RecoveryReport()
         report.drained_lists = recovery.recover_inflight(
-            self.client, self.keys, self.identity, include_self=False,
-            chunk=self.settings.drain_chunk, recovering=self.recovering())
+            self.client,
+            self.keys,
+            self.identity,
+            include_self=False,
+            chunk=self.settings.drain_chunk,
+            recovering=self.recovering(),
+        )
         report.pruned = recovery.prune_inactive_servers(self.client, self.keys, self.clock.now())
         report.forgotten_lists = _collect_garbage(self)
         report.requeued_stuck, report.stale_records = self.requeue_stuck_processing_tasks()
@@ -302,12 +349,20 @@ class PromoteCopiesServer(Server):
 
     def promote_due(self, now: float | None = None) -> int:
         script = scripts.PROMOTE.replace(
-            "  if redis.call('ZREM', scheduled, raw) == 1 then\n", "  if true then\n")
+            "  if redis.call('ZREM', scheduled, raw) == 1 then\n", "  if true then\n"
+        )
         assert script != scripts.PROMOTE
         keys = self.keys
-        moved = self.client.eval(script, 4, keys.scheduled, keys.queue, keys.suspects,
-                                 keys.recoveries, repr(self.clock.now() if now is None else now),
-                                 100)
+        moved = self.client.eval(
+            script,
+            4,
+            keys.scheduled,
+            keys.queue,
+            keys.suspects,
+            keys.recoveries,
+            repr(self.clock.now() if now is None else now),
+            100,
+        )
         return int(moved)
 
 
@@ -321,7 +376,8 @@ class CompositePopsNextWorker(Worker):
             return super()._send_release(args, script)
         source = scripts.RELEASE_AND_TAKE.replace(
             "local taken = redis.call('LMOVE', source, own, 'RIGHT', 'LEFT')",
-            "local taken = redis.call('RPOP', source)")
+            "local taken = redis.call('RPOP', source)",
+        )
         source = source.replace("  redis.call('HSET', processing, id, record)\n", "")
         return self._call("EVAL", source, *args)
 
@@ -333,8 +389,7 @@ class CompositeCommitsUnheldWorker(Worker):
     def _send_release(self, args: tuple[Any, ...], script: scripts.Script) -> Any:
         if script != scripts.RELEASE_AND_TAKE_SCRIPT:
             return super()._send_release(args, script)
-        return self._call("EVAL", script.source.replace("if held == 1 then", "if true then"),
-                          *args)
+        return self._call("EVAL", script.source.replace("if held == 1 then", "if true then"), *args)
 
 
 class CompositePopsNextServer(_DemoServer):
@@ -360,9 +415,23 @@ def server_factory(name: str) -> Callable[..., Server]:
     server for "correct", and for a design with none: `designs.Design.no_demo`)."""
     cls: type[Server] = Server if name == "correct" else BROKEN.get(design(name).name, Server)
 
-    def make(client: redis.Redis, keys: QueueKeys, server_id: str, *, settings: Settings,
-             clock: Clock, workers: int) -> Server:
-        return cls(client, keys, server_id, lambda payload: payload, workers=workers,
-                   settings=settings, clock=clock)
+    def make(
+        client: redis.Redis,
+        keys: QueueKeys,
+        server_id: str,
+        *,
+        settings: Settings,
+        clock: Clock,
+        workers: int,
+    ) -> Server:
+        return cls(
+            client,
+            keys,
+            server_id,
+            lambda payload: payload,
+            workers=workers,
+            settings=settings,
+            clock=clock,
+        )
 
     return make

@@ -27,8 +27,12 @@ class Budget:
     """`seconds` from the moment it is made (None: no limit), measured by `clock`; `option` is
     how the user set it, for the messages."""
 
-    def __init__(self, seconds: float | None = None, clock: Clock = time.monotonic,
-                 option: str = "--max-seconds") -> None:
+    def __init__(
+        self,
+        seconds: float | None = None,
+        clock: Clock = time.monotonic,
+        option: str = "--max-seconds",
+    ) -> None:
         if seconds is not None and (math.isnan(seconds) or seconds <= 0):
             raise ValueError(f"a time budget must be a number of seconds > 0, not {seconds!r}")
         self.seconds = seconds

@@ -16,8 +16,9 @@ def coverage_text(result: Result) -> str:
     width = max([52] + [len(p.name) for p in result.parts])  # names stay in one column
     for p in result.parts:
         note = f" -- {p.message}" if p.message else ""
-        lines.append(f"  {p.name:{width}} {p.outcome.upper():8} {p.covered or '-'}"
-                     f" ({p.seconds:.1f} s){note}")
+        lines.append(
+            f"  {p.name:{width}} {p.outcome.upper():8} {p.covered or '-'} ({p.seconds:.1f} s){note}"
+        )
     if result.partial:
         done = sum(1 for p in result.parts if p.outcome in ("passed", "failed"))
         lines.append(f"coverage: PARTIAL ({done} of {len(result.parts)} parts run to the end)")
@@ -26,9 +27,11 @@ def coverage_text(result: Result) -> str:
 
 def coverage_html(result: Result) -> str:
     e = html.escape
-    rows = "".join(f"<tr><td>{e(p.name)}</td><td>{e(p.outcome)}</td><td>{e(p.covered)}</td>"
-                   f"<td>{p.seconds:.1f} s</td><td>{e(p.message)}</td></tr>"
-                   for p in result.parts)
+    rows = "".join(
+        f"<tr><td>{e(p.name)}</td><td>{e(p.outcome)}</td><td>{e(p.covered)}</td>"
+        f"<td>{p.seconds:.1f} s</td><td>{e(p.message)}</td></tr>"
+        for p in result.parts
+    )
     title = "Parts (PARTIAL: the time budget cut the run short)" if result.partial else "Parts"
     return f"<h2>{e(title)}</h2><table>{rows}</table>"
 

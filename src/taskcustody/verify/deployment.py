@@ -36,11 +36,18 @@ def _is_deployment(exc: BaseException) -> bool:
     # some of them are also the redis-py errors they name, e.g. WrongKeyType a ResponseError.)
     if isinstance(exc, TaskCustodyError):
         return True
-    if isinstance(exc, redis.ConnectionError | redis.TimeoutError
-                  | redis.exceptions.RedisClusterException | redis.exceptions.AskError
-                  | redis.exceptions.TryAgainError | redis.exceptions.ClusterError
-                  | redis.exceptions.ReadOnlyError | redis.exceptions.AuthenticationError
-                  | redis.exceptions.NoPermissionError):
+    if isinstance(
+        exc,
+        redis.ConnectionError
+        | redis.TimeoutError
+        | redis.exceptions.RedisClusterException
+        | redis.exceptions.AskError
+        | redis.exceptions.TryAgainError
+        | redis.exceptions.ClusterError
+        | redis.exceptions.ReadOnlyError
+        | redis.exceptions.AuthenticationError
+        | redis.exceptions.NoPermissionError,
+    ):
         return True
     if isinstance(exc, redis.ResponseError):
         text = str(exc)

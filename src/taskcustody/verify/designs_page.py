@@ -26,8 +26,10 @@ def _row(design: Design) -> str:
     stateful = "finds it" if design.stateful is not None else "cannot drive it"
     mutant = f"`{design.name}`" if design.mutant else ""
     bounds = describe_bounds(design.pinned.bounds)
-    return (f"| {design.number} | `{design.name}` | {change} | **{design.pinned.property}** | "
-            f"{bounds} | {design.pinned.length} | {stateful} | {mutant} |")
+    return (
+        f"| {design.number} | `{design.name}` | {change} | **{design.pinned.property}** | "
+        f"{bounds} | {design.pinned.length} | {stateful} | {mutant} |"
+    )
 
 
 def table() -> str:
@@ -69,8 +71,10 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if check:
         if new != text:
-            print(f"{page}: the designs table is stale: python -m taskcustody.verify.designs_page",
-                  file=sys.stderr)
+            print(
+                f"{page}: the designs table is stale: python -m taskcustody.verify.designs_page",
+                file=sys.stderr,
+            )
             return 1
         return 0
     page.write_text(new)

@@ -77,17 +77,30 @@ class RedisServerProcess:
     def start(self, attempts: int = 5) -> RedisServerProcess:
         binary = self.binary or redis_server_binary()
         if binary is None:
-            raise NoServerBinary(
-                f"no redis-server binary on PATH and no {SERVER_BINARY_VARIABLE}")
+            raise NoServerBinary(f"no redis-server binary on PATH and no {SERVER_BINARY_VARIABLE}")
         last_error = ""
         keep_port = self.port != 0
         for _ in range(attempts):
             if not keep_port:
                 self.port = free_port()
             self.proc = subprocess.Popen(
-                [binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
-                 "--appendonly", "no", "--dir", "/tmp", *self.extra_args],
-                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, preexec_fn=_die_with_parent,
+                [
+                    binary,
+                    "--port",
+                    str(self.port),
+                    "--bind",
+                    "127.0.0.1",
+                    "--save",
+                    "",
+                    "--appendonly",
+                    "no",
+                    "--dir",
+                    "/tmp",
+                    *self.extra_args,
+                ],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+                preexec_fn=_die_with_parent,
             )
             if self._wait_ready():
                 return self
@@ -98,8 +111,7 @@ class RedisServerProcess:
     def _wait_ready(self, timeout: float = 10.0) -> bool:
         deadline = time.monotonic() + timeout
         # RESP2: a server older than 6.0 has no HELLO, and redis-py 8 says HELLO 3 by default.
-        client = redis.Redis(port=self.port, socket_timeout=1, socket_connect_timeout=1,
-                             protocol=2)
+        client = redis.Redis(port=self.port, socket_timeout=1, socket_connect_timeout=1, protocol=2)
         try:
             while time.monotonic() < deadline:
                 if self.proc is None or self.proc.poll() is not None:
@@ -136,8 +148,9 @@ class RedisServerProcess:
 
 
 @contextlib.contextmanager
-def throwaway_redis_server(*extra_args: str, binary: str | None = None
-                           ) -> Iterator[RedisServerProcess]:
+def throwaway_redis_server(
+    *extra_args: str, binary: str | None = None
+) -> Iterator[RedisServerProcess]:
     """A started server, stopped by pid afterwards (resumed first, in case a test SIGSTOPped it).
     `extra_args` go to redis-server's command line (e.g. "--maxmemory", "2mb"); `binary` is the
     server to run (default: `redis_server_binary()`). Raises NoServerBinary without one."""

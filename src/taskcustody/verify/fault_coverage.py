@@ -105,13 +105,20 @@ class Coverage(CountGate):
         """One line: the verdict and, if it fails, every shortfall."""
         if self.ok:
             least = min(self.counts.items(), key=lambda kv: kv[1], default=("-", 0))
-            return (f"{len(self.counts)} kinds, each at least {self.minimum} times "
-                    f"(fewest: {least[0]} {least[1]})")
+            return (
+                f"{len(self.counts)} kinds, each at least {self.minimum} times "
+                f"(fewest: {least[0]} {least[1]})"
+            )
         return "fault coverage short: " + "; ".join(self.short)
 
 
-def judge(counts: Mapping[str, int], kinds: Sequence[str], minimum: int = MINIMUM,
-          ratio: int = RATIO, reference: int | None = None) -> Coverage:
+def judge(
+    counts: Mapping[str, int],
+    kinds: Sequence[str],
+    minimum: int = MINIMUM,
+    ratio: int = RATIO,
+    reference: int | None = None,
+) -> Coverage:
     """The gate: each of `kinds` at least `minimum` times in `counts`, and each lost reply at
     least a `ratio`-th of the take's (or of `reference`, the take's count to judge by: the one
     before kinds were aimed at again)."""
@@ -123,20 +130,30 @@ def judge(counts: Mapping[str, int], kinds: Sequence[str], minimum: int = MINIMU
         if n < minimum:
             cov.short.append(f"{k} fired {n} times, fewer than the minimum {minimum}")
         elif k.startswith(DROPPED) and k != REFERENCE and n * ratio < reference:
-            cov.short.append(f"{k} fired {n} times, less than 1/{ratio} of {REFERENCE}'s "
-                             f"{reference}")
+            cov.short.append(
+                f"{k} fired {n} times, less than 1/{ratio} of {REFERENCE}'s {reference}"
+            )
     return cov
 
 
 def coverage_lines(cov: Coverage) -> list[str]:
     """The terminal report's section: every kind's count, marked where it falls short."""
-    return count_lines(f"fault coverage (each kind >= {cov.minimum}, each lost reply >= "
-                       f"1/{cov.ratio} of {REFERENCE})", cov.counts, cov.short)
+    return count_lines(
+        f"fault coverage (each kind >= {cov.minimum}, each lost reply >= "
+        f"1/{cov.ratio} of {REFERENCE})",
+        cov.counts,
+        cov.short,
+    )
 
 
 def coverage_html(cov: Coverage) -> str:
-    return count_html("Fault coverage", f"each kind at least {cov.minimum} times, each lost "
-                      f"reply at least 1/{cov.ratio} of {REFERENCE}", cov.counts, cov.short)
+    return count_html(
+        "Fault coverage",
+        f"each kind at least {cov.minimum} times, each lost "
+        f"reply at least 1/{cov.ratio} of {REFERENCE}",
+        cov.counts,
+        cov.short,
+    )
 
 
 def _short_kinds(short: Sequence[str]) -> set[str]:
@@ -155,14 +172,17 @@ def count_lines(heading: str, counts: Mapping[str, int], short: Sequence[str]) -
     return lines
 
 
-def count_html(title: str, requirement: str, counts: Mapping[str, int],
-               short: Sequence[str]) -> str:
+def count_html(
+    title: str, requirement: str, counts: Mapping[str, int], short: Sequence[str]
+) -> str:
     """A coverage gate's HTML section: `title`, what it requires and the verdict, and a table of
     every kind's count, marked where it falls short. Shared with the refusal gate."""
     e = html.escape
     marked = _short_kinds(short)
-    rows = "".join(f"<tr><td>{e(k)}</td><td class=\"num\">{n:,}</td>"
-                   f"<td>{'short' if k in marked else ''}</td></tr>"
-                   for k, n in counts.items())
+    rows = "".join(
+        f'<tr><td>{e(k)}</td><td class="num">{n:,}</td>'
+        f"<td>{'short' if k in marked else ''}</td></tr>"
+        for k, n in counts.items()
+    )
     verdict = "NOT MET: " + "; ".join(short) if short else "met"
     return f"<h2>{title}</h2><p>{e(requirement)}: {e(verdict)}</p><table>{rows}</table>"

@@ -83,9 +83,16 @@ class FaultInjector:
     #: command a production loop sends, before Redis runs it.
     on_send: Callable[[list[tuple[str, bytes]], str | None, object, bytes], None] | None = None
 
-    def arm(self, command: str, *, label: str | None = None,
-            connection: object | None = None, skip: int = 0, cancel: bool = False,
-            before_send: bool = False) -> Arm:
+    def arm(
+        self,
+        command: str,
+        *,
+        label: str | None = None,
+        connection: object | None = None,
+        skip: int = 0,
+        cancel: bool = False,
+        before_send: bool = False,
+    ) -> Arm:
         a = Arm(command.upper(), label, connection, skip, cancel, before_send)
         self.armed.append(a)
         return a
@@ -99,8 +106,9 @@ class FaultInjector:
     def should_drop(self, command: str, label: str | None, conn: object) -> bool:
         return self.firing(command, label, conn) is not None
 
-    def firing(self, command: str, label: str | None, conn: object,
-               before_send: bool = False) -> Arm | None:
+    def firing(
+        self, command: str, label: str | None, conn: object, before_send: bool = False
+    ) -> Arm | None:
         """The arm that fires on this reply (it is spent and counted), or None. `before_send`:
         on this send instead (only the arms that cancel before the send fire there)."""
         if not self.enabled:
@@ -111,8 +119,13 @@ class FaultInjector:
                     a.skip -= 1
                     return None
                 del self.armed[i]
-                kind = (CANCELLED_BEFORE_SEND if a.before_send else CANCELLED if a.cancel
-                        else DROPPED_REPLY)
+                kind = (
+                    CANCELLED_BEFORE_SEND
+                    if a.before_send
+                    else CANCELLED
+                    if a.cancel
+                    else DROPPED_REPLY
+                )
                 self.counts[kind] += 1
                 self.counts[f"{kind}:{command}"] += 1
                 self.log.append((label, command))
@@ -131,8 +144,11 @@ def _name(args: tuple[Any, ...]) -> str:
 
 def as_bytes(packed: bytes | list[bytes] | tuple[bytes, ...]) -> bytes:
     """A write's bytes, joined (redis-py sends a list of chunks)."""
-    return bytes(packed) if isinstance(packed, bytes | bytearray) else b"".join(
-        bytes(p) for p in packed)
+    return (
+        bytes(packed)
+        if isinstance(packed, bytes | bytearray)
+        else b"".join(bytes(p) for p in packed)
+    )
 
 
 def command_args(packed: bytes | list[bytes] | tuple[bytes, ...]) -> list[list[bytes]]:
@@ -143,15 +159,15 @@ def command_args(packed: bytes | list[bytes] | tuple[bytes, ...]) -> list[list[b
     at = 0
     try:
         while at < len(data):
-            if data[at:at + 1] != b"*":
+            if data[at : at + 1] != b"*":
                 return commands
             end = data.index(b"\r\n", at)
-            count, at = int(data[at + 1:end]), end + 2
+            count, at = int(data[at + 1 : end]), end + 2
             args: list[bytes] = []
             for _ in range(count):
                 end = data.index(b"\r\n", at)
-                length = int(data[at + 1:end])
-                args.append(bytes(data[end + 2:end + 2 + length]))
+                length = int(data[at + 1 : end])
+                args.append(bytes(data[end + 2 : end + 2 + length]))
                 at = end + 2 + length + 2
             commands.append(args)
     except ValueError:
@@ -162,8 +178,10 @@ def command_args(packed: bytes | list[bytes] | tuple[bytes, ...]) -> list[list[b
 def command_heads(packed: bytes | list[bytes] | tuple[bytes, ...]) -> list[tuple[str, bytes]]:
     """(name, first argument or b"") of each command in RESP request bytes, in the order they
     are sent (`command_args`). The first argument tells scripts apart (EVALSHA's hash)."""
-    return [(_name((args[0],)) if args else "", args[1] if len(args) > 1 else b"")
-            for args in command_args(packed)]
+    return [
+        (_name((args[0],)) if args else "", args[1] if len(args) > 1 else b"")
+        for args in command_args(packed)
+    ]
 
 
 _T = Any
@@ -209,9 +227,12 @@ class _Pending:
         return [name for name, _ in heads]
 
 
-async def read_dropping(conn: _Pending, read: Callable[[], Awaitable[Any]],
-                        disconnect: Callable[[], Awaitable[None]],
-                        interrupt: Callable[[], Awaitable[None]] | None = None) -> Any:
+async def read_dropping(
+    conn: _Pending,
+    read: Callable[[], Awaitable[Any]],
+    disconnect: Callable[[], Awaitable[None]],
+    interrupt: Callable[[], Awaitable[None]] | None = None,
+) -> Any:
     """Read the next reply on `conn` with `read`, and drop it if an arm fires for its command;
     the one read path of both mixins. `interrupt` (asyncio only): how an arm with `cancel`
     cancels the awaiting task."""
@@ -279,9 +300,10 @@ class AsyncDroppingConnectionMixin(_Pending):
 
     async def send_packed_command(self, command: Any, check_health: bool = True) -> None:
         injector = type(self).injector
-        if injector is not None and any(injector.firing(name, type(self).label, self,
-                                                        before_send=True)
-                                        for name, _ in command_heads(command)):
+        if injector is not None and any(
+            injector.firing(name, type(self).label, self, before_send=True)
+            for name, _ in command_heads(command)
+        ):
             # cancelled at the send's await, before a byte of this write reached the socket
             await cancel_current_task()
         names = self._sending(command)
@@ -307,8 +329,11 @@ class AsyncDroppingConnectionMixin(_Pending):
 def dropping_class(base: type, injector: FaultInjector, label: str | None = None) -> type:
     """A subclass of `base` (redis.Connection or fakeredis's connection class) that drops the
     replies `injector` arms."""
-    return type(f"Dropping{base.__name__}", (DroppingConnectionMixin, base),
-                {"injector": injector, "label": label})
+    return type(
+        f"Dropping{base.__name__}",
+        (DroppingConnectionMixin, base),
+        {"injector": injector, "label": label},
+    )
 
 
 def install(client: redis.Redis, injector: FaultInjector, label: str | None = None) -> redis.Redis:
@@ -330,7 +355,9 @@ async def install_async(client: Any, injector: FaultInjector, label: str | None 
     if issubclass(base, AsyncDroppingConnectionMixin):
         base = base.__mro__[3]
     await pool.disconnect()
-    pool.connection_class = type(f"Dropping{base.__name__}",
-                                 (AsyncDroppingConnectionMixin, base),
-                                 {"injector": injector, "label": label})
+    pool.connection_class = type(
+        f"Dropping{base.__name__}",
+        (AsyncDroppingConnectionMixin, base),
+        {"injector": injector, "label": label},
+    )
     return client

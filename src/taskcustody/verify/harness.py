@@ -84,8 +84,11 @@ class Harness(Stepping):
             # A failed handler's retry waits in the scheduled set (the model's `retry`), and the
             # model has no attempt limit: every failure is a fault, so the budget bounds them.
             self.settings = dataclasses.replace(
-                self.settings, retry_backoff=TICK, retry_backoff_max=8 * TICK,
-                max_attempts=self.bounds.faults + 2)
+                self.settings,
+                retry_backoff=TICK,
+                retry_backoff_max=8 * TICK,
+                max_attempts=self.bounds.faults + 2,
+            )
         if self.bounds.registration_ages:
             # The model's registrations age by ticks (`Bounds.registration_ages`): a grace of one
             # tick, so that the collection forgets exactly the registrations the model calls old

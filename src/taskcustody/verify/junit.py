@@ -22,26 +22,38 @@ def _counts(cases: Sequence[ET.Element]) -> dict[str, str]:
     failures = sum(1 for c in cases if c.find("failure") is not None)
     skipped = sum(1 for c in cases if c.find("skipped") is not None)
     seconds = sum(float(c.get("time", "0")) for c in cases)
-    return {"tests": str(len(cases)), "failures": str(failures), "errors": "0",
-            "skipped": str(skipped), "time": f"{seconds:.3f}"}
+    return {
+        "tests": str(len(cases)),
+        "failures": str(failures),
+        "errors": "0",
+        "skipped": str(skipped),
+        "time": f"{seconds:.3f}",
+    }
 
 
-def _suite(result: Result, details: Callable[[Result], str],
-           max_seconds: float | None) -> ET.Element:
+def _suite(
+    result: Result, details: Callable[[Result], str], max_seconds: float | None
+) -> ET.Element:
     design = result.options.variant
     suite = ET.Element("testsuite", name=f"taskcustody verify --variant {design}")
     props = ET.SubElement(suite, "properties")
-    for name, value in (("design", design), ("backend", result.versions.get("server",
-                                                                              result.backend)),
-                        ("partial", "true" if result.partial else "false"),
-                        ("max-seconds", "none" if max_seconds is None else f"{max_seconds:g}"),
-                        ("reproduce", result.options.command())):
+    for name, value in (
+        ("design", design),
+        ("backend", result.versions.get("server", result.backend)),
+        ("partial", "true" if result.partial else "false"),
+        ("max-seconds", "none" if max_seconds is None else f"{max_seconds:g}"),
+        ("reproduce", result.options.command()),
+    ):
         ET.SubElement(props, "property", name=name, value=value)
     cases: list[ET.Element] = []
     for part in result.parts:
-        case = ET.SubElement(suite, "testcase", name=part.name,
-                             classname=f"taskcustody.verify.{design}",
-                             time=f"{part.seconds:.3f}")
+        case = ET.SubElement(
+            suite,
+            "testcase",
+            name=part.name,
+            classname=f"taskcustody.verify.{design}",
+            time=f"{part.seconds:.3f}",
+        )
         if part.outcome == FAILED:
             failure = ET.SubElement(case, "failure", message=part.message, type="violation")
             failure.text = details(result)
@@ -49,9 +61,13 @@ def _suite(result: Result, details: Callable[[Result], str],
             ET.SubElement(case, "skipped", message=part.message)
         if part.covered or part.outcome == PARTIAL:
             out = ET.SubElement(case, "system-out")
-            remark = (f" (partial: {part.message})" if part.outcome == PARTIAL
-                      else f" ({part.message})" if part.outcome == PASSED and part.message
-                      else "")
+            remark = (
+                f" (partial: {part.message})"
+                if part.outcome == PARTIAL
+                else f" ({part.message})"
+                if part.outcome == PASSED and part.message
+                else ""
+            )
             out.text = f"covered: {part.covered}{remark}"
         cases.append(case)
     if result.options.stateful:
@@ -63,8 +79,9 @@ def _suite(result: Result, details: Callable[[Result], str],
     return suite
 
 
-def junit_xml(results: Sequence[Result], details: Callable[[Result], str],
-              max_seconds: float | None = None) -> str:
+def junit_xml(
+    results: Sequence[Result], details: Callable[[Result], str], max_seconds: float | None = None
+) -> str:
     """The JUnit XML document of `results` (one per design). `details(result)`: the text of a
     failure (the text report, with its counterexample)."""
     root = ET.Element("testsuites", name="taskcustody verify")

@@ -100,20 +100,40 @@ class LocalCluster:
         count = self.masters * (1 + self.replicas_per_master)
         for _ in range(count):
             port = free_cluster_port()
-            node = RedisServerProcess(port=port, extra_args=(
-                "--cluster-enabled", "yes",
-                "--cluster-config-file", f"nodes-{port}.conf",
-                "--cluster-node-timeout", str(NODE_TIMEOUT_MS),
-                "--dir", self.workdir,
-                "--repl-diskless-sync", "yes", "--repl-diskless-sync-delay", "0",
-            ))
+            node = RedisServerProcess(
+                port=port,
+                extra_args=(
+                    "--cluster-enabled",
+                    "yes",
+                    "--cluster-config-file",
+                    f"nodes-{port}.conf",
+                    "--cluster-node-timeout",
+                    str(NODE_TIMEOUT_MS),
+                    "--dir",
+                    self.workdir,
+                    "--repl-diskless-sync",
+                    "yes",
+                    "--repl-diskless-sync-delay",
+                    "0",
+                ),
+            )
             node.start(attempts=1)
             self.nodes.append(node)
         addresses = [f"127.0.0.1:{p}" for p in self.ports]
         subprocess.run(
-            [cli, "--cluster", "create", *addresses, "--cluster-replicas",
-             str(self.replicas_per_master), "--cluster-yes"],
-            check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=60,
+            [
+                cli,
+                "--cluster",
+                "create",
+                *addresses,
+                "--cluster-replicas",
+                str(self.replicas_per_master),
+                "--cluster-yes",
+            ],
+            check=True,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            timeout=60,
         )
         self.wait_ok()
         return self
@@ -187,8 +207,9 @@ def running(cluster: LocalCluster) -> Iterator[LocalCluster]:
         cluster.stop()
 
 
-def throwaway_cluster(masters: int = 3, replicas_per_master: int = 1
-                      ) -> contextlib.AbstractContextManager[LocalCluster]:
+def throwaway_cluster(
+    masters: int = 3, replicas_per_master: int = 1
+) -> contextlib.AbstractContextManager[LocalCluster]:
     """A started cluster of `masters` masters with `replicas_per_master` replicas each."""
     return running(LocalCluster(masters, replicas_per_master))
 
@@ -202,12 +223,21 @@ def _raise_stop(signum: int, frame: FrameType | None) -> None:
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
-@click.option("--masters", default=3, show_default=True, type=click.IntRange(min=3),
-              help="Masters (redis-cli --cluster create needs at least 3); the 16384 slots are "
-                   "split evenly between them.")
-@click.option("--replicas", default=1, show_default=True, type=click.IntRange(min=0, max=5),
-              help="Replicas per master (0 for the smallest cluster; 1 to try a CLUSTER "
-                   "FAILOVER).")
+@click.option(
+    "--masters",
+    default=3,
+    show_default=True,
+    type=click.IntRange(min=3),
+    help="Masters (redis-cli --cluster create needs at least 3); the 16384 slots are "
+    "split evenly between them.",
+)
+@click.option(
+    "--replicas",
+    default=1,
+    show_default=True,
+    type=click.IntRange(min=0, max=5),
+    help="Replicas per master (0 for the smallest cluster; 1 to try a CLUSTER FAILOVER).",
+)
 def main(masters: int, replicas: int) -> None:
     """Start a throwaway Redis Cluster on free ports of 127.0.0.1 for trying taskcustody's
     --cluster mode, print one URL per node, and stop every node on Ctrl-C (or SIGTERM).
@@ -218,16 +248,18 @@ def main(masters: int, replicas: int) -> None:
     previous = signal.signal(signal.SIGTERM, _raise_stop)
     try:
         # Interrupted while it starts or while it runs: the nodes are stopped either way.
-        with contextlib.suppress(KeyboardInterrupt, _Stop), \
-                throwaway_cluster(masters, replicas) as cluster:
+        with (
+            contextlib.suppress(KeyboardInterrupt, _Stop),
+            throwaway_cluster(masters, replicas) as cluster,
+        ):
             primaries = cluster.master_ports()
             for port in cluster.ports:
                 role = "master" if port in primaries else "replica"
                 click.echo(f"redis://127.0.0.1:{port}/0  {role}")
-            click.echo(f"cluster_state:ok ({masters} masters, {masters * replicas} replicas). "
-                       "Try:")
-            click.echo(f"  taskcustody enqueue --queue demo --redis-url {cluster.url()} "
-                       "'{\"n\": 1}'")
+            click.echo(f"cluster_state:ok ({masters} masters, {masters * replicas} replicas). Try:")
+            click.echo(
+                f"  taskcustody enqueue --queue demo --redis-url {cluster.url()} '{{\"n\": 1}}'"
+            )
             click.echo(f"  taskcustody status --queue demo --redis-url {cluster.url()}")
             click.echo("Ctrl-C stops every node.")
             signal.pause()
@@ -241,6 +273,7 @@ def main(masters: int, replicas: int) -> None:
     finally:
         signal.signal(signal.SIGTERM, previous)
     click.echo("stopped every node")
+
 
 if __name__ == "__main__":
     main()

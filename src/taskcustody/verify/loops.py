@@ -73,8 +73,16 @@ OWN_SCRIPTS = {
 TAKES = ("BLMOVE", "BRPOPLPUSH")
 
 #: What other actors may do between two commands of the loop.
-INTERLEAVED = ("take", "record", "release", "release_and_take", "reconcile", "enqueue",
-               "advance_clock", "sweep")
+INTERLEAVED = (
+    "take",
+    "record",
+    "release",
+    "release_and_take",
+    "reconcile",
+    "enqueue",
+    "advance_clock",
+    "sweep",
+)
 #: The loop's commands that register its list (ZADD, score = the time they were built at).
 REGISTERING = ("take", "take_suspect", "release_and_take")
 #: At most this many interleaved steps per drive, and this many loop commands before it is stopped.
@@ -137,13 +145,17 @@ def running_slots(h: Harness) -> Iterator[tuple[int, int, ProcSlot]]:
     """(server, process, slot) of each process that runs (claimed, drained, not superseded)."""
     for s, procs in enumerate(h.procs):
         for i, slot in enumerate(procs):
-            if i < len(h.state.processes[s]) and h.state.processes[s][i].phase == RUNNING \
-                    and not slot.server.superseded:
+            if (
+                i < len(h.state.processes[s])
+                and h.state.processes[s][i].phase == RUNNING
+                and not slot.server.superseded
+            ):
                 yield s, i, slot
 
 
-def interleave(driver: Any, options: Callable[[], list[Action]],
-               step: Callable[[Action], None] | None = None) -> None:
+def interleave(
+    driver: Any, options: Callable[[], list[Action]], step: Callable[[Action], None] | None = None
+) -> None:
     """Other actors' steps, while the `driver` (a loop's or the background thread's) has
     interleaved fewer than `MAX_INTERLEAVED` in its run: each chosen by its choices among
     `options()` (asked again after every step; none, or none chosen, ends it) and performed and
@@ -176,8 +188,9 @@ def await_answer(worker: Worker, real_redis: bool) -> None:
     if not real_redis:
         return
     if not worker.answered(ANSWER_SECONDS):
-        raise Mismatch("loop", f"Redis did not answer the worker's unread command within "
-                               f"{ANSWER_SECONDS:g} s")
+        raise Mismatch(
+            "loop", f"Redis did not answer the worker's unread command within {ANSWER_SECONDS:g} s"
+        )
 
 
 #: Demonstration loops that break the protocol (the test proves the driven run catches them):
@@ -201,8 +214,9 @@ class LoopDriver:
     """Runs one worker's production loop (`Worker.run`) from its start until it is stopped, the
     model checking every command it sends (module doc)."""
 
-    def __init__(self, h: Harness, s: int, i: int, w: int, choices: Choices,
-                 loop: str = "correct") -> None:
+    def __init__(
+        self, h: Harness, s: int, i: int, w: int, choices: Choices, loop: str = "correct"
+    ) -> None:
         self.h = h
         self.s, self.i, self.w = s, i, w
         self.choices = choices
@@ -262,8 +276,9 @@ class LoopDriver:
 
     # -- the hook ------------------------------------------------------------------------------
 
-    def _on_send(self, heads: list[tuple[str, bytes]], label: str | None, conn: object,
-                 packed: bytes) -> None:
+    def _on_send(
+        self, heads: list[tuple[str, bytes]], label: str | None, conn: object, packed: bytes
+    ) -> None:
         if self.inside or not heads:
             return
         if self.failure is not None:
@@ -274,8 +289,9 @@ class LoopDriver:
             self.failure = exc
             raise
 
-    def _hook(self, heads: list[tuple[str, bytes]], label: str | None, conn: object,
-              packed: bytes) -> None:
+    def _hook(
+        self, heads: list[tuple[str, bytes]], label: str | None, conn: object, packed: bytes
+    ) -> None:
         names = [name for name, _ in heads]
         if conn is self.worker._conn:
             take = next((n for n in names if n in TAKES), None)
@@ -285,12 +301,19 @@ class LoopDriver:
                 name = OWN_SCRIPTS[heads[0][1]]
                 pending = list(getattr(conn, "_tc_pending", ()))
                 mode = command_args(packed)[0][-3] if name == "release_and_take" else b""
-                self._before(name, lambda: self.h.injector.arm(
-                    "EVALSHA", connection=conn, skip=pending.count("EVALSHA")), mode)
+                self._before(
+                    name,
+                    lambda: self.h.injector.arm(
+                        "EVALSHA", connection=conn, skip=pending.count("EVALSHA")
+                    ),
+                    mode,
+                )
         elif label == self.label and names[0] == "LLEN":
             n = len(list_of(self.h.state, self._key()))
-            self._before("reconcile", lambda: self.h.injector.arm(
-                "EVAL", label=self.label, skip=max(0, n - 1)))
+            self._before(
+                "reconcile",
+                lambda: self.h.injector.arm("EVAL", label=self.label, skip=max(0, n - 1)),
+            )
 
     def _key(self) -> tuple[int, int, int]:
         return (self.s, self.h.state.processes[self.s][self.i].inc, self.w)
@@ -326,8 +349,11 @@ class LoopDriver:
         # took from the queue, or nothing), the model cannot say that: that reply is not lost.
         if len(path) == 1:
             lost = self._mine("dropped_reply", path[0].name)
-            if lost is not None and acquired and apply(h.state, lost, h.config).processes[
-                    self.s][self.i].suspect != self.w:
+            if (
+                lost is not None
+                and acquired
+                and apply(h.state, lost, h.config).processes[self.s][self.i].suspect != self.w
+            ):
                 lost = None
             if lost is not None and self.choices.lose(lost):
                 arm()
@@ -339,9 +365,15 @@ class LoopDriver:
         for action in path:
             if action.name == "arm":
                 h.counts["loop-arms"] += 1
-            h.steps.append(StepRecord(len(h.steps) + 1, action,
-                                      f"{h.describe(action)} (by its production loop)",
-                                      action.is_fault, actor_of(action, h.state)))
+            h.steps.append(
+                StepRecord(
+                    len(h.steps) + 1,
+                    action,
+                    f"{h.describe(action)} (by its production loop)",
+                    action.is_fault,
+                    actor_of(action, h.state),
+                )
+            )
             h.model_step(action)
         self.last = path[-1] if path else None
         self.took = len(path) > 1
@@ -360,8 +392,7 @@ class LoopDriver:
         self.last = self.sent = None
         self.took = False
         if sent == "take":
-            ws.armed = (last is not None and last.name == "arm") or (
-                last is None and ws.armed)
+            ws.armed = (last is not None and last.name == "arm") or (last is None and ws.armed)
         elif sent in ("take_suspect", "release_and_take") and last is not None:
             ws.armed = False
         if last is None or last.is_fault:
@@ -373,10 +404,18 @@ class LoopDriver:
             ws.stage = RECORDED
         elif took or last.name in ("take", "take_suspect", "release_and_take"):
             raw = self.h.admin.lindex(self.worker.list_key, 0)
-            ws.task = None if raw is None else envelope.decode(
-                raw if isinstance(raw, bytes) else str(raw).encode())
-            ws.stage = IDLE if raw is None else TAKEN if last.name in ("take", "take_suspect") \
+            ws.task = (
+                None
+                if raw is None
+                else envelope.decode(raw if isinstance(raw, bytes) else str(raw).encode())
+            )
+            ws.stage = (
+                IDLE
+                if raw is None
+                else TAKEN
+                if last.name in ("take", "take_suspect")
                 else RECORDED
+            )
         elif last.name != "arm":  # a release, a reconcile
             ws.task = ws.outcome = None
             ws.stage = IDLE
@@ -391,8 +430,11 @@ class LoopDriver:
         suspects = self.slot.server.suspect_slot
         mine = self.worker.list_key
         model = self.h.state.processes[self.s][self.i].suspect
-        acquired = (name == "take_suspect" or mode == b"suspect") \
-            and suspects.held_by(mine) and model != self.w
+        acquired = (
+            (name == "take_suspect" or mode == b"suspect")
+            and suspects.held_by(mine)
+            and model != self.w
+        )
         if acquired:
             suspects.release(mine)  # (lent back for the check: the command is not sent yet)
         try:
@@ -444,18 +486,28 @@ class LoopDriver:
         after = apply(state, release, self.h.config).processes[self.s][self.i]
         if after.workers[self.w].phase != IDLE:
             return [release]  # debris left in our list: the script takes nothing
-        return [release, Action("take", self.s, self.i, self.w),
-                Action("record", self.s, self.i, self.w)]
+        return [
+            release,
+            Action("take", self.s, self.i, self.w),
+            Action("record", self.s, self.i, self.w),
+        ]
 
     def _one(self, name: str) -> Action:
         action = self._mine(name)
         if action is not None:
             return action
-        allowed = sorted({a.name for a in enabled_actions(self.h.state, self.h.config)
-                          if (a.server, a.proc, a.worker) == (self.s, self.i, self.w)
-                          and not a.is_fault})
-        raise Mismatch("loop", f"worker {self.w} of s{self.s}'s loop did {name} where the model "
-                               f"allows only {', '.join(allowed) or 'nothing'}")
+        allowed = sorted(
+            {
+                a.name
+                for a in enabled_actions(self.h.state, self.h.config)
+                if (a.server, a.proc, a.worker) == (self.s, self.i, self.w) and not a.is_fault
+            }
+        )
+        raise Mismatch(
+            "loop",
+            f"worker {self.w} of s{self.s}'s loop did {name} where the model "
+            f"allows only {', '.join(allowed) or 'nothing'}",
+        )
 
     def _interleave(self, name: str) -> None:
         """Other actors' steps before the loop's command of model action `name`
@@ -469,11 +521,15 @@ class LoopDriver:
         take reaches Redis within the grace of the registration it carries, the assumption the
         registry's collection rests on (docs/protocol.md, section 8)."""
         registers = self.h.bounds.registration_ages and name in REGISTERING
-        return [a for a in self.h.enabled() if a.name in INTERLEAVED and not a.is_fault
-                and not self._drives(a) and not (registers and a.name == "advance_clock")]
+        return [
+            a
+            for a in self.h.enabled()
+            if a.name in INTERLEAVED
+            and not a.is_fault
+            and not self._drives(a)
+            and not (registers and a.name == "advance_clock")
+        ]
 
     def _drives(self, action: Action) -> bool:
         """Whether `action` is a step of the worker(s) whose loop this driver runs."""
         return (action.server, action.proc, action.worker) == (self.s, self.i, self.w)
-
-

@@ -62,8 +62,9 @@ ClientFactory = Callable[[], redis.Redis]
 #: 3 tasks (one of them enqueued during the run), 2 servers x 2 workers, 3 faults, Redis's own
 #: faults (a wipe) among them, and poison-pill detection at its tightest (a task recovered twice
 #: is dead-lettered), so that a run can reach it.
-DEFAULT_BOUNDS = Bounds(tasks=3, servers=2, workers=2, faults=3, late_tasks=1, redis_faults=True,
-                        max_recoveries=1)
+DEFAULT_BOUNDS = Bounds(
+    tasks=3, servers=2, workers=2, faults=3, late_tasks=1, redis_faults=True, max_recoveries=1
+)
 #: The prefetching machine's: its pipelines' lost replies need the fault budget more than a wipe.
 PIPELINE_BOUNDS = Bounds(tasks=3, servers=2, workers=2, faults=3)
 #: The loop-driven machines' (`drive_loops`: the worker's loop, the prefetching worker's, the
@@ -73,12 +74,14 @@ PIPELINE_BOUNDS = Bounds(tasks=3, servers=2, workers=2, faults=3)
 #: take its production loop leaves pending on an empty queue (or a prefetching take pipeline's
 #: slot that found it empty) spares its list as long as the registration sent with it is younger
 #: than the grace, in the model and in Redis alike. So every sweep is driven.
-LOOP_BOUNDS = Bounds(tasks=3, servers=2, workers=2, faults=3, late_tasks=1, max_recoveries=1,
-                     registration_ages=True)
+LOOP_BOUNDS = Bounds(
+    tasks=3, servers=2, workers=2, faults=3, late_tasks=1, max_recoveries=1, registration_ages=True
+)
 #: The retrying machine's (handlers may fail: retry delays, the scheduled set and its promotion),
 #: with poison-pill detection so that a suspect's retry is scheduled too.
-RETRY_BOUNDS = Bounds(tasks=3, servers=2, workers=2, faults=3, max_recoveries=1,
-                      handler_failures=True)
+RETRY_BOUNDS = Bounds(
+    tasks=3, servers=2, workers=2, faults=3, max_recoveries=1, handler_failures=True
+)
 #: The asyncio machine's (`verify --async`): the default's, with asyncio's own fault, a worker
 #: step cancelled before its command is sent (verify/aio.py).
 ASYNC_BOUNDS = DEFAULT_BOUNDS._replace(cancels_before_send=True)
@@ -138,9 +141,15 @@ def build_machine(
 
         def __init__(self) -> None:
             super().__init__()
-            self.h = harness_class(make_client, the_bounds, server_factory=factory,
-                                   real_redis=real_redis, keys=keys,
-                                   flush_scripts=flush_scripts, **user_settings)
+            self.h = harness_class(
+                make_client,
+                the_bounds,
+                server_factory=factory,
+                real_redis=real_redis,
+                keys=keys,
+                flush_scripts=flush_scripts,
+                **user_settings,
+            )
             self.failed = False
 
         @initialize()
@@ -150,21 +159,33 @@ def build_machine(
         # -- helpers --------------------------------------------------------------------------
 
         def _of(self, name: str, command: str = "") -> list[Action]:
-            return [a for a in self.h.enabled()
-                    if a.name == name and (not command or a.command == command)]
+            return [
+                a
+                for a in self.h.enabled()
+                if a.name == name and (not command or a.command == command)
+            ]
 
-        def _do(self, data: st.DataObject, name: str, command: str = "", *,
-                drop_at: int = 0) -> None:
+        def _do(
+            self, data: st.DataObject, name: str, command: str = "", *, drop_at: int = 0
+        ) -> None:
             options = self._of(name, command)
             action = options[data.draw(st.integers(0, len(options) - 1), label="which")]
-            variant = data.draw(st.integers(0, 5), label="variant") if action.is_fault or \
-                name == "heartbeat" else 0
-            interleave = drawn_interleaving(data) if name in ("sweep", "startup_drain") \
-                else None
+            variant = (
+                data.draw(st.integers(0, 5), label="variant")
+                if action.is_fault or name == "heartbeat"
+                else 0
+            )
+            interleave = drawn_interleaving(data) if name in ("sweep", "startup_drain") else None
             self._step(action, drop_at=drop_at, variant=variant, interleave=interleave)
 
-        def _step(self, action: Action, *, drop_at: int = 0, variant: int = 0,
-                  interleave: Callable[[list[Action]], Action | None] | None = None) -> None:
+        def _step(
+            self,
+            action: Action,
+            *,
+            drop_at: int = 0,
+            variant: int = 0,
+            interleave: Callable[[list[Action]], Action | None] | None = None,
+        ) -> None:
             self.failed = True  # until the step and its check succeed
             self.h.step(action, drop_at=drop_at, variant=variant, interleave=interleave)
             self.failed = False
@@ -276,8 +297,9 @@ def build_machine(
         def dropped_reply_on_take(self, data: st.DataObject) -> None:
             self._do(data, "dropped_reply", "take")
 
-        @precondition(lambda self: self._has("dropped_reply", "release")
-                      or self._has("dropped_reply", "take"))
+        @precondition(
+            lambda self: self._has("dropped_reply", "release") or self._has("dropped_reply", "take")
+        )
         @rule(data=st.data())
         def dropped_reply_on_release(self, data: st.DataObject) -> None:
             """A release whose reply is lost. Its window (a worker holding a recorded task, with
@@ -302,12 +324,12 @@ def build_machine(
         def dropped_reply_on_reconcile(self, data: st.DataObject) -> None:
             self._do(data, "dropped_reply", "reconcile")
 
-        @precondition(lambda self: any(a.command not in WORKER_COMMANDS
-                                       for a in self._of("dropped_reply")))
+        @precondition(
+            lambda self: any(a.command not in WORKER_COMMANDS for a in self._of("dropped_reply"))
+        )
         @rule(data=st.data())
         def dropped_reply_on_server_command(self, data: st.DataObject) -> None:
-            options = [a for a in self._of("dropped_reply")
-                       if a.command not in WORKER_COMMANDS]
+            options = [a for a in self._of("dropped_reply") if a.command not in WORKER_COMMANDS]
             action = options[data.draw(st.integers(0, len(options) - 1), label="which")]
             self._do(data, "dropped_reply", action.command)
 

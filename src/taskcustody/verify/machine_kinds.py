@@ -37,11 +37,11 @@ def prefetch_loop_driven(base: Machine, loop: str) -> Machine:
         @rule(data=st.data())
         def prefetch_loop(self, data: st.DataObject) -> None:
             options = prefetch_loop.drivable(self.h)
-            s, i, slots = options[data.draw(st.integers(0, len(options) - 1),
-                                            label="which")]
+            s, i, slots = options[data.draw(st.integers(0, len(options) - 1), label="which")]
             self.failed = True
-            prefetch_loop.PrefetchLoopDriver(self.h, s, i, slots,
-                                             DrawnPrefetchChoices(data), loop).run()
+            prefetch_loop.PrefetchLoopDriver(
+                self.h, s, i, slots, DrawnPrefetchChoices(data), loop
+            ).run()
             self.failed = False
 
     return PrefetchLoopDrivenCustodyMachine
@@ -61,8 +61,7 @@ def server_loop_driven(base: Machine, loop: str) -> Machine:
             options = server_loop.drivable(self.h)
             s, i = options[data.draw(st.integers(0, len(options) - 1), label="which")]
             self.failed = True
-            server_loop.ServerLoopDriver(self.h, s, i, DrawnServerChoices(data),
-                                         loop).run()
+            server_loop.ServerLoopDriver(self.h, s, i, DrawnServerChoices(data), loop).run()
             self.failed = False
 
     return ServerLoopDrivenCustodyMachine
@@ -94,8 +93,11 @@ def retrying(base: Machine, bounds: Bounds) -> Machine:
         """... and handlers fail: the release schedules the retry (a delay), and a
         promotion moves it back when due."""
 
-        @precondition(lambda self: self._has("retry") or (
-            self._has("take") and self.h.state.faults < bounds.faults))
+        @precondition(
+            lambda self: (
+                self._has("retry") or (self._has("take") and self.h.state.faults < bounds.faults)
+            )
+        )
         @rule(data=st.data())
         def handler_fails(self, data: st.DataObject) -> None:
             """A handler fails and the release schedules its retry. Its window (a worker
@@ -124,15 +126,26 @@ def pipelined(base: Machine) -> Machine:
         """... and a process's workers also take, or release, in one pipeline
         (`taskcustody.core.prefetch`), with a reply lost at any slot."""
 
-        def _pipelines(self, who: Callable[[Harness, int, int], list[int]]) -> list[
-                tuple[int, int]]:
+        def _pipelines(
+            self, who: Callable[[Harness, int, int], list[int]]
+        ) -> list[tuple[int, int]]:
             """Processes where at least two workers would join the pipeline."""
-            return [(s, i) for s, procs in enumerate(self.h.procs) for i in range(len(procs))
-                    if len(who(self.h, s, i)) >= 2]
+            return [
+                (s, i)
+                for s, procs in enumerate(self.h.procs)
+                for i in range(len(procs))
+                if len(who(self.h, s, i)) >= 2
+            ]
 
-        def _pipelined(self, data: st.DataObject, who: Callable[[Harness, int, int], list[int]],
-                       step: Callable[[Harness, int, int, int | None], None],
-                       needs_tasks: bool, *, may_lose: bool = True) -> None:
+        def _pipelined(
+            self,
+            data: st.DataObject,
+            who: Callable[[Harness, int, int], list[int]],
+            step: Callable[[Harness, int, int, int | None], None],
+            needs_tasks: bool,
+            *,
+            may_lose: bool = True,
+        ) -> None:
             options = self._pipelines(who)
             s, i = options[data.draw(st.integers(0, len(options) - 1), label="which process")]
             slots = len(who(self.h, s, i))
@@ -152,16 +165,18 @@ def pipelined(base: Machine) -> Machine:
         def prefetching_take(self, data: st.DataObject) -> None:
             self._pipelined(data, pipelines.takers, pipelines.prefetching_take, True)
 
-        @precondition(lambda self: self._pipelines(pipelines.holders)
-                      or self._pipelines(pipelines.takers))
+        @precondition(
+            lambda self: self._pipelines(pipelines.holders) or self._pipelines(pipelines.takers)
+        )
         @rule(data=st.data())
         def prefetching_release(self, data: st.DataObject) -> None:
             """A pipelined release. Like a single release, its window (two or more workers of a
             process holding tasks) is short: when no process is in it, one first takes in a
             pipeline (no reply lost), checked, then releases."""
             if not self._pipelines(pipelines.holders):
-                self._pipelined(data, pipelines.takers, pipelines.prefetching_take, True,
-                                may_lose=False)
+                self._pipelined(
+                    data, pipelines.takers, pipelines.prefetching_take, True, may_lose=False
+                )
                 self.h.check()
                 if not self._pipelines(pipelines.holders):
                     return

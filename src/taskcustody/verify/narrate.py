@@ -73,16 +73,22 @@ def places(state: State, t: int, order: bool = True) -> list[str]:
     in_queue = [len(state.queue) - i for i, x in enumerate(state.queue) if x == t]
     if in_queue:
         turns = _and([_ordinal(n) for n in sorted(in_queue)])
-        out.append(f"in the queue{_times(len(in_queue))}"
-                   + (f" ({turns} to be taken)" if order else ""))
-    for name, where in (("the suspects list", state.suspects),
-                        ("the scheduled set", state.scheduled)):
+        out.append(
+            f"in the queue{_times(len(in_queue))}" + (f" ({turns} to be taken)" if order else "")
+        )
+    for name, where in (
+        ("the suspects list", state.suspects),
+        ("the scheduled set", state.scheduled),
+    ):
         if t in where:
             out.append(f"in {name}{_times(where.count(t))}")
     for key, tasks in state.lists:
         if t in tasks:
-            unregistered = "" if key in state.registered else \
-                " (a list missing from the registry of in-flight lists)"
+            unregistered = (
+                ""
+                if key in state.registered
+                else " (a list missing from the registry of in-flight lists)"
+            )
             out.append(f"in {list_name(key)}{_times(tasks.count(t))}{unregistered}")
     return out
 
@@ -91,24 +97,39 @@ def holders(state: State, t: int) -> list[str]:
     """The workers that hold task `t` in memory (they took it and have not released it)."""
     return [
         f"{worker_name(s, proc.inc, w)} holds it ({_HOLDING_WORDS.get(wk.phase, '')})"
-        for s, procs in enumerate(state.processes) for proc in procs
-        for w, wk in enumerate(proc.workers) if wk.phase in HOLDING and wk.task == t
+        for s, procs in enumerate(state.processes)
+        for proc in procs
+        for w, wk in enumerate(proc.workers)
+        if wk.phase in HOLDING and wk.task == t
     ]
 
 
 def _outside_holders(state: State, t: int) -> list[str]:
     """The workers that hold task `t` while Redis has it somewhere other than their own lists
     (a queue, a set, or another worker's list): someone else can take it and run it too."""
-    held = [(s, proc.inc, w) for s, procs in enumerate(state.processes) for proc in procs
-            for w, wk in enumerate(proc.workers) if wk.phase in HOLDING and wk.task == t]
-    other = (t in state.queue or t in state.suspects or t in state.scheduled
-             or any(t in tasks for key, tasks in state.lists if key not in held))
+    held = [
+        (s, proc.inc, w)
+        for s, procs in enumerate(state.processes)
+        for proc in procs
+        for w, wk in enumerate(proc.workers)
+        if wk.phase in HOLDING and wk.task == t
+    ]
+    other = (
+        t in state.queue
+        or t in state.suspects
+        or t in state.scheduled
+        or any(t in tasks for key, tasks in state.lists if key not in held)
+    )
     return [worker_name(*k) for k in held] if other else []
 
 
 def _redis_count(state: State, t: int) -> int:
-    return (state.queue.count(t) + state.suspects.count(t) + state.scheduled.count(t)
-            + sum(tasks.count(t) for _, tasks in state.lists))
+    return (
+        state.queue.count(t)
+        + state.suspects.count(t)
+        + state.scheduled.count(t)
+        + sum(tasks.count(t) for _, tasks in state.lists)
+    )
 
 
 def task_line(state: State, t: int) -> str:
@@ -161,17 +182,21 @@ def server_lines(state: State) -> list[str]:
         elif reg.deadline == 0:
             regs = f"registered as incarnation {reg.inc}, expired (looks dead)"
         else:
-            regs = f"registered as incarnation {reg.inc}, deadline in {reg.deadline} tick" \
-                   + ("s" if reg.deadline != 1 else "")
+            regs = f"registered as incarnation {reg.inc}, deadline in {reg.deadline} tick" + (
+                "s" if reg.deadline != 1 else ""
+            )
         ps = []
         for proc in procs:
             workers = ", ".join(
-                f"w{w} " + (f"holds task {wk.task}" if wk.phase in HOLDING else
-                            PHASE_NAMES[wk.phase])
-                for w, wk in enumerate(proc.workers))
+                f"w{w} "
+                + (f"holds task {wk.task}" if wk.phase in HOLDING else PHASE_NAMES[wk.phase])
+                for w, wk in enumerate(proc.workers)
+            )
             flags = PROCESS_PHASE_NAMES[proc.phase] + (", stalled" if proc.stalled else "")
-            drains = "".join(f"; draining {list_name(d.key)} ({d.moved} of {d.length} moved)"
-                             for d in proc.drains)
+            drains = "".join(
+                f"; draining {list_name(d.key)} ({d.moved} of {d.length} moved)"
+                for d in proc.drains
+            )
             ps.append(f"incarnation {proc.inc} {flags} ({workers}){drains}")
         out.append(f"server s{s}: {regs}; " + ("; ".join(ps) if ps else "no process running"))
     return out
@@ -200,38 +225,50 @@ def difference(model: State, real: State) -> list[str]:
         if m == r:
             continue
         # the places alone when they differ (the rest is in both states, printed beside)
-        m_text, r_text = (m[0], r[0]) if m[0] != r[0] else ("; ".join([m[0], *m[1]]),
-                                                            "; ".join([r[0], *r[1]]))
+        m_text, r_text = (
+            (m[0], r[0]) if m[0] != r[0] else ("; ".join([m[0], *m[1]]), "; ".join([r[0], *r[1]]))
+        )
         out.append(f"task {t}: the model has it {m_text}; Redis has it {r_text}")
         mc, rc = _redis_count(model, t), _redis_count(real, t)
         elsewhere = _outside_holders(real, t)
         if rc > 1 and rc > mc:
-            out.append(f"  that is a duplicate: Redis holds task {t} in {rc} places where the "
-                       f"model has {mc}, so it will run twice")
+            out.append(
+                f"  that is a duplicate: Redis holds task {t} in {rc} places where the "
+                f"model has {mc}, so it will run twice"
+            )
         elif elsewhere and mc <= 1:
-            out.append(f"  that is a duplicate: {elsewhere[0]} still holds task {t}, and Redis "
-                       f"also offers it to other workers, so it will run twice")
+            out.append(
+                f"  that is a duplicate: {elsewhere[0]} still holds task {t}, and Redis "
+                f"also offers it to other workers, so it will run twice"
+            )
         elif rc == 0 < mc and not real.committed[t]:
-            out.append(f"  that is a loss: Redis keeps task {t} in no queue or list, and it has "
-                       "not committed; the model still keeps it")
+            out.append(
+                f"  that is a loss: Redis keeps task {t} in no queue or list, and it has "
+                "not committed; the model still keeps it"
+            )
         elif real.committed[t] > model.committed[t]:
             out.append(f"  Redis has committed task {t} more often than the model allows")
     common = set(model.queue) & set(real.queue)
     if [x for x in model.queue if x in common] != [x for x in real.queue if x in common]:
-        out.append(f"the queue's order (next to be taken on the right): the model has "
-                   f"{list(model.queue)}; Redis has {list(real.queue)}")
+        out.append(
+            f"the queue's order (next to be taken on the right): the model has "
+            f"{list(model.queue)}; Redis has {list(real.queue)}"
+        )
     for ms, rs in zip(server_lines(model), server_lines(real), strict=True):
         if ms != rs:
             name, _, m_body = ms.partition(": ")
-            out.append(f"{name}: the model has it {m_body}; Redis has it "
-                       f"{rs.partition(': ')[2]}")
+            out.append(f"{name}: the model has it {m_body}; Redis has it {rs.partition(': ')[2]}")
     if model.registered != real.registered:
-        out.append("registry of in-flight lists: the model has "
-                   f"{_list_names(model.registered)}; Redis has {_list_names(real.registered)}")
+        out.append(
+            "registry of in-flight lists: the model has "
+            f"{_list_names(model.registered)}; Redis has {_list_names(real.registered)}"
+        )
     if not out and model != real:  # a field the words above do not cover
-        out += [f"{name}: the model has {getattr(model, name)!r}; Redis has "
-                f"{getattr(real, name)!r}" for name in State._fields
-                if getattr(model, name) != getattr(real, name)]
+        out += [
+            f"{name}: the model has {getattr(model, name)!r}; Redis has {getattr(real, name)!r}"
+            for name in State._fields
+            if getattr(model, name) != getattr(real, name)
+        ]
     return out
 
 
@@ -252,16 +289,22 @@ def fault_of(action: Action) -> str:
     if not action.is_fault:
         return ""
     if action.name == "dropped_reply":
-        return (f"the reply to {action.command} was lost: Redis ran the command, the caller "
-                "never saw its answer")
+        return (
+            f"the reply to {action.command} was lost: Redis ran the command, the caller "
+            "never saw its answer"
+        )
     if action.name == "cancel_before_send":
-        return (f"the worker's {action.command} was cancelled before its command was sent: "
-                "Redis ran nothing, and the worker cannot tell that from a lost reply")
+        return (
+            f"the worker's {action.command} was cancelled before its command was sent: "
+            "Redis ran nothing, and the worker cannot tell that from a lost reply"
+        )
     return {
         "crash_worker": "the worker crashed between two commands (no clean-up ran)",
         "crash_server": "the server process crashed, and all its workers with it",
-        "stall_server": ("the process stalled: it stops heartbeating and sweeping while its "
-                         "workers go on, so it looks dead to the others"),
+        "stall_server": (
+            "the process stalled: it stops heartbeating and sweeping while its "
+            "workers go on, so it looks dead to the others"
+        ),
         "redis_wipe": "Redis restarted empty (every key of the queue lost)",
         "retry": "the handler failed; its release scheduled a retry",
     }.get(action.name, action.name)
@@ -289,8 +332,10 @@ class Step:
 
 
 #: Said before the first recovery step of a stateful example.
-RECOVERY_STARTS = ("faults stop here: from now on the protocol's own steps run (recovery) until "
-                   "every task has committed")
+RECOVERY_STARTS = (
+    "faults stop here: from now on the protocol's own steps run (recovery) until "
+    "every task has committed"
+)
 
 
 def from_records(steps: list[StepRecord]) -> list[Step]:
@@ -299,8 +344,7 @@ def from_records(steps: list[StepRecord]) -> list[Step]:
     for s in steps:
         model = describe(s.model) if s.model is not None else None
         real = describe(s.real) if s.real is not None else None
-        diff = difference(s.model, s.real) if s.model is not None and s.real is not None \
-            else []
+        diff = difference(s.model, s.real) if s.model is not None and s.real is not None else []
         out.append(Step(s.index, s.text, fault_of(s.action), model, real, diff, s.recovery))
     return out
 
@@ -310,8 +354,15 @@ def from_trace(trace: Trace) -> list[Step]:
     out = []
     before = trace.initial
     for n, step in enumerate(trace.steps, 1):
-        out.append(Step(n, describe_action(step.action, before), fault_of(step.action),
-                        describe(step.state), None))
+        out.append(
+            Step(
+                n,
+                describe_action(step.action, before),
+                fault_of(step.action),
+                describe(step.state),
+                None,
+            )
+        )
         before = step.state
     return out
 
@@ -323,14 +374,18 @@ HARNESS_WHY = {
     "conformance": (
         "After every step Redis must hold exactly the state the model predicts: a difference "
         "means the implementation did something the protocol does not allow, or skipped "
-        "something it requires."),
+        "something it requires."
+    ),
     "eventual": WHY["eventual-recovery"],
     "fault": (
         "A reply the run dropped must surface as an error in the caller, as the model assumes; "
-        "otherwise the fault was not the one the model explored."),
+        "otherwise the fault was not the one the model explored."
+    ),
 }
-_MAPPING_WHY = ("Redis's state must map onto the model's terms (known incarnations, whole ticks, "
-                "a commit log that matches the commit counter): otherwise it cannot be checked.")
+_MAPPING_WHY = (
+    "Redis's state must map onto the model's terms (known incarnations, whole ticks, "
+    "a commit log that matches the commit counter): otherwise it cannot be checked."
+)
 
 
 _MODEL_LIST = re.compile(r"\binflight:(\d+):(\d+):(\d+)\b")
@@ -357,17 +412,24 @@ def broken(kind: str, message: str, last: Step | None = None) -> Broken:
     """`kind` and `message` as the check raised them (`harness.Mismatch`, or a model checker's
     violation); `last`, the failing step in words, says a conformance failure task by task (if
     its check read Redis back) and whether it broke during recovery."""
-    side, _, name = kind.rpartition(":") if kind.startswith(("model:", "real:")) \
-        else ("", "", kind)
-    sides = {"model": "in the model's state", "real": "in the state read from Redis",
-             "": "Redis against the model" if name == "conformance" else ""}
+    side, _, name = kind.rpartition(":") if kind.startswith(("model:", "real:")) else ("", "", kind)
+    sides = {
+        "model": "in the model's state",
+        "real": "in the state read from Redis",
+        "": "Redis against the model" if name == "conformance" else "",
+    }
     text = [in_our_names(message)]
     if name == "conformance" and last is not None and last.difference:
         text = list(last.difference)
     why = WHY.get(name) or HARNESS_WHY.get(name)
     if why is None:
-        why = _MAPPING_WHY if name in ("commits", "registry", "mapping", "clock") else (
-            "The implementation's step failed, or did what the model does not predict for it.")
+        why = (
+            _MAPPING_WHY
+            if name in ("commits", "registry", "mapping", "clock")
+            else (
+                "The implementation's step failed, or did what the model does not predict for it."
+            )
+        )
     where = sides.get(side, "")
     if last is not None and last.recovery:
         where = ", ".join(x for x in (where, "during recovery, after faults stopped") if x)

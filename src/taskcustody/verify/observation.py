@@ -202,8 +202,10 @@ class Observation:
 
     def _redis_commits(self) -> dict[int, int]:
         """Commits per task, as Redis's commit log has them now."""
-        return {self.task_index(_text(k)): int(v)
-                for k, v in self.admin.hgetall(self.keys.commit_log).items()}
+        return {
+            self.task_index(_text(k)): int(v)
+            for k, v in self.admin.hgetall(self.keys.commit_log).items()
+        }
 
     def observe(self) -> State:
         """The real state, mapped to the model's terms."""
@@ -218,8 +220,17 @@ class Observation:
         pipe.hgetall(keys.recoveries)
         pipe.lrange(keys.dead_letters, 0, -1)
         pipe.zrange(keys.scheduled, 0, -1)
-        (queue_raw, registry_raw, processing, commits, servers, incs, counts,
-         dead, scheduled_raw) = pipe.execute()
+        (
+            queue_raw,
+            registry_raw,
+            processing,
+            commits,
+            servers,
+            incs,
+            counts,
+            dead,
+            scheduled_raw,
+        ) = pipe.execute()
         list_keys = self._keys_starting(keys.inflight_prefix)
         n = self.bounds.tasks
         tid = self._tid
@@ -229,22 +240,25 @@ class Observation:
         fresh: tuple[ListKey, ...] = ()
         if self.bounds.registration_ages:
             cutoff = self.clock.now() - self.settings.registry_grace
-            fresh = tuple(sorted(self._model_key(_text(k)) for k, at in registry_raw
-                                 if float(at) > cutoff))
+            fresh = tuple(
+                sorted(self._model_key(_text(k)) for k, at in registry_raw if float(at) > cutoff)
+            )
         lists: list[tuple[ListKey, tuple[int, ...]]] = []
         for k in sorted(_text(k) for k in list_keys):
             owner = keys.owner_of(k)
             tasks = tuple(tid(r) for r in self.admin.lrange(k, 0, -1))
             if tasks:
-                lists.append((self.list_key((owner.server_id, owner.incarnation,
-                                             owner.worker_id)), tasks))
+                lists.append(
+                    (self.list_key((owner.server_id, owner.incarnation, owner.worker_id)), tasks)
+                )
         lists.sort()
         records: list[ListKey | None] = [None] * n
         for task_id, value in processing.items():
             list_key, _ = parse_record(value)
             owner = keys.owner_of(list_key)
             records[self.task_index(_text(task_id))] = self.list_key(
-                (owner.server_id, owner.incarnation, owner.worker_id))
+                (owner.server_id, owner.incarnation, owner.worker_id)
+            )
         committed = [0] * n
         for task_id, count in commits.items():
             committed[self.task_index(_text(task_id))] = int(count)
@@ -269,8 +283,7 @@ class Observation:
                 raise Mismatch("clock", f"deadline of {sid} is not a whole tick away: {rel}")
             registry[s] = Registration(model_inc, max(0, round(rel)))
         processes = tuple(
-            tuple(self._observe_proc(p) for p in self.procs[s])
-            for s in range(self.bounds.servers)
+            tuple(self._observe_proc(p) for p in self.procs[s]) for s in range(self.bounds.servers)
         )
         recoveries = [0] * n
         for name, count in counts.items():
@@ -285,11 +298,19 @@ class Observation:
                 # the dead letter keeps the count its recoveries reached
                 recoveries[t] = int(letter["recoveries"])
         return State(
-            queue=queue, suspects=self.observe_queue(keys.suspects), lists=tuple(lists),
-            records=tuple(records), committed=tuple(committed),
-            registry=tuple(registry), processes=processes, faults=self.state.faults,
-            stalled_ever=self.state.stalled_ever, registered=registered, fresh=fresh,
-            status=tuple(status), recoveries=tuple(recoveries),
+            queue=queue,
+            suspects=self.observe_queue(keys.suspects),
+            lists=tuple(lists),
+            records=tuple(records),
+            committed=tuple(committed),
+            registry=tuple(registry),
+            processes=processes,
+            faults=self.state.faults,
+            stalled_ever=self.state.stalled_ever,
+            registered=registered,
+            fresh=fresh,
+            status=tuple(status),
+            recoveries=tuple(recoveries),
             # a ghost of the model (handler starts), not Redis state: see `check`
             executions=self.state.executions,
             scheduled=tuple(sorted(tid(r) for r in scheduled_raw)),
@@ -306,10 +327,18 @@ class Observation:
         phase = SUPERSEDED if slot.server.superseded else slot.phase
         # The suspect slot, by the worker whose list key holds it.
         holder = slot.server.suspect_slot.holder
-        suspect = next((w for w in range(self.bounds.workers) if holder == self.keys.inflight(
-            ListOwner(slot.server.server_id, slot.real_inc, f"w{w}"))), -1)
+        suspect = next(
+            (
+                w
+                for w in range(self.bounds.workers)
+                if holder
+                == self.keys.inflight(ListOwner(slot.server.server_id, slot.real_inc, f"w{w}"))
+            ),
+            -1,
+        )
         # Passes run whole inside one step: between steps, no process is mid-pass.
         return Process(slot.model_inc, slot.stalled, phase, (), workers, suspect=suspect)
+
     # -- checks --------------------------------------------------------------------------------
 
     def check(self) -> None:
@@ -335,9 +364,12 @@ class Observation:
         want = {t: 0 if st in (WIPED, POISONED) else 1 for t, st in enumerate(status)}
         have = {t: commits[t] for t in want}
         if have != want:
-            raise Mismatch("eventual", f"commits per task {have}, want {want} (exactly one "
-                                       "each, none for a task Redis itself lost or a poison "
-                                       "pill)")
+            raise Mismatch(
+                "eventual",
+                f"commits per task {have}, want {want} (exactly one "
+                "each, none for a task Redis itself lost or a poison "
+                "pill)",
+            )
         if self.admin.llen(keys.queue):
             raise Mismatch("eventual", "the queue is not empty")
         if self.admin.llen(keys.suspects):
@@ -349,6 +381,7 @@ class Observation:
                 raise Mismatch("eventual", f"in-flight list {k} is not empty")
         if self.admin.hlen(keys.processing):
             raise Mismatch("eventual", "processing records remain")
+
     # -- figures -------------------------------------------------------------------------------
 
     def tallies(self) -> dict[str, int]:
@@ -367,7 +400,8 @@ class Observation:
             # twice in Redis, committed twice, or committed and still queued or in custody
             # (it would run again)
             "duplicated": sum(
-                1 for t in range(self.bounds.tasks)
+                1
+                for t in range(self.bounds.tasks)
                 if places[t] > 1 or commits[t] > 1 or (commits[t] >= 1 and places[t] >= 1)
             ),
             "double-assigned": _double_assigned(state),
@@ -378,13 +412,18 @@ class Observation:
             "poison-pills": sum(1 for st in state.status if st == POISONED),
         }
 
+
 def _double_assigned(state: State) -> int:
     """How many tasks two workers hold at once (the protocol allows it after a stall)."""
     held: Counter[int] = Counter(
-        w.task for procs in state.processes for p in procs for w in p.workers
+        w.task
+        for procs in state.processes
+        for p in procs
+        for w in p.workers
         if w.phase in (TAKEN, RECORDED)
     )
     return sum(1 for v in held.values() if v > 1)
+
 
 def diff(model: State, real: State) -> str:
     """The fields in which the model's state and the real one differ, for a `Mismatch`."""

@@ -18,8 +18,9 @@ from .machine import RETRY_BOUNDS, default_bounds
 
 #: The model check's default bounds: every broken design is found within them (depth <= 8), and
 #: the correct design's state space takes about a minute on one core.
-MODEL_BOUNDS = Bounds(tasks=2, servers=2, workers=2, faults=2, processes_per_server=1,
-                      late_tasks=1, redis_faults=True)
+MODEL_BOUNDS = Bounds(
+    tasks=2, servers=2, workers=2, faults=2, processes_per_server=1, late_tasks=1, redis_faults=True
+)
 #: Stateful examples when none are asked for; a broken design's run (`taskcustody verify --variant
 #: NAME`) runs at least the examples its stateful search is pinned to find it in
 #: (`designs.Stateful.examples`, the finds-the-bug tests' counts). Every design is also caught by
@@ -75,22 +76,38 @@ class Options:
 
     @property
     def stateful_bounds(self) -> Bounds:
-        return self.bounds or design_stateful_bounds(self.variant) or default_bounds(
-            self.prefetch, self.asyncio)
+        return (
+            self.bounds
+            or design_stateful_bounds(self.variant)
+            or default_bounds(self.prefetch, self.asyncio)
+        )
 
     @property
     def part_name(self) -> str:
         """The stateful part's name (in the report and as a JUnit test case)."""
-        where = ("fakeredis" if self.redis_url is None else
-                 "embedded redis-server" if self.embedded else "redis")
-        return (f"stateful conformance on {where}"
-                + (" with the prefetching worker" if self.prefetch else "")
-                + (" with the asyncio worker" if self.asyncio else ""))
+        where = (
+            "fakeredis"
+            if self.redis_url is None
+            else "embedded redis-server"
+            if self.embedded
+            else "redis"
+        )
+        return (
+            f"stateful conformance on {where}"
+            + (" with the prefetching worker" if self.prefetch else "")
+            + (" with the asyncio worker" if self.asyncio else "")
+        )
 
     def command(self) -> str:
         """The command line that repeats this run."""
-        args = ["taskcustody", "verify", "--examples", str(self.examples), "--steps",
-                str(self.steps)]
+        args = [
+            "taskcustody",
+            "verify",
+            "--examples",
+            str(self.examples),
+            "--steps",
+            str(self.steps),
+        ]
         if self.seed is not None:
             args += ["--seed", str(self.seed)]
         if self.variant != "correct":
@@ -122,16 +139,23 @@ class Options:
 #: Redis. The others (deadlines, sweep and heartbeat periods, drain chunks, attempts, commit
 #: tracking) must be the harness's, whose timing is the model's ticks, or Redis could not be
 #: compared with the model step by step.
-USER_FIELDS = ("socket_timeout_margin", "allow_evicting_policy", "min_replicas",
-               "replica_timeout", "result_ttl", "oom_log_interval")
+USER_FIELDS = (
+    "socket_timeout_margin",
+    "allow_evicting_policy",
+    "min_replicas",
+    "replica_timeout",
+    "result_ttl",
+    "oom_log_interval",
+)
 
 
 def run_settings(user: Settings | None) -> Settings:
     """The settings of a run for a user whose deployment uses `user` (see `USER_FIELDS`)."""
     if user is None:
         return VERIFY_SETTINGS
-    return dataclasses.replace(VERIFY_SETTINGS,
-                               **{name: getattr(user, name) for name in USER_FIELDS})
+    return dataclasses.replace(
+        VERIFY_SETTINGS, **{name: getattr(user, name) for name in USER_FIELDS}
+    )
 
 
 def load_settings(spec: str) -> Settings:

@@ -22,9 +22,13 @@ from .run_redis import cleanup
 from .stateful_run import run_stateful
 
 
-def model_part(options: Options, result: Result, budget: Budget,
-               on_model: Callable[[Progress], None] | None,
-               on_phase: Callable[[str], None] | None) -> None:
+def model_part(
+    options: Options,
+    result: Result,
+    budget: Budget,
+    on_model: Callable[[Progress], None] | None,
+    on_phase: Callable[[str], None] | None,
+) -> None:
     name = "model check"
     if budget.spent():
         result.parts.append(Part(name, SKIPPED, message=budget.reason()))
@@ -43,15 +47,28 @@ def model_part(options: Options, result: Result, budget: Budget,
     bounds = model_bounds(options)
     try:
         # With a budget, a report every 512 states (checked against the budget's own clock).
-        result.model = check(bounds, options.variant, progress=progress,
-                             progress_every=0.0 if budget.limited else 2.0)
+        result.model = check(
+            bounds,
+            options.variant,
+            progress=progress,
+            progress_every=0.0 if budget.limited else 2.0,
+        )
     except BudgetSpent:
         result.model_seconds = time.perf_counter() - t
-        covered = (f"{last[0].distinct_states:,} states, depth {last[0].depth}"
-                   if last else "no states reported")
-        result.parts.append(Part(name, SKIPPED, result.model_seconds, covered,
-                                 f"stopped by {budget.label()} after {covered}: not a "
-                                 "complete check"))
+        covered = (
+            f"{last[0].distinct_states:,} states, depth {last[0].depth}"
+            if last
+            else "no states reported"
+        )
+        result.parts.append(
+            Part(
+                name,
+                SKIPPED,
+                result.model_seconds,
+                covered,
+                f"stopped by {budget.label()} after {covered}: not a complete check",
+            )
+        )
         return
     result.model_seconds = time.perf_counter() - t
     m = result.model
@@ -59,32 +76,37 @@ def model_part(options: Options, result: Result, budget: Budget,
     if m.ok:
         result.parts.append(Part(name, PASSED, result.model_seconds, covered))
     else:
-        message = (f"{m.property}: {m.violation.message}" if m.violation is not None
-                   else f"{m.property}")
+        message = (
+            f"{m.property}: {m.violation.message}" if m.violation is not None else f"{m.property}"
+        )
         result.parts.append(Part(name, FAILED, result.model_seconds, covered, message))
 
 
 def stateful_part(options: Options, result: Result, stopped: bool) -> Part:
     s = result.stats
     # Hypothesis may run a few more examples than asked for (overruns, replays): both are said.
-    covered = (f"{s.examples:,} examples run ({options.examples:,} asked for), "
-               f"{s.steps:,} steps")
+    covered = f"{s.examples:,} examples run ({options.examples:,} asked for), {s.steps:,} steps"
     if result.failure is not None:
         f = result.failure
-        return Part(options.part_name, FAILED, result.stateful_seconds, covered,
-                    f"{f.kind}: {f.message}")
+        return Part(
+            options.part_name, FAILED, result.stateful_seconds, covered, f"{f.kind}: {f.message}"
+        )
     if stopped:
-        return Part(options.part_name, PARTIAL, result.stateful_seconds, covered,
-                    "stopped by the time budget between two examples; nothing failed in "
-                    "what was covered")
+        return Part(
+            options.part_name,
+            PARTIAL,
+            result.stateful_seconds,
+            covered,
+            "stopped by the time budget between two examples; nothing failed in what was covered",
+        )
     if with_refusals(options):
         # The refusal part: each kind of attempt the model refuses made at least
         # `refusal_aiming.MINIMUM` times over its examples (fewer in a smaller run).
         result.refusal_coverage = cov = judge_refusals(
-            s.refusals, minimum=refusal_minimum(options.examples))
+            s.refusals, minimum=refusal_minimum(options.examples)
+        )
         if not cov.ok:
-            return Part(options.part_name, FAILED, result.stateful_seconds, covered,
-                        cov.summary())
+            return Part(options.part_name, FAILED, result.stateful_seconds, covered, cov.summary())
     return Part(options.part_name, PASSED, result.stateful_seconds, covered)
 
 
@@ -102,12 +124,20 @@ SERVER_LOOP_EXAMPLES = 10
 SERVER_LOOP_STEPS = 20
 #: (loop kind, examples, steps) in the order the part runs them.
 LOOP_KINDS: tuple[tuple[str, int, int | None], ...] = (
-    ("worker", LOOP_EXAMPLES, None), ("prefetch", LOOP_EXAMPLES, None),
-    ("server", SERVER_LOOP_EXAMPLES, SERVER_LOOP_STEPS))
+    ("worker", LOOP_EXAMPLES, None),
+    ("prefetch", LOOP_EXAMPLES, None),
+    ("server", SERVER_LOOP_EXAMPLES, SERVER_LOOP_STEPS),
+)
 
 
-def loops_part(options: Options, result: Result, make_client: Callable[[], redis.Redis],
-               keys: QueueKeys, fake: bool, budget: Budget) -> Part:
+def loops_part(
+    options: Options,
+    result: Result,
+    make_client: Callable[[], redis.Redis],
+    keys: QueueKeys,
+    fake: bool,
+    budget: Budget,
+) -> Part:
     """The production loops (verify/loops.py, verify/prefetch_loop.py, verify/server_loop.py):
     the machines run the worker's own loop, the prefetching worker's and the server's background
     thread, and check that every step they take is
@@ -120,34 +150,51 @@ def loops_part(options: Options, result: Result, make_client: Callable[[], redis
     failure: Failure | None = None
     stopped = False
     for kind, examples, steps in LOOP_KINDS:
-        loop_options = dataclasses.replace(options, examples=min(options.examples, examples),
-                                           steps=min(options.steps, steps or options.steps))
+        loop_options = dataclasses.replace(
+            options,
+            examples=min(options.examples, examples),
+            steps=min(options.steps, steps or options.steps),
+        )
         try:
-            failure, stopped = run_stateful(loop_options, make_client, keys, stats, real=not fake,
-                                         budget=budget, drive_loops=True, loop_kind=kind)
+            failure, stopped = run_stateful(
+                loop_options,
+                make_client,
+                keys,
+                stats,
+                real=not fake,
+                budget=budget,
+                drive_loops=True,
+                loop_kind=kind,
+            )
         finally:
             if not fake:
                 cleanup(make_client, keys)
         if failure is not None or stopped:
             break
     seconds = time.perf_counter() - started
-    covered = (f"{stats.examples:,} examples run, {stats.faults['loop-commands']:,} commands "
-               f"of the worker's loop checked, {stats.faults['dropped-reply:loop']:,} of their "
-               f"replies lost, {stats.faults['prefetch-loop-writes']:,} writes of the "
-               f"prefetching worker's loop checked ({stats.faults['prefetch-loop-commands']:,} "
-               f"commands, {stats.faults['dropped-reply:prefetch-loop']:,} replies lost), "
-               f"{stats.faults['server-loop-beats']:,} beats of the server's "
-               f"background thread checked ({stats.faults['server-loop-sweeps']:,} sweeps), "
-               f"{stats.faults['sweeps-sparing-fresh']:,} sweeps that had to spare a fresh "
-               f"registration")
+    covered = (
+        f"{stats.examples:,} examples run, {stats.faults['loop-commands']:,} commands "
+        f"of the worker's loop checked, {stats.faults['dropped-reply:loop']:,} of their "
+        f"replies lost, {stats.faults['prefetch-loop-writes']:,} writes of the "
+        f"prefetching worker's loop checked ({stats.faults['prefetch-loop-commands']:,} "
+        f"commands, {stats.faults['dropped-reply:prefetch-loop']:,} replies lost), "
+        f"{stats.faults['server-loop-beats']:,} beats of the server's "
+        f"background thread checked ({stats.faults['server-loop-sweeps']:,} sweeps), "
+        f"{stats.faults['sweeps-sparing-fresh']:,} sweeps that had to spare a fresh "
+        f"registration"
+    )
     if failure is not None:
         if result.failure is None:
             result.failure = failure
         return Part(LOOPS_PART, FAILED, seconds, covered, f"{failure.kind}: {failure.message}")
     if stopped:
-        return Part(LOOPS_PART, PARTIAL, seconds, covered,
-                    "stopped by the time budget between two examples; nothing failed in what "
-                    "was covered")
+        return Part(
+            LOOPS_PART,
+            PARTIAL,
+            seconds,
+            covered,
+            "stopped by the time budget between two examples; nothing failed in what was covered",
+        )
     return Part(LOOPS_PART, PASSED, seconds, covered)
 
 
@@ -169,11 +216,17 @@ COVERAGE_BOUNDS = default_bounds(False)._replace(faults=4, tasks=4)
 AIMED_AGAIN_EXAMPLES = 30
 
 
-def run_fault_coverage(options: Options, make_client: Callable[[], redis.Redis],
-                       keys: QueueKeys, stats: RunStats, *, real: bool,
-                       budget: Budget | None = None, kinds: Sequence[str] | None = None,
-                       aimed_again_examples: int = AIMED_AGAIN_EXAMPLES,
-                       ) -> tuple[Failure | None, bool, Coverage]:
+def run_fault_coverage(
+    options: Options,
+    make_client: Callable[[], redis.Redis],
+    keys: QueueKeys,
+    stats: RunStats,
+    *,
+    real: bool,
+    budget: Budget | None = None,
+    kinds: Sequence[str] | None = None,
+    aimed_again_examples: int = AIMED_AGAIN_EXAMPLES,
+) -> tuple[Failure | None, bool, Coverage]:
     """The fault-coverage run: the plain machine (the default bounds) with the aiming rules,
     its failure (None: every property held), whether the budget ended it early, and the gate's
     verdict on its counts. `kinds`: the kinds required (None: `required_kinds` of the bounds).
@@ -183,28 +236,44 @@ def run_fault_coverage(options: Options, make_client: Callable[[], redis.Redis],
     bounds = options.bounds or COVERAGE_BOUNDS
     required = tuple(kinds) if kinds is not None else required_kinds(bounds)
     cov_options = dataclasses.replace(
-        options, examples=options.coverage_examples or COVERAGE_EXAMPLES,
-        steps=COVERAGE_STEPS, prefetch=False, bounds=bounds)
-    failure, stopped = run_stateful(cov_options, make_client, keys, stats, real=real,
-                                 budget=budget, aim_at=required)
+        options,
+        examples=options.coverage_examples or COVERAGE_EXAMPLES,
+        steps=COVERAGE_STEPS,
+        prefetch=False,
+        bounds=bounds,
+    )
+    failure, stopped = run_stateful(
+        cov_options, make_client, keys, stats, real=real, budget=budget, aim_at=required
+    )
     cov = judge(stats.faults, required)
     short = cov.short_kinds()
-    if (failure is None and not stopped and short and aimed_again_examples > 0
-            and (budget is None or not budget.spent())):
+    if (
+        failure is None
+        and not stopped
+        and short
+        and aimed_again_examples > 0
+        and (budget is None or not budget.spent())
+    ):
         # The lost replies' ratio stays judged against the take's lost replies of the examples
         # above: aimed at again, the take's would pull the others under it.
         reference = stats.faults.get(REFERENCE, 0)
         again = dataclasses.replace(cov_options, examples=aimed_again_examples)
-        failure, stopped = run_stateful(again, make_client, keys, stats, real=real,
-                                     budget=budget, aim_at=short)
+        failure, stopped = run_stateful(
+            again, make_client, keys, stats, real=real, budget=budget, aim_at=short
+        )
         cov = judge(stats.faults, required, reference=reference)
         cov.aimed_again = short
     return failure, stopped, cov
 
 
-def fault_coverage_part(options: Options, result: Result,
-                        make_client: Callable[[], redis.Redis], keys: QueueKeys, fake: bool,
-                        budget: Budget) -> Part:
+def fault_coverage_part(
+    options: Options,
+    result: Result,
+    make_client: Callable[[], redis.Redis],
+    keys: QueueKeys,
+    fake: bool,
+    budget: Budget,
+) -> Part:
     """Every fault kind fired at least `fault_coverage.MINIMUM` times (fault_coverage.py). Its
     failure, if no other part found one, is the run's counterexample."""
     if budget.spent():
@@ -212,25 +281,35 @@ def fault_coverage_part(options: Options, result: Result,
     started = time.perf_counter()
     stats = RunStats()
     try:
-        failure, stopped, cov = run_fault_coverage(options, make_client, keys, stats,
-                                                   real=not fake, budget=budget)
+        failure, stopped, cov = run_fault_coverage(
+            options, make_client, keys, stats, real=not fake, budget=budget
+        )
     finally:
         if not fake:
             cleanup(make_client, keys)
     seconds = time.perf_counter() - started
-    covered = (f"{stats.examples:,} examples run, {stats.steps:,} steps, "
-               f"{sum(cov.counts.values()):,} faults of {len(cov.counts)} kinds")
+    covered = (
+        f"{stats.examples:,} examples run, {stats.steps:,} steps, "
+        f"{sum(cov.counts.values()):,} faults of {len(cov.counts)} kinds"
+    )
     if failure is not None:
         if result.failure is None:
             result.failure = failure
-        return Part(FAULT_COVERAGE_PART, FAILED, seconds, covered,
-                    f"{failure.kind}: {failure.message}")
+        return Part(
+            FAULT_COVERAGE_PART, FAILED, seconds, covered, f"{failure.kind}: {failure.message}"
+        )
     if stopped:
-        short = (f" (short when it stopped: {', '.join(cov.short_kinds())})"
-                 if cov.short_kinds() else "")
-        return Part(FAULT_COVERAGE_PART, PARTIAL, seconds, covered,
-                    "stopped by the time budget between two examples; the minimums are not "
-                    f"judged on a partial run{short}")
+        short = (
+            f" (short when it stopped: {', '.join(cov.short_kinds())})" if cov.short_kinds() else ""
+        )
+        return Part(
+            FAULT_COVERAGE_PART,
+            PARTIAL,
+            seconds,
+            covered,
+            "stopped by the time budget between two examples; the minimums are not "
+            f"judged on a partial run{short}",
+        )
     result.coverage = cov
     if cov.ok:
         return Part(FAULT_COVERAGE_PART, PASSED, seconds, covered, cov.aimed_again_line())

@@ -84,9 +84,11 @@ def drivable(h: Harness) -> list[tuple[int, int, tuple[int, ...]]]:
     enabled = enabled_steps(h)
     found = []
     for s, i, slot in running_slots(h):
-        free = tuple(w for w, ws in enumerate(slot.workers)
-                     if ws.worker is not None and not ws.crashed and not ws.stopped
-                     and ws.task is None)
+        free = tuple(
+            w
+            for w, ws in enumerate(slot.workers)
+            if ws.worker is not None and not ws.crashed and not ws.stopped and ws.task is None
+        )
         if any(("take", s, i, w) in enabled or ("reconcile", s, i, w) in enabled for w in free):
             found.append((s, i, free))
     return found
@@ -110,8 +112,15 @@ class PrefetchLoopDriver(LoopDriver):
     it is stopped, the model checking every write it sends (module doc). The lead (its first
     slot) is `LoopDriver`'s worker: its own blocking cycle is mapped as a plain worker's."""
 
-    def __init__(self, h: Harness, s: int, i: int, slots: tuple[int, ...],
-                 choices: PrefetchChoices, loop: str = "correct") -> None:
+    def __init__(
+        self,
+        h: Harness,
+        s: int,
+        i: int,
+        slots: tuple[int, ...],
+        choices: PrefetchChoices,
+        loop: str = "correct",
+    ) -> None:
         super().__init__(h, s, i, slots[0], choices, loop)
         self.pchoices = choices
         self.slots = slots
@@ -179,26 +188,32 @@ class PrefetchLoopDriver(LoopDriver):
         me = state.processes[self.s][self.i]
         if any(me.workers[w].phase not in (IDLE, ARMED) for w in self.slots):
             return False
-        return not any(self._slot_may(name, w) for w in self.slots
-                       for name in ("take", "take_suspect"))
+        return not any(
+            self._slot_may(name, w) for w in self.slots for name in ("take", "take_suspect")
+        )
 
     def _slot_may(self, name: str, w: int) -> bool:
         return Action(name, self.s, self.i, w) in enabled_actions(self.h.state, self.h.config)
 
     # -- the hook ------------------------------------------------------------------------------
 
-    def _hook(self, heads: list[tuple[str, bytes]], label: str | None, conn: object,
-              packed: bytes) -> None:
+    def _hook(
+        self, heads: list[tuple[str, bytes]], label: str | None, conn: object, packed: bytes
+    ) -> None:
         assert self.pw is not None
         names = [name for name, _ in heads]
         if conn is self.pw._conn:
-            commands = [a for a in command_args(packed)
-                        if a and a[0].upper() in (b"EVALSHA", b"EVAL")]
+            commands = [
+                a for a in command_args(packed) if a and a[0].upper() in (b"EVALSHA", b"EVAL")
+            ]
             if not commands:
                 return
             if any(a[0].upper() != b"EVALSHA" for a in commands):
-                raise Mismatch("driver", "the prefetching loop sent a script by its text (the "
-                                         "driver maps its pipelines by hash)")
+                raise Mismatch(
+                    "driver",
+                    "the prefetching loop sent a script by its text (the "
+                    "driver maps its pipelines by hash)",
+                )
             if commands[0][1] == TAKE_SHA:
                 self._take_pipeline(commands)
             elif commands[0][1] == RELEASE_SHA:
@@ -240,11 +255,18 @@ class PrefetchLoopDriver(LoopDriver):
 
     def _refused(self, w: int, did: str, state: State | None = None) -> Mismatch:
         state = state or self.h.state
-        allowed = sorted({a.name for a in enabled_actions(state, self.h.config)
-                          if (a.server, a.proc, a.worker) == (self.s, self.i, w)
-                          and not a.is_fault})
-        return Mismatch("loop", f"worker {w} of s{self.s}'s prefetching loop did {did} where the "
-                                f"model allows only {', '.join(allowed) or 'nothing'}")
+        allowed = sorted(
+            {
+                a.name
+                for a in enabled_actions(state, self.h.config)
+                if (a.server, a.proc, a.worker) == (self.s, self.i, w) and not a.is_fault
+            }
+        )
+        return Mismatch(
+            "loop",
+            f"worker {w} of s{self.s}'s prefetching loop did {did} where the "
+            f"model allows only {', '.join(allowed) or 'nothing'}",
+        )
 
     def _take_pipeline(self, commands: list[list[bytes]]) -> None:
         keys = self.h.keys
@@ -259,8 +281,11 @@ class PrefetchLoopDriver(LoopDriver):
             phase = state.processes[s][i].workers[w].phase
             if phase not in (IDLE, ARMED):
                 raise self._refused(w, name, state)
-            acts = [Action(name, s, i, w), Action("record", s, i, w)] \
-                if (state.suspects if suspect else state.queue) else []
+            acts = (
+                [Action(name, s, i, w), Action("record", s, i, w)]
+                if (state.suspects if suspect else state.queue)
+                else []
+            )
             if not acts and not suspect and phase == IDLE:
                 # The slot's script found the queue empty: it registered the list all the same
                 # (ZADD, score = when the pipeline was built), the model's `arm` (the slot
@@ -289,8 +314,12 @@ class PrefetchLoopDriver(LoopDriver):
 
         if suspect and plain[0]:
             self.h.counts["prefetch-loop-suspect-takes"] += 1
-        positions = [j for j in range(len(order)) if took(j) and self._walk(
-            plain[:j] + [lost_walk(k) for k in range(j, len(order))]) is not None]
+        positions = [
+            j
+            for j in range(len(order))
+            if took(j)
+            and self._walk(plain[:j] + [lost_walk(k) for k in range(j, len(order))]) is not None
+        ]
         lost = self._lose_from(positions)
         for k, w in enumerate(order):
             gone = lost is not None and k >= lost
@@ -312,8 +341,7 @@ class PrefetchLoopDriver(LoopDriver):
         is."""
         lost = self.pchoices.lose_at(positions) if positions else None
         if lost is not None:
-            self.h.injector.arm("EVALSHA", connection=self.pw._conn if self.pw else None,
-                                skip=lost)
+            self.h.injector.arm("EVALSHA", connection=self.pw._conn if self.pw else None, skip=lost)
             self.h.counts["dropped-reply:prefetch-loop"] += 1
         return lost
 
@@ -329,8 +357,7 @@ class PrefetchLoopDriver(LoopDriver):
                     raise self._refused(w, "release", state)
                 state = apply(state, Action("release", s, i, w), self.h.config)
         lossy = [[Action("dropped_reply", s, i, w, "release")] for w in order]
-        positions = [j for j in range(len(order))
-                     if self._walk(plain[:j] + lossy[j:]) is not None]
+        positions = [j for j in range(len(order)) if self._walk(plain[:j] + lossy[j:]) is not None]
         lost = self._lose_from(positions)
         for k, w in enumerate(order):
             for a in lossy[k] if lost is not None and k >= lost else plain[k]:
@@ -348,8 +375,9 @@ class PrefetchLoopDriver(LoopDriver):
             path = [Action("reconcile", s, i, w)]
             lost = Action("dropped_reply", s, i, w, "reconcile")
             if lost in enabled_actions(state, self.h.config) and self.choices.lose(lost):
-                self.h.injector.arm("EVAL", label=self.label,
-                                    skip=max(0, len(list_of(state, key)) - 1))
+                self.h.injector.arm(
+                    "EVAL", label=self.label, skip=max(0, len(list_of(state, key)) - 1)
+                )
                 self.h.counts["dropped-reply:prefetch-loop"] += 1
                 path = [lost]
             for a in path:
@@ -361,9 +389,15 @@ class PrefetchLoopDriver(LoopDriver):
 
     def _model(self, action: Action) -> None:
         h = self.h
-        h.steps.append(StepRecord(len(h.steps) + 1, action,
-                                  f"{h.describe(action)} (by its prefetching loop)",
-                                  action.is_fault, actor_of(action, h.state)))
+        h.steps.append(
+            StepRecord(
+                len(h.steps) + 1,
+                action,
+                f"{h.describe(action)} (by its prefetching loop)",
+                action.is_fault,
+                actor_of(action, h.state),
+            )
+        )
         h.model_step(action)
 
     def _sent(self, commands: int) -> None:
@@ -387,8 +421,11 @@ class PrefetchLoopDriver(LoopDriver):
             ws.outcome = None
             if what == "held":
                 raw = self.h.admin.lindex(self.workers[w].list_key, 0)
-                ws.task = None if raw is None else envelope.decode(
-                    raw if isinstance(raw, bytes) else str(raw).encode())
+                ws.task = (
+                    None
+                    if raw is None
+                    else envelope.decode(raw if isinstance(raw, bytes) else str(raw).encode())
+                )
                 ws.stage = RECORDED if raw is not None else IDLE
                 ws.armed = False
             else:
@@ -405,10 +442,14 @@ class PrefetchLoopDriver(LoopDriver):
         nothing (one LLEN)."""
         state = self.h.state
         proc = state.processes[self.s][self.i]
-        return [w for w in self.slots if self.workers[w].dirty
-                and self.slot.workers[w].task is None
-                and proc.workers[w].phase in (IDLE, ARMED)
-                and not list_of(state, (self.s, proc.inc, w))]
+        return [
+            w
+            for w in self.slots
+            if self.workers[w].dirty
+            and self.slot.workers[w].task is None
+            and proc.workers[w].phase in (IDLE, ARMED)
+            and not list_of(state, (self.s, proc.inc, w))
+        ]
 
     @contextmanager
     def _as_the_model_sees(self) -> Iterator[None]:

@@ -38,9 +38,11 @@ def holders(h: Harness, s: int, i: int) -> list[int]:
 
 def _workers_in(h: Harness, s: int, i: int, phase: int, step: str) -> list[int]:
     enabled = set(h.enabled())
-    return [w for w, ws in enumerate(h.procs[s][i].workers)
-            if ws.worker is not None and ws.phase() == phase
-            and Action(step, s, i, w) in enabled]
+    return [
+        w
+        for w, ws in enumerate(h.procs[s][i].workers)
+        if ws.worker is not None and ws.phase() == phase and Action(step, s, i, w) in enabled
+    ]
 
 
 def lost_positions(h: Harness, slots: int) -> list[int]:
@@ -53,8 +55,11 @@ def lost_positions(h: Harness, slots: int) -> list[int]:
 def _model(h: Harness, action: Action, fault: str = "") -> None:
     """One model step of a pipeline, recorded for the report; `fault` names the injected fault
     it stands for (counted by that name)."""
-    h.steps.append(StepRecord(len(h.steps) + 1, action, h.describe(action), action.is_fault,
-                              actor_of(action, h.state)))
+    h.steps.append(
+        StepRecord(
+            len(h.steps) + 1, action, h.describe(action), action.is_fault, actor_of(action, h.state)
+        )
+    )
     if fault:
         h.counts[fault] += 1
     h.model_step(action)
@@ -104,8 +109,9 @@ def prefetching_take(h: Harness, s: int, i: int, lost_at: int | None) -> None:
     finally:
         h.injector.disarm_all()
         _disconnect(pw)
-    if (error is not None) != (lost_at is not None) or \
-            (error is not None and not isinstance(error, redis.ConnectionError)):
+    if (error is not None) != (lost_at is not None) or (
+        error is not None and not isinstance(error, redis.ConnectionError)
+    ):
         raise Mismatch("prefetch", f"take pipeline: lost at {lost_at}, error {error!r}")
     received = {worker.list_key: (raw, task_id) for worker, raw, task_id in batch.raws}
     for k, w in enumerate(workers):
@@ -123,8 +129,10 @@ def prefetching_take(h: Harness, s: int, i: int, lost_at: int | None) -> None:
             _model(h, Action("restart_worker", s, i, w))
             continue
         if ws.worker.list_key not in received:
-            raise Mismatch("prefetch", f"worker {w}: the model predicts a task, the pipelined "
-                                       "take brought none")
+            raise Mismatch(
+                "prefetch",
+                f"worker {w}: the model predicts a task, the pipelined take brought none",
+            )
         raw, _ = received[ws.worker.list_key]
         ws.task, ws.stage = decode(raw), RECORDED
     h.settle()
@@ -159,8 +167,9 @@ def prefetching_release(h: Harness, s: int, i: int, lost_at: int | None) -> None
     for k, w in enumerate(workers):
         lost = lost_at is not None and k >= lost_at
         if lost:
-            _model(h, Action("dropped_reply", s, i, w, "release"),
-                   "dropped-reply:prefetching-release")
+            _model(
+                h, Action("dropped_reply", s, i, w, "release"), "dropped-reply:prefetching-release"
+            )
         else:
             _model(h, Action("release", s, i, w))
         if slot.server.superseded:

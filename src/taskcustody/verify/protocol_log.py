@@ -30,8 +30,10 @@ LOGGER = "taskcustody"
 #: (recovery lists each task it requeues), and would change with the caller's logging set-up.
 LEVEL = logging.WARNING
 
-TITLE = ("the protocol's own log, warnings and errors, by kind (what the injected faults made "
-         "it log, as it would in production; not failures: a violation is reported above)")
+TITLE = (
+    "the protocol's own log, warnings and errors, by kind (what the injected faults made "
+    "it log, as it would in production; not failures: a violation is reported above)"
+)
 
 _PLACEHOLDER = re.compile(r"%(?:\([^)]*\))?[-#0 +]*(?:\*|\d+)?(?:\.(?:\*|\d+))?[diouxXeEfFgGcrsa]")
 
@@ -63,8 +65,9 @@ class ProtocolLog:
         key = (record.name, record.levelname, template)
         kind = self.kinds.get(key)
         if kind is None:
-            kind = self.kinds[key] = LogKind(record.name, record.levelname, template,
-                                             example=_message(record))
+            kind = self.kinds[key] = LogKind(
+                record.name, record.levelname, template, example=_message(record)
+            )
         kind.count += 1
 
     @property
@@ -93,9 +96,12 @@ class ProtocolLog:
         rows = "".join(
             f'<tr><td class="n">{k.count:,}</td><td>{e(k.level)}</td><td>{e(k.logger)}</td>'
             f"<td>{e(k.label)}<br><small>e.g. {e(k.example)}</small></td></tr>"
-            for k in self.by_count())
-        return (f"<h2>{e(title)}</h2><p>{self.total:,} lines</p><table><tr><th>lines</th>"
-                f"<th>level</th><th>logger</th><th>message</th></tr>{rows}</table>")
+            for k in self.by_count()
+        )
+        return (
+            f"<h2>{e(title)}</h2><p>{self.total:,} lines</p><table><tr><th>lines</th>"
+            f"<th>level</th><th>logger</th><th>message</th></tr>{rows}</table>"
+        )
 
 
 def _message(record: logging.LogRecord) -> str:
@@ -126,8 +132,7 @@ class _Capture(logging.Handler):
 
 
 @contextlib.contextmanager
-def captured(log: ProtocolLog,
-             echo: Callable[[str], None] | None = None) -> Iterator[ProtocolLog]:
+def captured(log: ProtocolLog, echo: Callable[[str], None] | None = None) -> Iterator[ProtocolLog]:
     """For the block's length: the `taskcustody` logger's records (WARNING and above) are
     counted into `log`, passed to `echo` (a formatted line) if given, and go nowhere else.
     Its handlers, level, propagation and `disabled` are restored afterwards, whatever they were

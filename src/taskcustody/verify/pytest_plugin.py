@@ -50,8 +50,16 @@ def _options(config: pytest.Config, prefetch: bool) -> Options:
         except ValueError as exc:
             raise pytest.UsageError(f"--taskcustody-queue: {exc}") from exc
     settings, spec = _settings(config)
-    return Options(examples=examples, steps=steps, redis_url=url, model_check=False,
-                   prefetch=prefetch, queue=queue, settings=settings, settings_spec=spec)
+    return Options(
+        examples=examples,
+        steps=steps,
+        redis_url=url,
+        model_check=False,
+        prefetch=prefetch,
+        queue=queue,
+        settings=settings,
+        settings_spec=spec,
+    )
 
 
 def conformance_items(session: pytest.Session, config: pytest.Config) -> list[pytest.Item]:
@@ -65,8 +73,9 @@ def conformance_items(session: pytest.Session, config: pytest.Config) -> list[py
     for prefetch in runs:
         options = _options(config, prefetch)
         name = options.part_name.replace(" ", "-")
-        item = ConformanceItem.from_parent(session, name=name, nodeid=f"taskcustody::{name}",
-                                           options=options)
+        item = ConformanceItem.from_parent(
+            session, name=name, nodeid=f"taskcustody::{name}", options=options
+        )
         # `-m taskcustody` or `-k taskcustody` selects them, `not taskcustody` leaves them out.
         item.add_marker("taskcustody")
         items.append(item)
@@ -88,7 +97,8 @@ class ConformanceItem(pytest.Item):
         if _BUDGET not in self.config.stash:
             self.config.stash[_BUDGET] = Budget(
                 self.config.getoption("--taskcustody-max-seconds"),
-                option="--taskcustody-max-seconds")
+                option="--taskcustody-max-seconds",
+            )
         budget = self.config.stash[_BUDGET]
         try:
             result = verify(self.options, budget=budget)
@@ -106,8 +116,7 @@ class ConformanceItem(pytest.Item):
         if skipped:
             pytest.skip(skipped[0].message)
 
-    def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException],
-                     style: Any = None) -> str:
+    def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> str:
         if isinstance(excinfo.value, ConformanceFailure):
             return str(excinfo.value)
         return str(super().repr_failure(excinfo, style=style))

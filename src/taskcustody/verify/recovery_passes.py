@@ -46,11 +46,18 @@ class RecoveryPasses(WorkerSteps):
         not live. The sweep where a collection that ignores the age (design 9) forgets what the
         model keeps."""
         held = {k for k, _ in self.state.lists}
-        return any(k not in held and k[:2] != (s, inc) and not is_live(pruned, k)
-                   for k in self.state.fresh)
+        return any(
+            k not in held and k[:2] != (s, inc) and not is_live(pruned, k) for k in self.state.fresh
+        )
 
-    def _pass(self, action: Action, command: str, lost: bool, drop_at: int,
-              interleave: Interleave | None = None) -> None:
+    def _pass(
+        self,
+        action: Action,
+        command: str,
+        lost: bool,
+        drop_at: int,
+        interleave: Interleave | None = None,
+    ) -> None:
         """A whole sweep pass or startup drain: the implementation runs it in one call; the
         model walks it (`sweep`/`startup_drain`, every `drain_step`, then for a sweep the
         processing sweep). With `drop_at` = k, the k-th move's reply is lost. With `interleave`,
@@ -65,17 +72,21 @@ class RecoveryPasses(WorkerSteps):
         pruned = prune(self.state.registry)
         # (with `Bounds.registration_ages` the grace is a tick: fresh registrations are not
         # candidates; else it is 0, and none is fresh)
-        gc_candidates = [k for k in self.state.registered
-                         if k[:2] != (s, me.inc) and not is_live(pruned, k)
-                         and k not in self.state.fresh]
+        gc_candidates = [
+            k
+            for k in self.state.registered
+            if k[:2] != (s, me.inc) and not is_live(pruned, k) and k not in self.state.fresh
+        ]
         if command == "sweep" and self._spares_fresh(s, me.inc, pruned):
             self.counts["sweeps-sparing-fresh"] += 1
         self.model_step(action)
         self._order_drains(s, i)
         procs = self.state.processes[s]
         # The length each drain of the pass reads up front: its bound (bounded work).
-        bounds = {self._real_key(d.key): (d.key, d.length)
-                  for d in (procs[i].drains if i < len(procs) else ())}
+        bounds = {
+            self._real_key(d.key): (d.key, d.length)
+            for d in (procs[i].drains if i < len(procs) else ())
+        }
         moves = 0
         abandoned = lost
         plan: dict[tuple[str, int], list[Action]] = {}
@@ -133,14 +144,19 @@ class RecoveryPasses(WorkerSteps):
         if failed and not (lost or abandoned):
             raise Mismatch("fault", f"{command} failed with no fault injected")
         if (lost or abandoned) and not failed:
-            raise Mismatch("fault", f"{command}: the dropped reply did not surface (the pass made "
-                                    "fewer moves than the model predicts)")
+            raise Mismatch(
+                "fault",
+                f"{command}: the dropped reply did not surface (the pass made "
+                "fewer moves than the model predicts)",
+            )
         for real_key, n in real_moves.items():
             if real_key in bounds and n > bounds[real_key][1]:
                 key, length = bounds[real_key]
-                raise Mismatch("real:bounded-work",
-                               f"a drain of inflight:{key[0]}:{key[1]}:{key[2]} made {n} moves; "
-                               f"the list held {length} when it started")
+                raise Mismatch(
+                    "real:bounded-work",
+                    f"a drain of inflight:{key[0]}:{key[1]}:{key[2]} made {n} moves; "
+                    f"the list held {length} when it started",
+                )
         if command == "startup_drain":
             if failed:
                 slot.phase = CLAIMED
@@ -151,15 +167,18 @@ class RecoveryPasses(WorkerSteps):
             self.model_step(Action("requeue_stuck_processing_tasks", s, i))
         self._adopt_recovery_order(queue_before)
 
-    def _steps_during_drain(self, key: ListKey, interleave: Interleave,
-                            budget: int) -> list[Action]:
+    def _steps_during_drain(
+        self, key: ListKey, interleave: Interleave, budget: int
+    ) -> list[Action]:
         """The model's side of the hook, right after a move out of `key`: the worker steps of the
         list's owner that `interleave` picks (at most `budget`), applied to the model."""
         done: list[Action] = []
         while len(done) < budget:
             options = [
-                a for a in enabled_actions(self.state, self.config)
-                if a.name in STEPS_DURING_A_DRAIN and (a.server, a.worker) == (key[0], key[2])
+                a
+                for a in enabled_actions(self.state, self.config)
+                if a.name in STEPS_DURING_A_DRAIN
+                and (a.server, a.worker) == (key[0], key[2])
                 and self.state.processes[a.server][a.proc].inc == key[1]
                 # Not a superseded process: its release could make it exit, and renumber the
                 # processes in the middle of the pass.
@@ -170,18 +189,24 @@ class RecoveryPasses(WorkerSteps):
             chosen = interleave(options)
             if chosen is None:
                 break
-            self.steps.append(StepRecord(
-                len(self.steps) + 1, chosen,
-                f"{self.describe(chosen)} (between two moves of the drain of "
-                f"inflight:{key[0]}:{key[1]}:{key[2]})",
-                False, actor_of(chosen, self.state)))
+            self.steps.append(
+                StepRecord(
+                    len(self.steps) + 1,
+                    chosen,
+                    f"{self.describe(chosen)} (between two moves of the drain of "
+                    f"inflight:{key[0]}:{key[1]}:{key[2]})",
+                    False,
+                    actor_of(chosen, self.state),
+                )
+            )
             self.model_step(chosen)
             done.append(chosen)
         self.steps_during_drains += len(done)
         return done
 
-    def _drain_hook(self, plan: dict[tuple[str, int], list[Action]],
-                    moved: Counter[str]) -> Callable[[str], None]:
+    def _drain_hook(
+        self, plan: dict[tuple[str, int], list[Action]], moved: Counter[str]
+    ) -> Callable[[str], None]:
         """The implementation's side: `recovery.between_drain_chunks` for one pass, counting the
         moves per list in `moved` and performing the planned worker steps after the n-th move out
         of a list. Steps are planned only for the moves the model makes, so a drain that moves
@@ -205,9 +230,7 @@ class RecoveryPasses(WorkerSteps):
         ordered = tuple(sorted(proc.drains, key=lambda d: self._real_key(d.key)))
         self.state = with_process(self.state, s, i, proc._replace(drains=ordered))
 
-    def _adopt_recovery_order(
-        self, before: tuple[tuple[int, ...], tuple[int, ...]]
-    ) -> None:
+    def _adopt_recovery_order(self, before: tuple[tuple[int, ...], tuple[int, ...]]) -> None:
         """The processing sweep requeues stuck tasks in the order Redis lists the processing
         hash; the model goes by task number. The protocol fixes neither. If one pass requeued
         the same *set* of tasks on both sides, the model adopts the real order of that segment;
@@ -217,13 +240,14 @@ class RecoveryPasses(WorkerSteps):
         model_q = self.state.queue
         if model_q[: len(queue_before)] == queue_before:
             real_q = self.observe_queue()
-            if (real_q[: len(queue_before)] == queue_before
-                    and sorted(real_q[len(queue_before):])
-                    == sorted(model_q[len(queue_before):])):
+            if real_q[: len(queue_before)] == queue_before and sorted(
+                real_q[len(queue_before) :]
+            ) == sorted(model_q[len(queue_before) :]):
                 self.state = self.state._replace(queue=real_q)
         model_s, n = self.state.suspects, len(suspects_before)
-        if model_s[len(model_s) - n:] == suspects_before:
+        if model_s[len(model_s) - n :] == suspects_before:
             real_s = self.observe_queue(self.keys.suspects)
-            if (real_s[len(real_s) - n:] == suspects_before
-                    and sorted(real_s[: len(real_s) - n]) == sorted(model_s[: len(model_s) - n])):
+            if real_s[len(real_s) - n :] == suspects_before and sorted(
+                real_s[: len(real_s) - n]
+            ) == sorted(model_s[: len(model_s) - n]):
                 self.state = self.state._replace(suspects=real_s)

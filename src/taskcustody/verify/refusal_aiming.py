@@ -37,8 +37,17 @@ from .fault_coverage import CountGate, count_html, count_lines
 #: process until its lease lapses and claim its id anew (a held id, a superseded process) and to
 #: resume it and let it learn of that (its heartbeat). No wipe, no lost reply, no crash: each is
 #: a fault kind of its own, and the fault budget is the stall's.
-WALK = ("take", "record", "release", "stall_server", "advance_clock", "claim", "startup_drain",
-        "resume_server", "heartbeat")
+WALK = (
+    "take",
+    "record",
+    "release",
+    "stall_server",
+    "advance_clock",
+    "claim",
+    "startup_drain",
+    "resume_server",
+    "heartbeat",
+)
 MAX_DEPTH = 10
 MAX_STATES = 3_000
 
@@ -70,8 +79,14 @@ def walk_to_refusal(state: State, config: Config, kind: str) -> list[Action] | N
     bounds."""
     if kind not in REFUSALS:
         raise ValueError(f"unknown refusal kind {kind!r}; known: {', '.join(REFUSALS)}")
-    return shortest_walk(state, config, lambda s: bool(attempts(s, config, kind)),
-                         lambda a: a.name in WALK, MAX_DEPTH, MAX_STATES)
+    return shortest_walk(
+        state,
+        config,
+        lambda s: bool(attempts(s, config, kind)),
+        lambda a: a.name in WALK,
+        MAX_DEPTH,
+        MAX_STATES,
+    )
 
 
 class RefusalCoverage(CountGate):
@@ -88,17 +103,25 @@ def judge(counts: Mapping[str, int], minimum: int = MINIMUM) -> RefusalCoverage:
     """The gate: every kind of `REFUSALS` attempted (and refused) at least `minimum` times."""
     own = {k: int(counts.get(k, 0)) for k in REFUSALS}
     cov = RefusalCoverage(own, minimum)
-    cov.short = [f"{k} attempted {n} times, fewer than the minimum {minimum}"
-                 for k, n in own.items() if n < minimum]
+    cov.short = [
+        f"{k} attempted {n} times, fewer than the minimum {minimum}"
+        for k, n in own.items()
+        if n < minimum
+    ]
     return cov
 
 
 def coverage_lines(cov: RefusalCoverage) -> list[str]:
     """The terminal report's section: every kind's count, marked where it falls short."""
-    return count_lines(f"refusal coverage (each kind attempted >= {cov.minimum} times)",
-                       cov.counts, cov.short)
+    return count_lines(
+        f"refusal coverage (each kind attempted >= {cov.minimum} times)", cov.counts, cov.short
+    )
 
 
 def coverage_html(cov: RefusalCoverage) -> str:
-    return count_html("Refusal coverage", "each kind of attempt the model refuses made at least "
-                      f"{cov.minimum} times", cov.counts, cov.short)
+    return count_html(
+        "Refusal coverage",
+        f"each kind of attempt the model refuses made at least {cov.minimum} times",
+        cov.counts,
+        cov.short,
+    )

@@ -77,6 +77,7 @@ def with_refusals(base: type[RuleBasedStateMachine]) -> type[RuleBasedStateMachi
     # (copies of the aiming rule: Hypothesis draws a rule uniformly among those enabled, and
     # each copy is enabled only while a kind is left to aim at in the example)
     for n in range(REFUSAL_AIMING_RULES):
+
         def aim(self: Any, data: st.DataObject) -> None:
             self._aim_at_a_refusal(data)
 
@@ -85,4 +86,3 @@ def with_refusals(base: type[RuleBasedStateMachine]) -> type[RuleBasedStateMachi
         setattr(RefusingMachine, aim.__name__, rule(data=st.data())(aim))
     RefusingMachine.__name__ = f"Refusing{base.__name__}"
     return RefusingMachine
-

@@ -31,8 +31,11 @@ class DiagramStep:
     kind: str  # "command" | "lost" | "crash" | "note" | "clock"
 
 
-_NOTES = {"stall_server": "stall [fault]", "resume_server": "resume",
-          "restart_worker": "restart (supervisor)"}
+_NOTES = {
+    "stall_server": "stall [fault]",
+    "resume_server": "resume",
+    "restart_worker": "restart (supervisor)",
+}
 
 
 def _kind_and_label(name: str, command: str) -> tuple[str, str]:
@@ -63,8 +66,11 @@ def from_trace(trace: Trace) -> list[DiagramStep]:
     before = trace.initial
     for n, step in enumerate(trace.steps, 1):
         kind, label = _kind_and_label(step.action.name, step.action.command)
-        out.append(DiagramStep(n, actor_of(step.action, before), label,
-                               describe_action(step.action, before), kind))
+        out.append(
+            DiagramStep(
+                n, actor_of(step.action, before), label, describe_action(step.action, before), kind
+            )
+        )
         before = step.state
     return out
 
@@ -95,24 +101,34 @@ def model_counterexample(trace: Trace) -> Counterexample:
         "model-counterexample",
         f"model checker's counterexample ({_steps(len(steps))}, shortest)",
         narrate.broken(trace.property, trace.message, steps[-1] if steps else None),
-        "initial state", narrate.describe(trace.initial), "", steps, from_trace(trace),
-        narrate.faults_by_kind(step.action for step in trace.steps), {},
+        "initial state",
+        narrate.describe(trace.initial),
+        "",
+        steps,
+        from_trace(trace),
+        narrate.faults_by_kind(step.action for step in trace.steps),
+        {},
         "then faults stop: no sequence of protocol steps recovers every task"
-        if trace.eventual else "")
+        if trace.eventual
+        else "",
+    )
 
 
 def stateful_counterexample(result: Result, f: Failure) -> Counterexample:
     steps = narrate.from_records(f.steps)
     return Counterexample(
         "stateful-counterexample",
-        f"stateful run's counterexample ({_steps(len(steps))}, shrunk), on the real "
-        "implementation",
+        f"stateful run's counterexample ({_steps(len(steps))}, shrunk), on the real implementation",
         narrate.broken(f.kind, f.message, steps[-1] if steps else None),
         "setup: tasks enqueued, servers claimed, workers registered",
         narrate.describe(initial_state(result.options.stateful_bounds)),
-        "Redis matched the model", steps, from_records(f.steps),
+        "Redis matched the model",
+        steps,
+        from_records(f.steps),
         # (no tallies: the failing state could not be read back as a whole)
-        narrate.faults_by_kind(s.action for s in f.steps), result.counts if f.tallies else {})
+        narrate.faults_by_kind(s.action for s in f.steps),
+        result.counts if f.tallies else {},
+    )
 
 
 def _steps(n: int) -> str:
@@ -137,7 +153,8 @@ def _faults_line(faults: dict[str, int]) -> str:
 
 def _counts_line(counts: dict[str, int]) -> str:
     return "counts in this example (read from Redis when it ended): " + ", ".join(
-        f"{k} {v}" for k, v in counts.items())
+        f"{k} {v}" for k, v in counts.items()
+    )
 
 
 def _indented(lines: list[str], pad: str) -> list[str]:
@@ -146,11 +163,12 @@ def _indented(lines: list[str], pad: str) -> list[str]:
 
 def counterexample_text(c: Counterexample) -> list[str]:
     b = c.broken
-    lines = [c.title + ":",
-             f"  property broken: {b.property}" + (f" ({b.side})" if b.side else "")]
+    lines = [c.title + ":", f"  property broken: {b.property}" + (f" ({b.side})" if b.side else "")]
     lines += _indented(b.message, "    ")
-    lines += [f"    why it matters: {b.why}",
-              f"  faults in this counterexample: {_faults_line(c.faults)}"]
+    lines += [
+        f"    why it matters: {b.why}",
+        f"  faults in this counterexample: {_faults_line(c.faults)}",
+    ]
     if c.counts:
         lines.append("  " + _counts_line(c.counts))
     lines.append(f"  0. {c.start}")
@@ -162,8 +180,10 @@ def counterexample_text(c: Counterexample) -> list[str]:
         lines.append(f"  {s.index}. {s.text}" + ("  [recovery]" if s.recovery else ""))
         lines.append(f"       fault: {s.fault or 'none'}")
         if s.model is None:
-            lines.append("       state: not read back after this step (a step inside a pass, "
-                         "or the step itself failed)")
+            lines.append(
+                "       state: not read back after this step (a step inside a pass, "
+                "or the step itself failed)"
+            )
             continue
         lines.append("       state after it" + (", the model's:" if s.real is not None else ":"))
         lines += _indented(s.model, "         ")
@@ -199,13 +219,18 @@ def blind_spots(result: Result) -> list[tuple[str, list[str]]]:
         binary = None
     reached = [f"{row.name}: {row.what} ({row.why})" for row in REAL_SERVER_ONLY if row.in_verify]
     tests_only = [
-        f"{row.name} ({row.why}): " + ", ".join(dict.fromkeys(t.partition("::")[0]
-                                                              for t in row.tests))
-        for row in REAL_SERVER_ONLY if not row.in_verify]
-    return [(f"caught by this run on a real server; {how_to_cover(binary)}", reached),
-            (f"beyond this run, covered by the repository's real-server tests "
-             f"({REAL_SERVER_TESTS})",
-             tests_only)]
+        f"{row.name} ({row.why}): "
+        + ", ".join(dict.fromkeys(t.partition("::")[0] for t in row.tests))
+        for row in REAL_SERVER_ONLY
+        if not row.in_verify
+    ]
+    return [
+        (f"caught by this run on a real server; {how_to_cover(binary)}", reached),
+        (
+            f"beyond this run, covered by the repository's real-server tests ({REAL_SERVER_TESTS})",
+            tests_only,
+        ),
+    ]
 
 
 # -- text -----------------------------------------------------------------------------------------
@@ -214,18 +239,32 @@ def blind_spots(result: Result) -> list[tuple[str, list[str]]]:
 def verdict(result: Result) -> str:
     variant = result.options.variant
     if result.ok and result.partial:
-        return ("PARTIAL: nothing failed in what was covered, but the time budget cut the run "
-                "short (see parts)")
+        return (
+            "PARTIAL: nothing failed in what was covered, but the time budget cut the run "
+            "short (see parts)"
+        )
     if result.ok:
         return "VERIFIED: every property held in every state and step explored"
-    if result.model_ok and result.failure is None and result.coverage is not None \
-            and not result.coverage.ok:
-        return ("FAULT COVERAGE NOT MET: every property held, but some fault kinds fired too "
-                "rarely to count as checked (see fault coverage)")
-    if result.model_ok and result.failure is None and result.refusal_coverage is not None \
-            and not result.refusal_coverage.ok:
-        return ("REFUSAL COVERAGE NOT MET: every property held, but some kinds of attempt the "
-                "model refuses were made too rarely to count as checked (see refusal coverage)")
+    if (
+        result.model_ok
+        and result.failure is None
+        and result.coverage is not None
+        and not result.coverage.ok
+    ):
+        return (
+            "FAULT COVERAGE NOT MET: every property held, but some fault kinds fired too "
+            "rarely to count as checked (see fault coverage)"
+        )
+    if (
+        result.model_ok
+        and result.failure is None
+        and result.refusal_coverage is not None
+        and not result.refusal_coverage.ok
+    ):
+        return (
+            "REFUSAL COVERAGE NOT MET: every property held, but some kinds of attempt the "
+            "model refuses were made too rarely to count as checked (see refusal coverage)"
+        )
     if variant != "correct":
         return f"VIOLATION FOUND in the broken design {variant!r} (as it should be)"
     return "VIOLATION FOUND: a property failed (see the counterexample)"
@@ -233,9 +272,12 @@ def verdict(result: Result) -> str:
 
 def totals_title(result: Result) -> str:
     n = result.stats.examples
-    return (f"totals over all {n:,} example" + ("" if n == 1 else "s")
-            + " of the stateful run" + (", not only the counterexample's"
-                                        if result.failure else ""))
+    return (
+        f"totals over all {n:,} example"
+        + ("" if n == 1 else "s")
+        + " of the stateful run"
+        + (", not only the counterexample's" if result.failure else "")
+    )
 
 
 def _where(result: Result) -> str:
@@ -250,9 +292,11 @@ def text_report(result: Result) -> str:
     lines = [f"taskcustody verify -- {verdict(result)}", ""]
     server = result.versions.get("server", result.backend)
     where = _where(result)
-    lines.append(f"design:        {o.variant}"
-                 + (" (with the prefetching worker)" if o.prefetch else "")
-                 + (" (with the asyncio worker)" if o.asyncio else ""))
+    lines.append(
+        f"design:        {o.variant}"
+        + (" (with the prefetching worker)" if o.prefetch else "")
+        + (" (with the asyncio worker)" if o.asyncio else "")
+    )
     lines.append(f"backend:       {server}{where}")
     m = result.model
     if m is not None:
@@ -261,7 +305,8 @@ def text_report(result: Result) -> str:
         lines.append(
             f"model check:   tasks={b.tasks} servers={b.servers} workers={b.workers} "
             f"faults={b.faults}: {m.distinct_states:,} states explored ({m.states_generated:,} "
-            f"generated), depth {m.depth}, {result.model_seconds:.1f} s -- {status}")
+            f"generated), depth {m.depth}, {result.model_seconds:.1f} s -- {status}"
+        )
     if o.stateful:
         s = result.stats
         b = o.stateful_bounds
@@ -270,16 +315,22 @@ def text_report(result: Result) -> str:
             f"faults<={b.faults} per example; {s.examples:,} examples, {s.steps:,} steps "
             f"({s.recovery_steps:,} of them recovery), {result.steps_per_second:,.0f} steps/s, "
             f"{result.stateful_seconds:.1f} s"
-            + (f", seed {o.seed}" if o.seed is not None else f", seed {DEFAULT_SEED}"))
+            + (f", seed {o.seed}" if o.seed is not None else f", seed {DEFAULT_SEED}")
+        )
     lines.append(f"time:          {result.seconds:.1f} s")
-    lines.append("versions:      " + ", ".join(
-        f"{k} {v}" for k, v in result.versions.items() if k != "server"))
+    lines.append(
+        "versions:      "
+        + ", ".join(f"{k} {v}" for k, v in result.versions.items() if k != "server")
+    )
     for c in counterexamples(result):
         lines += ["", *counterexample_text(c)]
     if o.stateful:
         faults = sorted(result.stats.faults.items())
-        lines += ["", totals_title(result) + ":",
-                  "  faults injected by kind:" + ("" if faults else " none")]
+        lines += [
+            "",
+            totals_title(result) + ":",
+            "  faults injected by kind:" + ("" if faults else " none"),
+        ]
         lines += [f"    {kind:32} {n:8,}" for kind, n in faults]
         refused = sorted(result.stats.refusals.items())
         if refused:

@@ -76,9 +76,12 @@ class Result:
         """Every property held in every part that ran, the faults fired as often as the
         fault-coverage part requires, and each kind of refused attempt was made as often as the
         refusal part requires."""
-        return (self.model_ok and self.failure is None
-                and (self.coverage is None or self.coverage.ok)
-                and (self.refusal_coverage is None or self.refusal_coverage.ok))
+        return (
+            self.model_ok
+            and self.failure is None
+            and (self.coverage is None or self.coverage.ok)
+            and (self.refusal_coverage is None or self.refusal_coverage.ok)
+        )
 
     @property
     def steps_per_second(self) -> float:
@@ -90,8 +93,16 @@ class Result:
     def counts(self) -> dict[str, int]:
         """Jepsen-style counts, summed over the examples that recovered (a failing run: the
         failing example's own)."""
-        keys = ("enqueued", "committed", "lost", "duplicated", "double-assigned", "recovered",
-                "lost-by-redis", "poison-pills")
+        keys = (
+            "enqueued",
+            "committed",
+            "lost",
+            "duplicated",
+            "double-assigned",
+            "recovered",
+            "lost-by-redis",
+            "poison-pills",
+        )
         src: dict[str, int] = dict(self.stats.tallies)
         if self.failure is not None:
             src = self.failure.tallies

@@ -151,9 +151,13 @@ def verify(
         return _verify(result, on_model, on_example, on_phase, budget or Budget())
 
 
-def _verify(result: Result, on_model: Callable[[Progress], None] | None,
-            on_example: Callable[[RunStats], None] | None,
-            on_phase: Callable[[str], None] | None, budget: Budget) -> Result:
+def _verify(
+    result: Result,
+    on_model: Callable[[Progress], None] | None,
+    on_example: Callable[[RunStats], None] | None,
+    on_phase: Callable[[str], None] | None,
+    budget: Budget,
+) -> Result:
     started = time.perf_counter()
     options = result.options
     fake = options.redis_url is None
@@ -189,8 +193,9 @@ def _verify(result: Result, on_model: Callable[[Progress], None] | None,
         finally:
             probe.close()
     except redis.RedisError as exc:
-        raise DeploymentError(f"cannot set up the run on {options.redis_url}: "
-                              f"{describe(exc)}") from exc
+        raise DeploymentError(
+            f"cannot set up the run on {options.redis_url}: {describe(exc)}"
+        ) from exc
 
     if options.model_check:
         model_part(options, result, budget, on_model, on_phase)
@@ -205,24 +210,34 @@ def _verify(result: Result, on_model: Callable[[Progress], None] | None,
             stats = ProgressStats(on_example)
             result.stats = stats
             try:
-                result.failure, stopped = run_stateful(options, make_client, keys, stats,
-                                                    real=not fake, budget=budget)
+                result.failure, stopped = run_stateful(
+                    options, make_client, keys, stats, real=not fake, budget=budget
+                )
             finally:
                 result.stateful_seconds = time.perf_counter() - t
                 if not fake:
                     cleanup(make_client, keys)
             result.parts.append(stateful_part(options, result, stopped))
-        if options.loops and options.variant == "correct" and not options.prefetch \
-                and not options.asyncio:
+        if (
+            options.loops
+            and options.variant == "correct"
+            and not options.prefetch
+            and not options.asyncio
+        ):
             result.parts.append(loops_part(options, result, make_client, keys, fake, budget))
         # (not once a part failed: the run fails anyway, and its counterexample is that one)
         # (the threaded machine's parts: --async drives the asyncio worker's steps only)
-        if options.fault_coverage and options.variant == "correct" and result.failure is None \
-                and not options.asyncio:
+        if (
+            options.fault_coverage
+            and options.variant == "correct"
+            and result.failure is None
+            and not options.asyncio
+        ):
             if on_phase:
                 on_phase("fault coverage")
-            result.parts.append(fault_coverage_part(options, result, make_client, keys, fake,
-                                                     budget))
+            result.parts.append(
+                fault_coverage_part(options, result, make_client, keys, fake, budget)
+            )
     result.seconds = time.perf_counter() - started
     return result
 

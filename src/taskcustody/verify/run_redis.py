@@ -26,7 +26,8 @@ def refuse_a_queue_in_use(client: redis.Redis, keys: QueueKeys) -> None:
         raise QueueInUse(
             f"the queue {keys.queue!r} already holds {len(found)} key(s) under {keys.base}: "
             f"(e.g. {min(found).decode(errors='replace')}); the run would delete them. Pick "
-            "another queue name, or delete those keys if they are a dead run's.")
+            "another queue name, or delete those keys if they are a dead run's."
+        )
 
 
 def node_url(url: str, keys: QueueKeys) -> str:
@@ -40,8 +41,9 @@ def node_url(url: str, keys: QueueKeys) -> str:
         node = cluster.owner_node(seed, keys.queue)
         return with_address(url, str(node.host), int(node.port))
     except redis.RedisError as exc:
-        raise DeploymentError(f"cannot find the node of {keys.queue} through {url}: "
-                              f"{describe(exc)}") from exc
+        raise DeploymentError(
+            f"cannot find the node of {keys.queue} through {url}: {describe(exc)}"
+        ) from exc
     finally:
         seed.close()
 

@@ -28,8 +28,9 @@ from hypothesis.stateful import RuleBasedStateMachine, get_state_machine_test
 DEFAULT_SEED = 0
 
 
-def seeded_test(machine: type[RuleBasedStateMachine], the_settings: Settings,
-                seed: int | None = DEFAULT_SEED) -> Callable[[], None]:
+def seeded_test(
+    machine: type[RuleBasedStateMachine], the_settings: Settings, seed: int | None = DEFAULT_SEED
+) -> Callable[[], None]:
     """The test that runs `machine` with `the_settings`, drawing from `seed` (None: a random
     seed, Hypothesis's own). A seed overrides the settings' `derandomize`; without one,
     `derandomize` is refused: it would seed the run from the machine's source."""
@@ -42,8 +43,9 @@ def seeded_test(machine: type[RuleBasedStateMachine], the_settings: Settings,
     return test
 
 
-def run_machine(machine: type[RuleBasedStateMachine], the_settings: Settings,
-                seed: int | None = DEFAULT_SEED) -> None:
+def run_machine(
+    machine: type[RuleBasedStateMachine], the_settings: Settings, seed: int | None = DEFAULT_SEED
+) -> None:
     """Run `machine` as a test (`seeded_test`), without the imported modules' literals among its
     draws (`no_local_constants`); raises what the failing example raised."""
     test = seeded_test(machine, the_settings, seed)

@@ -66,9 +66,15 @@ class ServerChoices(Protocol):
 def drivable(h: Harness) -> list[tuple[int, int]]:
     """(server, process) of each process whose background thread can be driven now: running,
     not stalled, not superseded."""
-    return [(s, i) for s, procs in enumerate(h.procs) for i, slot in enumerate(procs)
-            if i < len(h.state.processes[s]) and h.state.processes[s][i].phase == RUNNING
-            and not slot.stalled and not slot.server.superseded]
+    return [
+        (s, i)
+        for s, procs in enumerate(h.procs)
+        for i, slot in enumerate(procs)
+        if i < len(h.state.processes[s])
+        and h.state.processes[s][i].phase == RUNNING
+        and not slot.stalled
+        and not slot.server.superseded
+    ]
 
 
 #: Demonstration loops that break the protocol (the test proves the driven run catches them).
@@ -95,8 +101,9 @@ class ServerLoopDriver:
     """Runs one process's background thread (`Server._background`) until it is stopped, the
     model performing or checking each of its steps (module doc)."""
 
-    def __init__(self, h: Harness, s: int, i: int, choices: ServerChoices,
-                 loop: str = "correct") -> None:
+    def __init__(
+        self, h: Harness, s: int, i: int, choices: ServerChoices, loop: str = "correct"
+    ) -> None:
         self.h = h
         self.s, self.i = s, i
         self.slot = h.procs[s][i]
@@ -104,8 +111,7 @@ class ServerLoopDriver:
         self.choices = choices
         self.loop = loop
         settings = h.settings
-        self.every = max(1, math.ceil(settings.sweep_interval / settings.heartbeat_interval
-                                      - 1e-9))
+        self.every = max(1, math.ceil(settings.sweep_interval / settings.heartbeat_interval - 1e-9))
         self.inside = False
         self.stopping = False
         self.beats = 0  # heartbeats the loop started
@@ -121,12 +127,14 @@ class ServerLoopDriver:
     def run(self) -> int:
         """Drive the loop until it stops; returns how many of its steps ran."""
         server = self.server
-        originals = {name: getattr(server, name) for name in ("heartbeat", "promote_due",
-                                                               "sweep")}
+        originals = {name: getattr(server, name) for name in ("heartbeat", "promote_due", "sweep")}
         stop_event = server.stop_event
         server.stop_event = _Stop(lambda: self.stopping)
-        hooks = {"heartbeat": self._heartbeat, "promote_due": self._promote_due,
-                 "sweep": self._sweep}
+        hooks = {
+            "heartbeat": self._heartbeat,
+            "promote_due": self._promote_due,
+            "sweep": self._sweep,
+        }
         for name, hook in hooks.items():
             setattr(server, name, self._hooked(originals[name], hook))
         if self.loop != "correct":
@@ -148,8 +156,9 @@ class ServerLoopDriver:
         self.h.counts["server-loop-sweeps"] += self.sweeps
         return self.steps
 
-    def _hooked(self, original: Callable[..., Any],
-                hook: Callable[[Callable[..., Any]], Any]) -> Callable[..., Any]:
+    def _hooked(
+        self, original: Callable[..., Any], hook: Callable[[Callable[..., Any]], Any]
+    ) -> Callable[..., Any]:
         """`original`, called through `hook` when the loop calls it; straight through when the
         harness does (inside a step or a check)."""
 
@@ -172,17 +181,21 @@ class ServerLoopDriver:
 
     def _heartbeat(self, call: Callable[[], Any]) -> Any:
         if self.since_sweep >= self.every:
-            raise Mismatch("loop", f"the background thread of s{self.s} did not sweep in "
-                                   f"{self.since_sweep} beats (it must sweep at least once "
-                                   f"every {self.every}: sweep_interval / heartbeat_interval)")
+            raise Mismatch(
+                "loop",
+                f"the background thread of s{self.s} did not sweep in "
+                f"{self.since_sweep} beats (it must sweep at least once "
+                f"every {self.every}: sweep_interval / heartbeat_interval)",
+            )
         self.beats += 1
         if self.beats >= MAX_BEATS or (self.beats >= MIN_BEATS and self.choices.stop()):
             self.stopping = True  # after this beat
         action = Action("heartbeat", self.s, self.i)
         self._before()
         if action in self.h.enabled():
-            result = self._through(call, lambda: self.h.step(
-                action, variant=self.choices.variant()))
+            result = self._through(
+                call, lambda: self.h.step(action, variant=self.choices.variant())
+            )
         else:
             # a renewal of a fresh registration: nothing the model sees changes
             result = self._alone(call)
@@ -192,8 +205,11 @@ class ServerLoopDriver:
     def _promote_due(self, call: Callable[[], Any]) -> Any:
         self._before()
         if self.h.state.scheduled:
-            raise Mismatch("driver", "the server-loop driver does not map a promotion of a "
-                                     "scheduled retry (its bounds have no handler failures)")
+            raise Mismatch(
+                "driver",
+                "the server-loop driver does not map a promotion of a "
+                "scheduled retry (its bounds have no handler failures)",
+            )
         return self._alone(call)
 
     def _sweep(self, call: Callable[[], Any]) -> Any:
@@ -255,17 +271,38 @@ class ServerLoopDriver:
 
     def _record(self, action: Action) -> None:
         h = self.h
-        h.steps.append(StepRecord(len(h.steps) + 1, action,
-                                  f"{h.describe(action)} (by its background thread)",
-                                  action.is_fault, actor_of(action, h.state)))
+        h.steps.append(
+            StepRecord(
+                len(h.steps) + 1,
+                action,
+                f"{h.describe(action)} (by its background thread)",
+                action.is_fault,
+                actor_of(action, h.state),
+            )
+        )
 
     def _interleave(self, name: str = "") -> None:
         """Other actors' steps (`loops.interleave`), and the two the harness does not offer: a
         worker's take that waits on the empty queue, another process's stall (module doc)."""
         h = self.h
-        interleave(self, lambda: [
-            a for a in h.enabled() if a.name in INTERLEAVED and not a.is_fault
-            and not (a.name == "sweep" and (a.server, a.proc) == (self.s, self.i))] + [
-            a for a in enabled_actions(h.state, h.config)
-            if (a.name == "arm" and h.procs[a.server][a.proc].workers[a.worker].worker is not None)
-            or (a.name == "stall_server" and (a.server, a.proc) != (self.s, self.i))])
+        interleave(
+            self,
+            lambda: (
+                [
+                    a
+                    for a in h.enabled()
+                    if a.name in INTERLEAVED
+                    and not a.is_fault
+                    and not (a.name == "sweep" and (a.server, a.proc) == (self.s, self.i))
+                ]
+                + [
+                    a
+                    for a in enabled_actions(h.state, h.config)
+                    if (
+                        a.name == "arm"
+                        and h.procs[a.server][a.proc].workers[a.worker].worker is not None
+                    )
+                    or (a.name == "stall_server" and (a.server, a.proc) != (self.s, self.i))
+                ]
+            ),
+        )

@@ -66,10 +66,18 @@ def _budgeted(machine: type[RuleBasedStateMachine], budget: Budget) -> Any:
     return Budgeted
 
 
-def run_stateful(options: Options, make_client: Callable[[], redis.Redis], keys: QueueKeys,
-                 stats: RunStats, *, real: bool, budget: Budget | None = None,
-                 drive_loops: bool = False, loop_kind: str = "worker",
-                 aim_at: Sequence[str] = ()) -> tuple[Failure | None, bool]:
+def run_stateful(
+    options: Options,
+    make_client: Callable[[], redis.Redis],
+    keys: QueueKeys,
+    stats: RunStats,
+    *,
+    real: bool,
+    budget: Budget | None = None,
+    drive_loops: bool = False,
+    loop_kind: str = "worker",
+    aim_at: Sequence[str] = (),
+) -> tuple[Failure | None, bool]:
     """The stateful run: its failure (None: none) and whether the budget ended it early.
     `drive_loops`: the machine that also runs the worker's production loop (with its own
     bounds); `loop_kind`: which loop it runs (`build_machine`). `aim_at`: the plain machine
@@ -77,21 +85,34 @@ def run_stateful(options: Options, make_client: Callable[[], redis.Redis], keys:
     fault-coverage part)."""
     budget = budget or Budget()
     bounds = None if drive_loops else options.bounds or design_stateful_bounds(options.variant)
-    machine = build_machine(make_client, bounds=bounds, implementation=options.variant,
-                            real_redis=real, stats=stats, keys=keys,
-                            prefetching=options.prefetch, asyncio=options.asyncio,
-                            flush_scripts=options.redis_url is None or options.embedded,
-                            settings=run_settings(options.settings), drive_loops=drive_loops,
-                            loop_kind=loop_kind,
-                            # The real implementation is also attempted what the model refuses
-                            # (`refusing.with_refusals`); not the broken designs, whose pinned
-                            # runs would draw other examples with one more rule.
-                            refusals=with_refusals(options) and not drive_loops and not aim_at)
+    machine = build_machine(
+        make_client,
+        bounds=bounds,
+        implementation=options.variant,
+        real_redis=real,
+        stats=stats,
+        keys=keys,
+        prefetching=options.prefetch,
+        asyncio=options.asyncio,
+        flush_scripts=options.redis_url is None or options.embedded,
+        settings=run_settings(options.settings),
+        drive_loops=drive_loops,
+        loop_kind=loop_kind,
+        # The real implementation is also attempted what the model refuses
+        # (`refusing.with_refusals`); not the broken designs, whose pinned
+        # runs would draw other examples with one more rule.
+        refusals=with_refusals(options) and not drive_loops and not aim_at,
+    )
     if aim_at:
         machine = with_aimed_faults(machine, aim_at, AIMING_RULES)
     design = BY_NAME.get(options.variant)
-    if (design is not None and design.stateful is not None and design.stateful.aim_at_drains
-            and not drive_loops and not aim_at):
+    if (
+        design is not None
+        and design.stateful is not None
+        and design.stateful.aim_at_drains
+        and not drive_loops
+        and not aim_at
+    ):
         machine = with_drain_aimed(machine)
     if budget.limited:
         machine = _budgeted(machine, budget)
@@ -107,8 +128,9 @@ def run_stateful(options: Options, make_client: Callable[[], redis.Redis], keys:
         print_blob=False,
         suppress_health_check=list(HealthCheck),
     )
-    test = seeded_test(machine, the_settings,
-                       DEFAULT_SEED if options.seed is None else options.seed)
+    test = seeded_test(
+        machine, the_settings, DEFAULT_SEED if options.seed is None else options.seed
+    )
     printed: list[str] = []
 
     def reporter(value: object) -> None:
@@ -124,11 +146,17 @@ def run_stateful(options: Options, make_client: Callable[[], redis.Redis], keys:
         cause = deployment_error(exc)
         if cause is not None:
             # Not a finding: the deployment failed the run (deployment.py).
-            raise DeploymentError(f"the run was stopped by the deployment, not by the "
-                                  f"protocol: {describe(cause)}") from cause
+            raise DeploymentError(
+                f"the run was stopped by the deployment, not by the protocol: {describe(cause)}"
+            ) from cause
         kind = exc.kind if isinstance(exc, Mismatch) else type(exc).__name__
         message = exc.message if isinstance(exc, Mismatch) else str(exc)
         notes = [str(n) for n in getattr(exc, "__notes__", [])]
-        return Failure(kind, message, list(stats.last_steps), "\n".join(printed + notes),
-                       dict(stats.last_tallies)), False
+        return Failure(
+            kind,
+            message,
+            list(stats.last_steps),
+            "\n".join(printed + notes),
+            dict(stats.last_tallies),
+        ), False
     return None, False

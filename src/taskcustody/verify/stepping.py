@@ -92,24 +92,38 @@ class Stepping(RecoveryPasses):
 
     # -- stepping ------------------------------------------------------------------------------
 
-    def step(self, action: Action, *, drop_at: int = 0, variant: int = 0,
-             interleave: Interleave | None = None) -> None:
+    def step(
+        self,
+        action: Action,
+        *,
+        drop_at: int = 0,
+        variant: int = 0,
+        interleave: Interleave | None = None,
+    ) -> None:
         """Perform `action` on both sides. `drop_at` k > 0 with `sweep`/`startup_drain`: the reply
         of the pass's k-th move is lost (if the pass makes that many). `variant` picks among
         equivalent ways to inject a fault (which command of a release loses its reply).
         `interleave`, with `sweep`/`startup_drain`: after each move of a drain, offered the worker
         steps the list's owner may take then (see the module doc); None lets the drain go on."""
         started = time.perf_counter()
-        self.steps.append(StepRecord(len(self.steps) + 1, action, self.describe(action),
-                                     action.is_fault, actor_of(action, self.state),
-                                     recovery=self.recovering))
+        self.steps.append(
+            StepRecord(
+                len(self.steps) + 1,
+                action,
+                self.describe(action),
+                action.is_fault,
+                actor_of(action, self.state),
+                recovery=self.recovering,
+            )
+        )
         try:
             self._step(action, drop_at, variant, interleave)
         finally:
             self.seconds += time.perf_counter() - started
 
-    def _step(self, action: Action, drop_at: int, variant: int,
-              interleave: Interleave | None = None) -> None:
+    def _step(
+        self, action: Action, drop_at: int, variant: int, interleave: Interleave | None = None
+    ) -> None:
         name = action.name
         s, i, w = action.server, action.proc, action.worker
         if action.is_fault:
@@ -118,8 +132,15 @@ class Stepping(RecoveryPasses):
         lost = name == "dropped_reply"
         command = action.command if lost else name
 
-        if command in ("take", "take_suspect", "record", "release", "retry", "release_and_take",
-                       "reconcile"):
+        if command in (
+            "take",
+            "take_suspect",
+            "record",
+            "release",
+            "retry",
+            "release_and_take",
+            "reconcile",
+        ):
             self._worker_step(action, command, lost, variant)
         elif name == "promote":
             self._promote(action)
@@ -180,10 +201,14 @@ class Stepping(RecoveryPasses):
             for slot in slots:
                 # (a renewal keeps the deadline where it is: a lapsed registration is renewed
                 # only by the model's own `heartbeat` action)
-                if reg is not None and reg.deadline == TTL \
-                        and renewed(self.state, s, reg.inc) \
-                        and slot.model_inc == reg.inc and not slot.stalled \
-                        and not slot.server.superseded:
+                if (
+                    reg is not None
+                    and reg.deadline == TTL
+                    and renewed(self.state, s, reg.inc)
+                    and slot.model_inc == reg.inc
+                    and not slot.stalled
+                    and not slot.server.superseded
+                ):
                     beating.append(slot)
         self.clock.advance(TICK)
         for slot in beating:
@@ -195,8 +220,10 @@ class Stepping(RecoveryPasses):
         for s, slots in enumerate(self.procs):
             for i, slot in enumerate(slots):
                 for w, ws in enumerate(slot.workers):
-                    if ws.armed and (i >= len(self.state.processes[s]) or self.state.processes[
-                            s][i].workers[w].phase != ARMED):
+                    if ws.armed and (
+                        i >= len(self.state.processes[s])
+                        or self.state.processes[s][i].workers[w].phase != ARMED
+                    ):
                         ws.armed = False
 
     def _redis_wipe(self) -> None:
@@ -265,7 +292,7 @@ class Stepping(RecoveryPasses):
             slot.server.promote_due(due_at)
         else:  # no process left: `taskcustody sweep` promotes
             scheduled.promote(self.admin, self.keys, due_at)
-        for u in due[:scheduled.PROMOTE_BATCH]:
+        for u in due[: scheduled.PROMOTE_BATCH]:
             self.model_step(Action("promote", task=u))
 
     # -- refused attempts ----------------------------------------------------------------------
@@ -282,17 +309,25 @@ class Stepping(RecoveryPasses):
             raise ValueError(f"the model does not refuse {a!r} now")
         started = time.perf_counter()
         actor = f"s{a.server}" + (f"#{a.inc}" if a.name == "heartbeat_superseded" else "")
-        self.steps.append(StepRecord(len(self.steps) + 1, Action(a.name, a.server, a.proc,
-                                                                 a.worker),
-                                     f"{a.describe()} (the model refuses it)", False, actor,
-                                     recovery=self.recovering))
+        self.steps.append(
+            StepRecord(
+                len(self.steps) + 1,
+                Action(a.name, a.server, a.proc, a.worker),
+                f"{a.describe()} (the model refuses it)",
+                False,
+                actor,
+                recovery=self.recovering,
+            )
+        )
         try:
             accepted = self._attempt(a)
         finally:
             self.seconds += time.perf_counter() - started
         if accepted:
-            raise Mismatch("refusal", f"the model refuses it; the implementation accepted: "
-                                      f"{a.describe()} ({accepted})")
+            raise Mismatch(
+                "refusal",
+                f"the model refuses it; the implementation accepted: {a.describe()} ({accepted})",
+            )
         self.refusals[a.name] += 1
 
     def _attempt(self, a: Attempt) -> str:
@@ -301,9 +336,14 @@ class Stepping(RecoveryPasses):
             label = f"{self.server_id(a.server)}#{len(self.steps)}"
             client = self._new_client(label)
             try:
-                server = self.server_factory(client, self.keys, self.server_id(a.server),
-                                             settings=self.settings, clock=self.clock,
-                                             workers=self.bounds.workers)
+                server = self.server_factory(
+                    client,
+                    self.keys,
+                    self.server_id(a.server),
+                    settings=self.settings,
+                    clock=self.clock,
+                    workers=self.bounds.workers,
+                )
                 try:
                     inc = server.claim()
                 except ServerIdHeld:
@@ -320,14 +360,18 @@ class Stepping(RecoveryPasses):
             holder = self.admin.hget(self.keys.incarnations, server.server_id)
             if holder is not None and int(holder) == server.identity.incarnation:
                 return "the heartbeat took the id back (renewed the registration)"
-            return ("Redis refused the heartbeat, but the process went on as if it had been "
-                    "accepted (no Superseded)")
+            return (
+                "Redis refused the heartbeat, but the process went on as if it had been "
+                "accepted (no Superseded)"
+            )
         if a.name == "drain_live":
             key = self._real_key((a.server, a.inc, a.worker))
-            moved = recovery.drain_inflight(self.admin, self.keys, key, force=False,
-                                            chunk=self.settings.drain_chunk)
+            moved = recovery.drain_inflight(
+                self.admin, self.keys, key, force=False, chunk=self.settings.drain_chunk
+            )
             return f"the drain moved {moved} task(s)" if moved else ""
         raise ValueError(f"the harness cannot attempt {a!r}")
+
     # -- server steps --------------------------------------------------------------------------
 
     def _heartbeat(self, action: Action, variant: int) -> None:
@@ -347,8 +391,7 @@ class Stepping(RecoveryPasses):
                 if ws.task is None and not ws.crashed:
                     ws.stopped = True
             if slot.phase != RUNNING:  # superseded before its workers started
-                slot.workers = [WorkerSlot(None, stopped=True)
-                                for _ in range(self.bounds.workers)]
+                slot.workers = [WorkerSlot(None, stopped=True) for _ in range(self.bounds.workers)]
             slot.phase = SUPERSEDED
         except redis.ConnectionError:
             pass
@@ -364,9 +407,14 @@ class Stepping(RecoveryPasses):
             assert reg is not None
             label = f"{self.server_id(s)}#{len(self.steps)}"
             client = self._new_client(label)
-            server = self.server_factory(client, self.keys, self.server_id(s),
-                                         settings=self.settings, clock=self.clock,
-                                         workers=self.bounds.workers)
+            server = self.server_factory(
+                client,
+                self.keys,
+                self.server_id(s),
+                settings=self.settings,
+                clock=self.clock,
+                workers=self.bounds.workers,
+            )
             self.injector.arm("EVAL", label=label)
             try:
                 server.claim()
@@ -386,14 +434,30 @@ class Stepping(RecoveryPasses):
         try:
             self._claim(s, expect_model_inc=new[-1].inc)
         except ServerIdHeld as exc:
-            raise Mismatch("claim", f"the model lets server {s} claim its id; Redis refused: "
-                                    f"{exc}") from exc
+            raise Mismatch(
+                "claim", f"the model lets server {s} claim its id; Redis refused: {exc}"
+            ) from exc
+
     # -- the end of a run ----------------------------------------------------------------------
 
-    PRIORITY = ("release", "release_and_take", "record", "reconcile",
-                "restart_worker", "resume_server", "heartbeat", "startup_drain",
-                "requeue_stuck_processing_tasks", "sweep", "promote", "take_suspect", "take",
-                "claim", "enqueue", "advance_clock")
+    PRIORITY = (
+        "release",
+        "release_and_take",
+        "record",
+        "reconcile",
+        "restart_worker",
+        "resume_server",
+        "heartbeat",
+        "startup_drain",
+        "requeue_stuck_processing_tasks",
+        "sweep",
+        "promote",
+        "take_suspect",
+        "take",
+        "claim",
+        "enqueue",
+        "advance_clock",
+    )
 
     def recover(self, limit: int = 2_000) -> int:
         """Faults stop; recovery and workers run until quiescent (the model's `is_done`).
@@ -408,8 +472,11 @@ class Stepping(RecoveryPasses):
             if self.bounds.registration_ages:
                 # (a sweep that only spares fresh registrations changes nothing: not a step
                 # towards the end; the next tick ages them)
-                options = [a for a in options if a.name != "sweep"
-                           or apply(self.state, a, self.config) != self.state]
+                options = [
+                    a
+                    for a in options
+                    if a.name != "sweep" or apply(self.state, a, self.config) != self.state
+                ]
             if not options:
                 raise Mismatch("eventual", "no recovery step is enabled, and the run is not done")
             options.sort(key=lambda a: self.PRIORITY.index(a.name))

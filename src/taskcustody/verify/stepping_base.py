@@ -35,9 +35,15 @@ from .observation import TICK, Mismatch, Observation, ProcSlot, WorkerSlot
 #: Settings whose timing matches the model: deadlines are whole ticks, a drain moves one task per
 #: command (the model's `drain_step`), takes on an empty queue return after 50 ms.
 VERIFY_SETTINGS = Settings(
-    block_timeout=0.05, socket_timeout_margin=2.0, heartbeat_interval=TICK * 0.8,
-    server_ttl=TICK * TTL, sweep_interval=TICK, max_attempts=3, drain_chunk=1,
-    track_commits=True, registry_grace=0,
+    block_timeout=0.05,
+    socket_timeout_margin=2.0,
+    heartbeat_interval=TICK * 0.8,
+    server_ttl=TICK * TTL,
+    sweep_interval=TICK,
+    max_attempts=3,
+    drain_chunk=1,
+    track_commits=True,
+    registry_grace=0,
 )
 
 
@@ -48,10 +54,24 @@ Interleave = Callable[[list[Action]], Action | None]
 ServerFactory = Callable[..., Server]
 
 
-def default_server(client: redis.Redis, keys: QueueKeys, server_id: str, *, settings: Settings,
-                   clock: ManualClock, workers: int) -> Server:
-    return Server(client, keys, server_id, lambda payload: payload, workers=workers,
-                  settings=settings, clock=clock)
+def default_server(
+    client: redis.Redis,
+    keys: QueueKeys,
+    server_id: str,
+    *,
+    settings: Settings,
+    clock: ManualClock,
+    workers: int,
+) -> Server:
+    return Server(
+        client,
+        keys,
+        server_id,
+        lambda payload: payload,
+        workers=workers,
+        settings=settings,
+        clock=clock,
+    )
 
 
 def actor_of(action: Action, state: State) -> str:
@@ -125,8 +145,14 @@ class SteppingBase(Observation):
     def _claim(self, s: int, expect_model_inc: int) -> ProcSlot:
         label = f"{self.server_id(s)}#{len(self.steps)}"
         client = self._new_client(label)
-        server = self.server_factory(client, self.keys, self.server_id(s), settings=self.settings,
-                                     clock=self.clock, workers=self.bounds.workers)
+        server = self.server_factory(
+            client,
+            self.keys,
+            self.server_id(s),
+            settings=self.settings,
+            clock=self.clock,
+            workers=self.bounds.workers,
+        )
         try:
             real_inc = server.claim()
         except BaseException:
@@ -159,8 +185,11 @@ class SteppingBase(Observation):
     def enabled(self) -> list[Action]:
         """The model's enabled actions, minus the mid-pass ones (`drain_step`: passes run whole
         inside one step; its dropped reply is chosen with the pass, see `step`)."""
-        return [a for a in enabled_actions(self.state, self.config)
-                if a.name not in ("drain_step", "arm") and a.command != "drain_step"]
+        return [
+            a
+            for a in enabled_actions(self.state, self.config)
+            if a.name not in ("drain_step", "arm") and a.command != "drain_step"
+        ]
 
     def model_step(self, action: Action) -> None:
         """The model's side of a step: `action` applied to the model's state, after checking the
@@ -187,9 +216,7 @@ class SteppingBase(Observation):
         """A superseded process exits once none of its workers holds a task."""
         for procs in self.procs:
             for slot in list(procs):
-                if slot.server.superseded and all(
-                    ws.crashed or ws.stopped for ws in slot.workers
-                ):
+                if slot.server.superseded and all(ws.crashed or ws.stopped for ws in slot.workers):
                     slot.client.close()
                     procs.remove(slot)
 

@@ -43,8 +43,13 @@ class WorkerSteps(SteppingBase):
         conn = worker._conn
         if command == "take":
             # the model's take is the queue's; a suspect's take is a step of its own
-            self._take(ws, command, lost, worker.take_command,
-                       lambda: worker.take_from_queue(timeout=self.settings.block_timeout))
+            self._take(
+                ws,
+                command,
+                lost,
+                worker.take_command,
+                lambda: worker.take_from_queue(timeout=self.settings.block_timeout),
+            )
         elif command == "take_suspect":
             # The model enables it when the suspects list holds a task and the process's slot
             # is free: the worker's hint may still say none wait (it learns at its next release
@@ -102,8 +107,7 @@ class WorkerSteps(SteppingBase):
                 if not lost:
                     raise
 
-    def _release_and_take(self, action: Action, ws: WorkerSlot, lost: bool,
-                          variant: int) -> None:
+    def _release_and_take(self, action: Action, ws: WorkerSlot, lost: bool, variant: int) -> None:
         """The composite step (`Worker.release_and_take`): the release of the task the worker
         holds and, in the same script, the take of the next one with its record. The model takes
         a waiting suspect when the process's slot is free (or the worker's own). The worker's hint
@@ -117,8 +121,9 @@ class WorkerSteps(SteppingBase):
         proc = self.state.processes[action.server][action.proc]
         key = (action.server, proc.inc, action.worker)
         debris = set(list_of(self.state, key)) - {proc.workers[action.worker].task}
-        worker.suspects.maybe_waiting = (bool(self.state.suspects) and not debris
-                                         and proc.suspect in (-1, action.worker))
+        worker.suspects.maybe_waiting = (
+            bool(self.state.suspects) and not debris and proc.suspect in (-1, action.worker)
+        )
         if lost:
             # the step's reply, or the deferred record reply read just before it (as a release)
             if self.scripts_flushed:
@@ -144,8 +149,9 @@ class WorkerSteps(SteppingBase):
             raise Mismatch("release_and_take", "the model predicts a task; the step took none")
         ws.task, ws.stage = taken, RECORDED
 
-    def _take(self, ws: WorkerSlot, command: str, lost: bool, armed: str,
-              take: Callable[[], Task | None]) -> None:
+    def _take(
+        self, ws: WorkerSlot, command: str, lost: bool, armed: str, take: Callable[[], Task | None]
+    ) -> None:
         """One take by the real worker (`take`), with its reply dropped (`armed` is the command
         whose reply the injector drops on the worker's connection) when `lost`."""
         worker = ws.worker
