@@ -172,3 +172,10 @@ def test_a_build_holds_the_lua_scripts(tmp_path: Path) -> None:
         and {p.relative_to(out / "taskcustody") for p in (out / "taskcustody").rglob("*.lua")}
         == expected
     )
+
+
+def test_the_gate_checks_what_the_hooks_enforce() -> None:
+    # A contributor's pre-commit hooks and CI must fail on the same things.
+    ci = (ROOT / ".ci" / "run").read_text()
+    assert "ruff check src model tests mutation bench" in ci
+    assert "ruff format --check src model tests mutation bench" in ci
