@@ -165,8 +165,8 @@ def canonical(state: State, n_workers: int, *, plain: bool = False) -> State:
                 if registry[s] is None
                 else (
                     inc_map[s][registry[s].inc],  # type: ignore[union-attr]
-                    registry[s].deadline,
-                ),  # type: ignore[union-attr]
+                    registry[s].deadline,  # type: ignore[union-attr]
+                ),
                 tuple(
                     (p.inc, p.stalled, p.phase, len(p.drains), p.workers, p.suspect)
                     for p in local[s]

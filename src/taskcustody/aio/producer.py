@@ -91,8 +91,8 @@ class AsyncTaskHandle:
         bridge = SyncBridge(self.client, asyncio.get_running_loop())
         return await asyncio.to_thread(
             get_result,
-            bridge,
-            self.keys,  # type: ignore[arg-type]
+            bridge,  # type: ignore[arg-type]
+            self.keys,
             self.id,
             timeout,
             fail_if_unknown=not self.enqueued,

@@ -167,9 +167,9 @@ class AsyncWorker(Custody):
             recovering = Recovering(self.settings.max_recoveries, self.clock.now())
             moved = await asyncio.to_thread(
                 drain_inflight,
-                bridge,
+                bridge,  # type: ignore[arg-type]
                 self.keys,
-                self.list_key,  # type: ignore[arg-type]
+                self.list_key,
                 force=True,
                 chunk=self.settings.drain_chunk,
                 length=length,
